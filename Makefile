@@ -1,0 +1,47 @@
+# The two commands of README.md:  make lab  and  make test.
+# Everything is installed into .venv by the project's own files; nothing by hand.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+SAMPLE_DB := data/sample.db
+PYTEST_ARGS ?=
+
+.PHONY: install system-deps data lab test lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[all]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Debian's chromium for the browser test (playwright drives it; it never downloads a browser).
+system-deps:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	  else echo "chromium is not installed and cannot be installed here (not root)"; fi; }
+
+$(SAMPLE_DB): $(STAMP) $(wildcard data/samples/*) opctx/lab/scenarios.py
+	$(BIN)/opctx build-samples --db $(SAMPLE_DB)
+
+data: $(SAMPLE_DB)
+
+lab: install data
+	$(BIN)/jupyter lab --notebook-dir=notebooks --ServerApp.ip=127.0.0.1 --no-browser
+
+lint: install
+	$(BIN)/ruff check opctx tests benchmarks
+
+# pytest exits 5 when it collected nothing: that is a failure here, never a pass.
+test: install system-deps lint data
+	$(BIN)/python -m pytest tests notebooks --nbval-lax --nbval-current-env $(PYTEST_ARGS); \
+	rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+
+bench: install
+	for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) $(SAMPLE_DB) .pytest_cache .ruff_cache

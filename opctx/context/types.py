@@ -1,0 +1,170 @@
+"""The data types of the context orchestration layer (spec §7).
+
+Plain dataclasses, shared by every component so that a custom component (a
+``BudgetAllocator`` subclass, a fake ``Summarizer`` in a test) only has to speak
+these shapes. Field names and meanings follow the specification; additions are
+marked as such.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "UsageState",
+    "BudgetAllocation",
+    "ReferenceMap",
+    "AgingReport",
+    "CutPoint",
+    "SummaryResult",
+    "TurnPrep",
+    "CompactResult",
+]
+
+UsageSource = Literal["estimate", "provider", "cached"]
+CompactReason = Literal["auto", "manual", "recovered"]
+
+
+@dataclass
+class UsageState:
+    """What the provider last reported for a session, plus running totals (§2.4)."""
+
+    last_prompt_tokens: int = 0
+    last_cache_read_tokens: int = 0
+    cumulative_prompt_tokens: int = 0
+    cumulative_completion_tokens: int = 0
+    turn_count: int = 0
+    compaction_count: int = 0
+    source: UsageSource = "estimate"
+    # additions: needed for the hybrid estimate and cache-aware cost
+    last_cache_write_tokens: int = 0
+    last_completion_tokens: int = 0
+    # how many history messages the last provider count covered
+    last_history_len: int = 0
+    updated_at: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> UsageState:
+        if not d:
+            return cls()
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+@dataclass
+class BudgetAllocation:
+    """How a context window is split for one request (§2.3). All figures in tokens."""
+
+    context_window: int
+    system_prompt: int
+    history: int
+    tools_schema: int
+    output_reserve: int
+    input_used: int
+    input_budget: int
+    input_used_pct: float
+    headroom: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ReferenceMap:
+    """Which older messages later messages still refer to (§3.3)."""
+
+    cited_tool_use_ids: set[str] = field(default_factory=set)
+    quoted_snippets_by_msg: dict[str, set[str]] = field(default_factory=dict)
+    last_built_at: float = 0.0
+    # addition: ids of every cited message (tool results and plain messages alike)
+    cited_message_ids: set[str] = field(default_factory=set)
+
+    def is_cited(self, msg_id: str | None = None, tool_use_id: str | None = None) -> bool:
+        return (msg_id is not None and msg_id in self.cited_message_ids) or (
+            tool_use_id is not None and tool_use_id in self.cited_tool_use_ids
+        )
+
+
+@dataclass
+class AgingReport:
+    """What one aging pass did (§3)."""
+
+    redacted: int = 0
+    tokens_freed: int = 0
+    references_protected: int = 0
+    redacted_ids: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CutPoint:
+    """Where ``find_cut_index`` would cut, and why (§4.2). Addition for research use."""
+
+    index: int
+    desired_keep: int
+    max_safe_keep: int
+    effective_keep: int
+    tail_tokens: int
+    tail_text_messages: int
+    protected_head: int
+    steps: list[str] = field(default_factory=list)
+    ok: bool = True
+    reason: str | None = None
+
+
+@dataclass
+class SummaryResult:
+    """What ``Summarizer.summarise`` produced (§4.4-4.6)."""
+
+    text: str
+    fell_back_to_structural: bool = False
+    error: str | None = None
+    used_previous_summary: bool = False
+    prompt: str = ""
+    summarised_count: int = 0
+    summarised_tokens: int = 0
+
+
+@dataclass
+class TurnPrep:
+    """Everything ``ContextEngine.prepare`` assembled for one request (§7)."""
+
+    system_prompt: str
+    agent_messages: list[dict]
+    history_dicts: list[dict]
+    budget: BudgetAllocation
+    usage: UsageState
+    tool_results_redacted: int = 0
+    tokens_freed_by_aging: int = 0
+    references_protected: int = 0
+    summary_id: str | None = None
+    decision_path: list[str] = field(default_factory=list)
+    budget_pct: float = 0.0
+    context_window: int = 0
+
+
+@dataclass
+class CompactResult:
+    """The outcome of one compaction (§7)."""
+
+    ok: bool
+    summary_text: str = ""
+    summary_id: str | None = None
+    summarised_count: int = 0
+    summarised_tokens: int = 0
+    tokens_before: int = 0
+    tokens_after: int = 0
+    duration_ms: float = 0.0
+    used_previous_summary: bool = False
+    reason: CompactReason = "auto"
+    error: str | None = None
+    fell_back_to_structural: bool = False
+    # additions: what the research toolkit needs to replay and diff
+    cut_index: int | None = None
+    kept_count: int = 0
+    protected_count: int = 0
+    new_head_id: str | None = None
+    disabled_auto: bool = False
