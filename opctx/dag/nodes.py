@@ -257,6 +257,10 @@ class Call:
     def copy(self, **changes: Any) -> Call:
         """A deep copy with ``changes`` applied (``id=`` to give it a new identity)."""
         d = copy.deepcopy(self.to_dict())
+        if "called_by" in changes:
+            # The alias must win over the copied "caller", not be dropped by from_dict.
+            changes = dict(changes)
+            changes["caller"] = changes.pop("called_by")
         d.update(changes)
         return Call.from_dict(d)
 

@@ -1,1 +1,76 @@
-"""."""
+"""opctx.lab: the research layer - frames, replays, presets, metrics, sweeps, scenarios.
+
+=================  ==========================================================
+``frames``         pandas DataFrames over opctx databases (sessions, nodes,
+                   edges, turns, compactions), lazy SQL projections
+``history``        a session's recorded stream with compactions expanded
+``replay``         step a recorded history through a context engine
+``presets``        named strategies (default, claude-code, hermes, codex,
+                   observation-masking, none), each number with its source
+``metrics``        tokens, savings, cost, prefix cache, tool pairs, reference loss
+``prices``         assumed list prices per model family, cache multipliers
+``fidelity``       recorded compactions vs where the presets compact
+``sweep``          many sessions x many configurations, any executor
+``scenarios``      seeded synthetic coding sessions with planted identifiers
+=================  ==========================================================
+
+Names resolve lazily (``replay`` imports the engine, ``frames`` imports
+pandas), so ``import opctx.lab`` is cheap. The two functions named like their
+modules are imported from the module: ``from opctx.lab.replay import replay``,
+``from opctx.lab.sweep import sweep`` (a package attribute cannot be both the
+submodule and the function). See docs/lab.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "sessions_df": "frames",
+    "nodes_df": "frames",
+    "edges_df": "frames",
+    "turns_df": "frames",
+    "compactions_df": "frames",
+    "SessionSpec": "history",
+    "RecordedHistory": "history",
+    "RecordedCompaction": "history",
+    "load_history": "history",
+    "ReplayResult": "replay",
+    "ReplayCompaction": "replay",
+    "ReplayClock": "replay",
+    "PRESETS": "presets",
+    "build_engine": "presets",
+    "preset_names": "presets",
+    "ObservationMasker": "presets",
+    "summarize": "metrics",
+    "step_metrics": "metrics",
+    "turn_metrics": "metrics",
+    "reference_losses": "metrics",
+    "identifiers": "metrics",
+    "tool_pair_breaks": "metrics",
+    "PriceTable": "prices",
+    "ModelPrice": "prices",
+    "price_for": "prices",
+    "fidelity_table": "fidelity",
+    "expand_grid": "sweep",
+    "generate_session": "scenarios",
+    "write_scenarios": "scenarios",
+    "load_scenario": "scenarios",
+    "build_scenario_sessions": "scenarios",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'opctx.lab' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,0 +1,1116 @@
+"""The context engine: the life cycle of a session's context, and its plug-in registry (spec §5).
+
+``ContextEngine`` is the abstract base with every hook of §5.1:
+
+=====================================  =================================================
+``on_session_start(session_id)``       once when a session is opened: warm caches
+``ingest(session_id, message)``        a message was stored (default: nothing)
+``prepare(agent, session, history,     before every LLM call: returns a ``TurnPrep``
+model, tools)``
+``should_recommend(prep)``             ``budget_pct >= recommend_pct`` (0.70)
+``should_auto_compact(prep)``          ``budget_pct >= auto_compact_pct`` (0.80) and
+                                       auto-compaction not disabled for the session
+``compact(agent, session_id, model,    fold the branch into a summary; ``CompactResult``
+on_event, previous_summary,
+user_initiated, cancel_event,
+keep_recent_tokens)``
+``after_turn(session_id, usage,        feed the provider's real usage back; emit
+prep, on_event)``                      ``compaction_recommended``
+``on_session_end(session_id)``         flush in-memory state
+=====================================  =================================================
+
+``DefaultContextEngine`` wires the hooks to six components, all injected
+keyword-only (§5.2): ``usage_tracker`` (UsageTracker), ``budget_allocator``
+(BudgetAllocator), ``ager`` (TurnAger), ``summarizer`` (Summarizer),
+``persister`` (Persister), ``references`` (a ReferenceTracker, or a factory of
+them: references are tracked per session), plus ``session_db``, the thresholds
+(``recommend_pct`` / ``auto_compact_pct`` / ``emergency_pct``; when not given they
+come from ``config``: ``recommend_pct`` / ``trigger_pct`` / ``emergency_pct``,
+0.70 / 0.80 / 0.95 by default), ``config`` (a ``SummarizerConfig``: the cut and
+summary parameters), a ``context_window`` override, an ``estimator`` and a
+``clock``. Swap one component to change one dimension of behaviour; tests pass a
+fake summariser to run compaction without a provider. ``aging=False`` runs
+without a ``TurnAger`` (the "none" strategy of the lab).
+
+prepare (the six steps)
+=======================
+1. system prompt: ``build_system_prompt(agent)`` (a ``str`` agent is the prompt
+   itself, ``None`` means none);
+2. references: the session's ``ReferenceTracker.update(history)``, incremental;
+3. aging: ``TurnAger`` on the history with the reference map, on copies;
+4. usage: the provider's last prompt count plus an estimate of what was
+   appended since (``UsageTracker.hybrid_estimate``) when the tracker trusts it
+   (``"usage:provider"``), else a local estimate (``"usage:estimate"``) from the
+   engine's incremental per-message table. Aging savings are subtracted from
+   the estimate only (the provider figure already saw the aged prompt);
+5. budget: ``BudgetAllocator.allocate`` with the counts above;
+6. assemble: OpenAI-format ``agent_messages`` from the aged history, with the
+   tool pairing repaired (a call without its result, or a result without its
+   call, is turned into text instead of being sent broken); decide.
+
+``decision_path`` records each step, for example
+``["usage:provider", "aging:redacted=3", "budget:0.82", "auto_compact"]``.
+The last entry is one of ``"ok"``, ``"recommend"``, ``"auto_compact"``,
+``"emergency"`` (at or over ``emergency_pct``: compaction goes straight to the
+structural summary) or ``"auto_compact_disabled"``.
+
+Incremental cost: per session the engine keeps a ``MessageFacts`` table (token
+estimates and tool pairing per message, extended when the history only grew),
+a ``ReferenceTracker`` (extended likewise) and a cache of provider messages per
+message. After the first call a prepare on an append-only history costs
+O(new messages) plus a few C-speed passes (identity checks of the list).
+Only ``compact`` re-reads the branch from the store.
+
+compact
+=======
+1. re-read the active branch (``session_db.get_branch``);
+2. count ``tokens_before`` = system + tools + history, all *estimates* (the
+   guard below compares like with like: never a provider prompt count against a
+   messages-only estimate, a Hermes pitfall);
+3. ``find_cut_index`` with ``max_tail_tokens = tail_budget_share`` (0.5) of the
+   input budget left after system and tools, so that on small windows the kept
+   tail cannot eat the whole budget (the 8K case);
+4. summarise the folded range (``history[head:cut]``): UPDATE when there is a
+   previous summary (the argument, else the summary node being folded, which is
+   what ``extra_meta["_last_summary_text"]`` holds for this branch; the store's
+   copy is not trusted blindly because after a fork or rewind it may describe
+   another branch), FRESH otherwise. Emergency (``budget_pct >= emergency_pct``)
+   or no room for a summary call: the structural summary at once;
+5. guards, then persist (``Persister.insert_summary_node``), count the
+   compaction in the usage tracker, drop the session's caches.
+
+Guards (SPEC-NOTES "must not loop")
+-----------------------------------
+* nothing to cut, or a summary that would not shrink the input: nothing is
+  written; for an automatic compaction, auto-compaction is disabled for the
+  session;
+* saved under ``min_saving`` (10%) twice in a row: auto-compaction is disabled.
+The result (``disabled_auto=True``, ``error``) and the ``compaction_finished``
+event say so. It does not latch forever: it re-arms when the history estimate
+has grown by ``rearm_fraction`` (25%) of the input budget since it was
+disabled, or at once on a manual compaction (``user_initiated=True``).
+
+Events
+======
+``on_event(name, payload)`` receives ``compaction_recommended`` (after_turn at or
+above ``recommend_pct``, once per crossing), ``compaction_started`` and
+``compaction_finished`` (payload: the ``CompactResult`` as a dict plus
+``session_id``). A failing event handler is logged, never raised.
+
+Registry
+========
+``register_engine(engine)`` files an engine under ``engine.name``;
+``get_engine(name)`` returns it (``None`` gives the default engine; an unknown
+name raises ``EngineError`` listing the registered names: a misconfigured
+engine must be visible, never silently replaced by the default, an OpenClaw
+pitfall); ``resolve_engine_for(agent, config=None)``: ``agent.context_engine``,
+else ``config["context"]["engine"]`` (dict or attribute access), else the
+default. ``default_engine()`` is the lazily built shared ``DefaultContextEngine``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from opctx.dag.messages import as_text, blocks, is_tool_result
+
+from .budget import BudgetAllocator
+from .persistence import Persister
+from .prompts import SUMMARY_PREFIX
+from .references import ReferenceTracker
+from .summarize import (
+    MessageFacts,
+    Summarizer,
+    SummarizerConfig,
+    find_cut_index,
+    is_summary_message,
+)
+from .tokens import Estimator, default_estimator, real_context_window
+from .types import AgingReport, CompactResult, ReferenceMap, TurnPrep
+from .usage import UsageTracker
+
+__all__ = [
+    "ContextEngine",
+    "DefaultContextEngine",
+    "EngineError",
+    "EventHandler",
+    "CONTEXT_ENGINE_REGISTRY",
+    "register_engine",
+    "unregister_engine",
+    "get_engine",
+    "resolve_engine_for",
+    "default_engine",
+    "to_provider_messages",
+    "RECOMMEND_PCT",
+    "AUTO_COMPACT_PCT",
+    "EMERGENCY_PCT",
+]
+
+logger = logging.getLogger(__name__)
+
+RECOMMEND_PCT = 0.70
+AUTO_COMPACT_PCT = 0.80
+EMERGENCY_PCT = 0.95
+
+EventHandler = Callable[[str, dict], Any]
+
+
+class EngineError(Exception):
+    """A context engine is unknown, misconfigured, or failed."""
+
+
+def emit(on_event: EventHandler | None, name: str, payload: dict) -> None:
+    """Call an event handler; a failing handler is logged, never raised."""
+    if on_event is None:
+        return
+    try:
+        on_event(name, payload)
+    except Exception:  # an observer must not break the turn
+        logger.exception("context engine: event handler failed on %r", name)
+
+
+def _session_id(session: Any) -> str:
+    if isinstance(session, str):
+        return session
+    if isinstance(session, dict) and session.get("id"):
+        return str(session["id"])
+    for attr in ("id", "session_id"):
+        value = getattr(session, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    meta = getattr(session, "meta", None)
+    if meta is not None and getattr(meta, "id", None):
+        return str(meta.id)
+    raise EngineError(
+        f"cannot tell the session id of {type(session).__name__}: pass the id as a str"
+    )
+
+
+# --------------------------------------------------------------------------- base class
+
+
+class ContextEngine(ABC):
+    """The hooks of §5.1. Subclasses implement ``prepare`` and ``compact``."""
+
+    name: str = "abstract"
+    recommend_pct: float = RECOMMEND_PCT
+    auto_compact_pct: float = AUTO_COMPACT_PCT
+    emergency_pct: float = EMERGENCY_PCT
+
+    def on_session_start(self, session_id: str) -> None:
+        """A session was opened or created."""
+        return None
+
+    def ingest(self, session_id: str, message: dict) -> None:
+        """A message was stored. The default engine needs nothing here."""
+        return None
+
+    @abstractmethod
+    def prepare(
+        self,
+        agent: Any,
+        session: Any,
+        history: Sequence[dict],
+        model: str | None,
+        tools: Sequence[dict] | None,
+    ) -> TurnPrep:
+        """Assemble what the next LLM call sees."""
+
+    def should_recommend(self, prep: TurnPrep) -> bool:
+        return prep.budget_pct >= self.recommend_pct
+
+    def should_auto_compact(self, prep: TurnPrep) -> bool:
+        if "auto_compact_disabled" in prep.decision_path:
+            return False
+        return prep.budget_pct >= self.auto_compact_pct
+
+    @abstractmethod
+    def compact(
+        self,
+        agent: Any,
+        session_id: str,
+        model: str | None,
+        on_event: EventHandler | None = None,
+        previous_summary: str | None = None,
+        user_initiated: bool = False,
+        cancel_event: threading.Event | None = None,
+        keep_recent_tokens: int | None = None,
+    ) -> CompactResult:
+        """Fold part of the active branch into a summary."""
+
+    def after_turn(
+        self,
+        session_id: str,
+        usage: Any,
+        prep: TurnPrep,
+        on_event: EventHandler | None = None,
+    ) -> None:
+        """The LLM answered; ``usage`` is what the provider reported."""
+        return None
+
+    def on_session_end(self, session_id: str) -> None:
+        """The session is being closed."""
+        return None
+
+
+# --------------------------------------------------------------------------- provider messages
+
+
+def _json_args(args: Any) -> str:
+    if isinstance(args, str):
+        return args
+    return json.dumps(args if args is not None else {}, ensure_ascii=False, default=str)
+
+
+def _text_of(msg: dict) -> str:
+    content = msg.get("content")
+    if isinstance(content, str) and content:
+        return content
+    parts = [str(b.get("text")) for b in blocks(msg) if b.get("type") == "text" and b.get("text")]
+    if parts:
+        return "\n".join(parts)
+    return (
+        as_text(content) if content not in (None, "", []) and not isinstance(content, list) else ""
+    )
+
+
+def _convert(msg: dict) -> list[dict]:
+    """One message dict as OpenAI chat messages (before pairing repair)."""
+    role = msg.get("role")
+    if role == "system":
+        text = _text_of(msg)
+        return [{"role": "system", "content": text}] if text else []
+    if role == "tool" or is_tool_result(msg):
+        out = []
+        if role == "tool":
+            text = as_text(msg.get("content"))
+            if msg.get("is_error") and not text.lower().startswith("[error]"):
+                text = "[error] " + text
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": msg.get("tool_call_id") or "",
+                    "content": text,
+                    "_name": msg.get("name") or "",
+                }
+            )
+        for b in blocks(msg):
+            if b.get("type") != "tool_result":
+                continue
+            c = b.get("content")
+            text = (
+                "\n".join(as_text(x.get("text")) for x in c if isinstance(x, dict))
+                if isinstance(c, list)
+                else as_text(c)
+            )
+            if b.get("is_error") and not text.lower().startswith("[error]"):
+                text = "[error] " + text
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": b.get("tool_use_id") or "",
+                    "content": text,
+                    "_name": "",
+                }
+            )
+        return out
+    if role == "user":
+        text = _text_of(msg)
+        return [{"role": "user", "content": text}] if text else []
+    # assistant
+    calls = []
+    for tc in msg.get("tool_calls") or ():
+        if isinstance(tc, dict) and tc.get("id"):
+            fn = tc.get("function") if isinstance(tc.get("function"), dict) else {}
+            calls.append(
+                {
+                    "id": tc["id"],
+                    "type": "function",
+                    "function": {
+                        "name": tc.get("name") or fn.get("name") or "",
+                        "arguments": _json_args(tc.get("arguments", fn.get("arguments"))),
+                    },
+                }
+            )
+    for b in blocks(msg):
+        if b.get("type") == "tool_use" and b.get("id"):
+            calls.append(
+                {
+                    "id": b["id"],
+                    "type": "function",
+                    "function": {
+                        "name": b.get("name") or "",
+                        "arguments": _json_args(b.get("input")),
+                    },
+                }
+            )
+    text = _text_of(msg)
+    if not text and not calls:
+        return []  # a placeholder is never rendered as an empty message
+    out: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if calls:
+        out["tool_calls"] = calls
+    return [out]
+
+
+class _ProviderCache:
+    """Per-message conversions, keyed like ``MessageFacts`` (id, role, content length)."""
+
+    def __init__(self, max_entries: int = 100_000):
+        self._cache: dict[tuple, list[dict]] = {}
+        self.max_entries = max_entries
+
+    def get(self, msg: dict) -> list[dict]:
+        mid = msg.get("id")
+        if not mid:
+            return _convert(msg)
+        content = msg.get("content")
+        key = (
+            mid,
+            msg.get("role"),
+            len(content) if isinstance(content, str | list) else -1,
+            _redacted_marker(msg),
+        )
+        hit = self._cache.get(key)
+        if hit is None:
+            if len(self._cache) >= self.max_entries:
+                self._cache.clear()
+            hit = self._cache[key] = _convert(msg)
+        return hit
+
+
+def _redacted_marker(msg: dict) -> int:
+    # aging edits tool_result blocks in extra, which the content length does not see
+    extra = msg.get("extra")
+    if not isinstance(extra, dict):
+        return 0
+    return sum(1 for b in extra.get("blocks") or () if isinstance(b, dict) and b.get("_redacted"))
+
+
+def to_provider_messages(
+    history: Sequence[dict], cache: _ProviderCache | None = None
+) -> list[dict]:
+    """OpenAI chat messages for ``history``, with tool pairing repaired.
+
+    A tool call whose result is not in the history is removed from its assistant
+    message (which becomes a short text if nothing else is left); a result whose
+    call is not in the history becomes a user message naming the tool and call.
+    """
+    get = cache.get if cache is not None else _convert
+    converted = [m for msg in history for m in get(msg)]
+    call_ids: set[str] = set()
+    result_ids: set[str] = set()
+    for m in converted:
+        role = m["role"]
+        if role == "assistant" and "tool_calls" in m:
+            call_ids.update(tc["id"] for tc in m["tool_calls"])
+        elif role == "tool":
+            result_ids.add(m["tool_call_id"])
+    out: list[dict] = []
+    answered: set[str] = set()
+    for m in converted:
+        role = m["role"]
+        if role == "assistant" and "tool_calls" in m:
+            kept = [tc for tc in m["tool_calls"] if tc["id"] in result_ids]
+            if len(kept) == len(m["tool_calls"]):
+                out.append(m)
+                continue
+            fixed = {k: v for k, v in m.items() if k != "tool_calls"}
+            if kept:
+                fixed["tool_calls"] = kept
+            dropped = [tc for tc in m["tool_calls"] if tc["id"] not in result_ids]
+            note = "; ".join(
+                f"called {tc['function']['name']}({tc['function']['arguments']})" for tc in dropped
+            )
+            fixed["content"] = (
+                (m.get("content") or "") + f"\n[{note}; result not in context]"
+            ).strip()
+            out.append(fixed)
+        elif role == "tool":
+            tid = m["tool_call_id"]
+            if tid in call_ids and tid not in answered:
+                answered.add(tid)
+                out.append({"role": "tool", "tool_call_id": tid, "content": m["content"]})
+            else:
+                label = f"tool {m.get('_name')}".strip() if m.get("_name") else "tool"
+                out.append(
+                    {"role": "user", "content": f"[result of {label} (call {tid})]\n{m['content']}"}
+                )
+        else:
+            out.append(m)
+    return out
+
+
+# --------------------------------------------------------------------------- default engine
+
+
+@dataclass
+class _Guard:
+    """Anti-thrash state of one session."""
+
+    disabled: bool = False
+    reason: str | None = None
+    low_saving_streak: int = 0
+    disabled_at_tokens: int = 0
+
+
+@dataclass
+class _SessionState:
+    facts: MessageFacts
+    references: Any
+    provider_cache: _ProviderCache = field(default_factory=_ProviderCache)
+    guard: _Guard = field(default_factory=_Guard)
+    recommended: bool = False
+    last_prep: TurnPrep | None = None
+    system_tokens: int = 0
+    tools_tokens: int = 0
+    input_budget: int = 0
+
+
+def _agent_attr(agent: Any, name: str, default: Any = None) -> Any:
+    if agent is None:
+        return default
+    if isinstance(agent, dict):
+        return agent.get(name, default)
+    return getattr(agent, name, default)
+
+
+class _ConfigDefault(float):
+    """A threshold left at its default: the value in the engine's ``config`` applies.
+
+    A ``float`` so that introspection (the lab's tuner reads ``__init__`` defaults)
+    still sees the specification's number.
+    """
+
+
+class DefaultContextEngine(ContextEngine):
+    """The specification's engine: the six components wired to the hooks (module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        usage_tracker: UsageTracker | None = None,
+        budget_allocator: BudgetAllocator | None = None,
+        ager: Any = None,
+        summarizer: Summarizer | None = None,
+        persister: Persister | None = None,
+        references: ReferenceTracker | Callable[[], Any] | None = None,
+        session_db: Any = None,
+        recommend_pct: float = _ConfigDefault(RECOMMEND_PCT),
+        auto_compact_pct: float = _ConfigDefault(AUTO_COMPACT_PCT),
+        emergency_pct: float = _ConfigDefault(EMERGENCY_PCT),
+        context_window: int | None = None,
+        clock: Callable[[], float] = time.time,
+        config: SummarizerConfig | None = None,
+        estimator: Estimator | None = None,
+        name: str = "default",
+        tail_budget_share: float = 0.5,
+        min_saving: float = 0.10,
+        rearm_fraction: float = 0.25,
+        aging: bool = True,
+    ):
+        self.config = config or getattr(summarizer, "config", None) or SummarizerConfig()
+        # thresholds not given here come from the config (recommend_pct, trigger_pct,
+        # emergency_pct), whose defaults are the specification's 0.70 / 0.80 / 0.95
+        if isinstance(recommend_pct, _ConfigDefault):
+            recommend_pct = self.config.recommend_pct
+        if isinstance(auto_compact_pct, _ConfigDefault):
+            auto_compact_pct = self.config.trigger_pct
+        if isinstance(emergency_pct, _ConfigDefault):
+            emergency_pct = self.config.emergency_pct
+        if not 0 < recommend_pct <= auto_compact_pct <= emergency_pct:
+            raise ValueError(
+                "thresholds must satisfy 0 < recommend_pct <= auto_compact_pct <= emergency_pct, got "
+                f"{recommend_pct}, {auto_compact_pct}, {emergency_pct}"
+            )
+        if context_window is not None and (
+            not isinstance(context_window, int) or context_window <= 0
+        ):
+            raise ValueError(
+                f"context_window must be a positive int or None, got {context_window!r}"
+            )
+        if not 0 < tail_budget_share <= 1:
+            raise ValueError(f"tail_budget_share must be in (0, 1], got {tail_budget_share!r}")
+        self.name = name
+        self.clock = clock
+        self.session_db = session_db
+        self.estimator = estimator or default_estimator()
+        self.usage_tracker = usage_tracker or UsageTracker(
+            session_db, clock=clock, estimator=self.estimator
+        )
+        self.budget_allocator = budget_allocator or BudgetAllocator(estimator=self.estimator)
+        self.ager = ager if ager is not None else (_default_ager(clock) if aging else None)
+        self.summarizer = summarizer or Summarizer(None, config=self.config)
+        self.persister = persister or Persister(session_db, clock=clock)
+        self._references = references
+        self.recommend_pct = recommend_pct
+        self.auto_compact_pct = auto_compact_pct
+        self.emergency_pct = emergency_pct
+        self.context_window = context_window
+        self.tail_budget_share = tail_budget_share
+        self.min_saving = min_saving
+        self.rearm_fraction = rearm_fraction
+        self._sessions: dict[str, _SessionState] = {}
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------ state
+    def _estimate(self, msg: dict) -> int:
+        return self.estimator.message_tokens(msg)
+
+    def _new_references(self) -> Any:
+        refs = self._references
+        if refs is None:
+            return ReferenceTracker(clock=self.clock)
+        if isinstance(refs, ReferenceTracker) or hasattr(refs, "update"):
+            return refs  # one shared tracker: it rebuilds when the session changes
+        return refs()
+
+    def _state(self, session_id: str) -> _SessionState:
+        with self._lock:
+            state = self._sessions.get(session_id)
+            if state is None:
+                state = _SessionState(
+                    facts=MessageFacts(self._estimate), references=self._new_references()
+                )
+                self._sessions[session_id] = state
+            return state
+
+    def window_for(self, model: str | None) -> int:
+        return self.context_window or real_context_window(model)
+
+    def guard_state(self, session_id: str) -> dict:
+        """The anti-thrash state of a session (for UIs and tests)."""
+        return asdict(self._state(session_id).guard)
+
+    # ------------------------------------------------------------------ hooks
+    def on_session_start(self, session_id: str) -> None:
+        self.usage_tracker.on_session_start(session_id)
+        self._state(session_id)
+
+    def on_session_end(self, session_id: str) -> None:
+        self.usage_tracker.on_session_end(session_id)
+        with self._lock:
+            self._sessions.pop(session_id, None)
+
+    def system_prompt_for(self, agent: Any) -> str:
+        if agent is None:
+            return ""
+        if isinstance(agent, str):
+            return agent
+        try:
+            from .system_prompt import build_system_prompt
+        except ImportError:  # pragma: no cover - the module ships with opctx
+            return str(_agent_attr(agent, "system_prompt", "") or "")
+        return build_system_prompt(agent)
+
+    def prepare(
+        self,
+        agent: Any,
+        session: Any,
+        history: Sequence[dict],
+        model: str | None,
+        tools: Sequence[dict] | None,
+    ) -> TurnPrep:
+        sid = _session_id(session)
+        state = self._state(sid)
+        history = list(history)
+        path: list[str] = []
+        window = self.window_for(model)
+        # 1. system prompt
+        system_prompt = self.system_prompt_for(agent)
+        # 2. references (incremental on an append-only history)
+        refmap = (
+            state.references.update(history)
+            if history
+            else ReferenceMap(last_built_at=self.clock())
+        )
+        # 3. aging, on copies
+        aged, report = self._age(history, refmap)
+        # 4. usage: provider prefix + appended estimate, or the local estimate
+        table = state.facts.table(history)
+        usage_state = self.usage_tracker.get(sid)
+        raw_system = (
+            self.estimator.message_tokens({"role": "system", "content": system_prompt})
+            if system_prompt
+            else 0
+        )
+        raw_tools = self.estimator.tools_tokens(list(tools)) if tools else 0
+        system_tokens, tools_tokens = raw_system, raw_tools
+        history_tokens = max(0, table.total_tokens - report.tokens_freed)
+        source = "estimate"
+        if usage_state.source == "provider" and 0 < usage_state.last_history_len <= len(history):
+            hybrid = self.usage_tracker.hybrid_estimate(sid, aged, system_prompt, tools, model)
+            if hybrid.source == "provider":
+                source = "provider"
+                system_tokens, tools_tokens, history_tokens = (
+                    hybrid.system,
+                    hybrid.tools,
+                    hybrid.history,
+                )
+        path.append(f"usage:{source}")
+        path.append(f"aging:redacted={report.redacted}")
+        # 5. budget
+        budget = self.budget_allocator.allocate(
+            window, system_tokens, history_tokens, tools_tokens, model
+        )
+        pct = budget.input_used_pct
+        path.append(f"budget:{pct:.2f}")
+        # 6. assemble and decide
+        agent_messages = to_provider_messages(aged, state.provider_cache)
+        self._maybe_rearm(state, table.total_tokens, budget.input_budget)
+        guard = state.guard
+        if pct >= self.auto_compact_pct and guard.disabled:
+            path.append("auto_compact_disabled")
+        elif pct >= self.emergency_pct:
+            path.append("emergency")
+        elif pct >= self.auto_compact_pct:
+            path.append("auto_compact")
+        elif pct >= self.recommend_pct:
+            path.append("recommend")
+        else:
+            path.append("ok")
+        prep = TurnPrep(
+            system_prompt=system_prompt,
+            agent_messages=agent_messages,
+            history_dicts=aged,
+            budget=budget,
+            usage=usage_state,
+            tool_results_redacted=report.redacted,
+            tokens_freed_by_aging=report.tokens_freed,
+            references_protected=report.references_protected,
+            summary_id=_summary_id(history),
+            decision_path=path,
+            budget_pct=pct,
+            context_window=window,
+        )
+        with self._lock:
+            state.last_prep = prep
+            state.system_tokens, state.tools_tokens = raw_system, raw_tools
+            state.input_budget = budget.input_budget
+        return prep
+
+    def _age(self, history: list[dict], refmap: ReferenceMap) -> tuple[list[dict], AgingReport]:
+        if self.ager is None or not history:
+            return history, AgingReport()
+        return _run_ager(self.ager, history, refmap)
+
+    def _maybe_rearm(self, state: _SessionState, history_tokens: int, input_budget: int) -> None:
+        guard = state.guard
+        if (
+            guard.disabled
+            and history_tokens >= guard.disabled_at_tokens + self.rearm_fraction * input_budget
+        ):
+            logger.info(
+                "context engine: re-enabling auto-compaction (history grew since it was disabled)"
+            )
+            state.guard = _Guard()
+
+    def after_turn(
+        self,
+        session_id: str,
+        usage: Any,
+        prep: TurnPrep,
+        on_event: EventHandler | None = None,
+    ) -> None:
+        history = prep.history_dicts
+        anchor = history[-1].get("id") if history else None
+        new_state = self.usage_tracker.record(session_id, usage, len(history), anchor_id=anchor)
+        state = self._state(session_id)
+        budget = prep.budget.input_budget or 1
+        pct = prep.budget_pct
+        if usage is not None and new_state.source == "provider" and new_state.last_prompt_tokens:
+            pct = new_state.last_prompt_tokens / budget
+        if pct >= self.recommend_pct:
+            if not state.recommended:
+                state.recommended = True
+                emit(
+                    on_event,
+                    "compaction_recommended",
+                    {
+                        "session_id": session_id,
+                        "budget_pct": pct,
+                        "threshold": self.recommend_pct,
+                        "auto_compact_disabled": state.guard.disabled,
+                        "reason": state.guard.reason,
+                    },
+                )
+        else:
+            state.recommended = False
+
+    # ------------------------------------------------------------------ compaction
+    def compact(
+        self,
+        agent: Any,
+        session_id: str,
+        model: str | None,
+        on_event: EventHandler | None = None,
+        previous_summary: str | None = None,
+        user_initiated: bool = False,
+        cancel_event: threading.Event | None = None,
+        keep_recent_tokens: int | None = None,
+        *,
+        tools: Sequence[dict] | None = None,
+        reason: str | None = None,
+        trigger: str | None = None,
+        session_db: Any = None,
+        provider_call: Callable[..., Any] | None = None,
+    ) -> CompactResult:
+        started = time.perf_counter()
+        why = reason or ("manual" if user_initiated else "auto")
+        if why not in ("auto", "manual", "recovered"):
+            raise ValueError(f"compaction reason must be auto, manual or recovered, got {why!r}")
+        db = session_db if session_db is not None else self.session_db
+        if db is None:
+            raise EngineError(
+                f"context engine {self.name!r} has no session_db: pass session_db=... to compact"
+            )
+        state = self._state(session_id)
+        if user_initiated and state.guard.disabled:
+            state.guard = _Guard()  # a manual compaction re-arms auto-compaction
+        emit(
+            on_event,
+            "compaction_started",
+            {"session_id": session_id, "reason": why, "trigger": trigger},
+        )
+
+        history = db.get_branch(session_id)
+        window = self.window_for(model)
+        system_prompt = (
+            self.system_prompt_for(agent) if agent is not None or state.last_prep is None else None
+        )
+        if system_prompt is not None:
+            system_tokens = (
+                self.estimator.message_tokens({"role": "system", "content": system_prompt})
+                if system_prompt
+                else 0
+            )
+        else:
+            system_tokens = state.system_tokens
+        tools_tokens = self.estimator.tools_tokens(list(tools)) if tools else state.tools_tokens
+        table = state.facts.table(history)
+        tokens_before = system_tokens + tools_tokens + table.total_tokens
+        budget = self.budget_allocator.allocate(
+            window, system_tokens, table.total_tokens, tools_tokens, model
+        )
+        pct = budget.input_used_pct
+
+        def finish(result: CompactResult) -> CompactResult:
+            result.duration_ms = (time.perf_counter() - started) * 1000
+            emit(on_event, "compaction_finished", {"session_id": session_id, **asdict(result)})
+            if result.error and not result.ok:
+                logger.info(
+                    "context engine %r: compaction of %s did not run: %s",
+                    self.name,
+                    session_id,
+                    result.error,
+                )
+            return result
+
+        room = max(1, budget.input_budget - system_tokens - tools_tokens)
+        max_tail = (
+            None if keep_recent_tokens is not None else max(1, int(room * self.tail_budget_share))
+        )
+        cut = find_cut_index(
+            history,
+            window,
+            self.config,
+            keep_recent_tokens,
+            facts=state.facts,
+            max_tail_tokens=max_tail,
+        )
+        if not cut.ok:
+            disabled = self._no_progress(
+                state, why, table.total_tokens, f"no compaction possible: {cut.reason}"
+            )
+            return finish(
+                CompactResult(
+                    ok=False,
+                    reason=why,
+                    error=cut.reason,
+                    tokens_before=tokens_before,
+                    tokens_after=tokens_before,
+                    cut_index=None,
+                    protected_count=cut.protected_head,
+                    disabled_auto=disabled,
+                )
+            )
+
+        head_n, cut_idx = cut.protected_head, cut.index
+        folded = history[head_n:cut_idx]
+        if previous_summary is None:
+            previous_summary = _latest_summary_text(folded)
+        force = None
+        if pct >= self.emergency_pct:
+            force = (
+                f"Emergency: input at {pct:.0%} of the budget (>= {self.emergency_pct:.0%}); "
+                "no room for an LLM summary call"
+            )
+        output_room = min(self.config.summary_output_tokens, window // 4)
+        max_prompt = window - output_room
+        summarizer = self.summarizer
+        if getattr(summarizer, "provider_call", True) is None and provider_call is not None:
+            # no summariser provider configured: summarise with the agent's own provider
+            summarizer = Summarizer(
+                provider_call, model, self.config, count_tokens=summarizer.count_tokens
+            )
+        summary = summarizer.summarise(
+            folded,
+            previous_summary,
+            cancel_event,
+            None,
+            max_prompt_tokens=max_prompt,
+            force_structural=force,
+            estimate=state.facts.tokens,
+        )
+        summary_tokens = self._estimate(
+            {"role": "system", "content": f"{SUMMARY_PREFIX}\n{summary.text}"}
+        )
+        head_tokens = table.prefix_tokens[head_n]
+        tail_tokens = table.tail_tokens(cut_idx)
+        tokens_after = system_tokens + tools_tokens + head_tokens + summary_tokens + tail_tokens
+        base = dict(
+            summary_text=summary.text,
+            summarised_count=summary.summarised_count,
+            summarised_tokens=summary.summarised_tokens,
+            tokens_before=tokens_before,
+            used_previous_summary=summary.used_previous_summary,
+            reason=why,
+            fell_back_to_structural=summary.fell_back_to_structural,
+            cut_index=cut_idx,
+            kept_count=len(history) - cut_idx,
+            protected_count=head_n,
+        )
+        if tokens_after >= tokens_before:
+            msg = (
+                f"no progress: the summary ({summary_tokens} tokens) would not shrink the input "
+                f"({tokens_before} -> {tokens_after} tokens); nothing was written"
+            )
+            disabled = self._no_progress(state, why, table.total_tokens, msg)
+            return finish(
+                CompactResult(
+                    ok=False,
+                    tokens_after=tokens_before,
+                    error=msg,
+                    disabled_auto=disabled,
+                    **{**base, "summary_text": ""},
+                )
+            )
+
+        persisted = self.persister.insert_summary_node(
+            session_id,
+            summary.text,
+            cut_idx,
+            history,
+            head_n,
+            reason=why,
+            trigger=trigger,
+            pre_tokens=tokens_before,
+            tokens_after=tokens_after,
+            fell_back_to_structural=summary.fell_back_to_structural,
+            session_db=db,
+        )
+        self.usage_tracker.record_compaction(session_id)
+        saved = (tokens_before - tokens_after) / tokens_before if tokens_before else 0.0
+        error = summary.error
+        disabled = False
+        with self._lock:
+            guard = state.guard
+            if saved < self.min_saving:
+                guard.low_saving_streak += 1
+                if guard.low_saving_streak >= 2 and why != "manual":
+                    msg = (
+                        f"auto-compaction disabled: two compactions in a row saved under "
+                        f"{self.min_saving:.0%} ({saved:.1%} this time)"
+                    )
+                    self._disable(state, msg, tokens_after - system_tokens - tools_tokens)
+                    disabled = True
+                    error = f"{error}; {msg}" if error else msg
+            else:
+                guard.low_saving_streak = 0
+            # the new branch has new ids: start the per-session caches afresh
+            state.facts = MessageFacts(self._estimate)
+            state.references = self._new_references()
+            state.provider_cache = _ProviderCache()
+            state.recommended = False
+        return finish(
+            CompactResult(
+                ok=True,
+                summary_id=persisted.summary_id,
+                tokens_after=tokens_after,
+                error=error,
+                new_head_id=persisted.new_head_id,
+                disabled_auto=disabled,
+                **base,
+            )
+        )
+
+    def _disable(self, state: _SessionState, reason: str, history_tokens: int) -> None:
+        state.guard.disabled = True
+        state.guard.reason = reason
+        state.guard.disabled_at_tokens = history_tokens
+        logger.warning("context engine %r: %s", self.name, reason)
+
+    def _no_progress(
+        self, state: _SessionState, why: str, history_tokens: int, reason: str
+    ) -> bool:
+        """A compaction that could not shrink anything: disable auto-compaction (auto runs only)."""
+        if why == "manual":
+            return False
+        with self._lock:
+            self._disable(state, f"auto-compaction disabled: {reason}", history_tokens)
+        return True
+
+
+def _run_ager(
+    ager: Any, history: list[dict], refmap: ReferenceMap
+) -> tuple[list[dict], AgingReport]:
+    """Run a TurnAger-like component on ``history`` with the reference map.
+
+    Accepted shapes: a method ``age`` (else ``apply``, else the object called)
+    taking ``(history, references)``, returning ``(aged_history, AgingReport)``,
+    an object with ``history``/``messages`` and ``report`` attributes, or a bare
+    list (no report).
+    """
+    fn = getattr(ager, "age", None) or getattr(ager, "apply", None) or ager
+    if not callable(fn):
+        raise EngineError(f"ager {type(ager).__name__} has no age(history, references) method")
+    result = fn(history, refmap)
+    if isinstance(result, tuple) and len(result) == 2:
+        aged, report = result
+    elif isinstance(result, list):
+        aged, report = result, AgingReport()
+    else:
+        aged = getattr(result, "history", None) or getattr(result, "messages", None)
+        report = getattr(result, "report", None)
+        if aged is None:
+            raise EngineError(
+                f"ager {type(ager).__name__} returned {type(result).__name__}: expected (history, report)"
+            )
+    if not isinstance(report, AgingReport):
+        report = AgingReport(
+            redacted=int(getattr(report, "redacted", 0) or 0),
+            tokens_freed=int(getattr(report, "tokens_freed", 0) or 0),
+            references_protected=int(getattr(report, "references_protected", 0) or 0),
+            redacted_ids=list(getattr(report, "redacted_ids", []) or []),
+        )
+    return list(aged), report
+
+
+def _default_ager(clock: Callable[[], float]) -> Any:
+    try:
+        from .aging import TurnAger
+    except ImportError:  # pragma: no cover - aging ships with opctx
+        return None
+    return TurnAger(clock=clock)
+
+
+def _summary_id(history: Sequence[dict]) -> str | None:
+    """Id of the active summary node: it sits right after the protected head."""
+    for msg in history[:64]:
+        if is_summary_message(msg):
+            found = msg.get("id")
+            break
+    else:
+        return None
+    return found
+
+
+def _latest_summary_text(messages: Sequence[dict]) -> str | None:
+    for msg in reversed(messages):
+        if is_summary_message(msg):
+            text = msg.get("content")
+            if isinstance(text, str):
+                return (
+                    text[len(SUMMARY_PREFIX) :].lstrip("\n")
+                    if text.startswith(SUMMARY_PREFIX)
+                    else text
+                )
+    return None
+
+
+# --------------------------------------------------------------------------- registry
+
+CONTEXT_ENGINE_REGISTRY: dict[str, ContextEngine] = {}
+_registry_lock = threading.Lock()
+_default: DefaultContextEngine | None = None
+
+
+def register_engine(engine: ContextEngine, *, replace: bool = False) -> ContextEngine:
+    """File ``engine`` under ``engine.name``. A different engine under a taken name needs ``replace=True``."""
+    if not isinstance(engine, ContextEngine):
+        raise TypeError(f"register_engine expects a ContextEngine, got {type(engine).__name__}")
+    name = getattr(engine, "name", None)
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError("a context engine needs a non-empty str name to be registered")
+    with _registry_lock:
+        current = CONTEXT_ENGINE_REGISTRY.get(name)
+        if current is not None and current is not engine and not replace:
+            raise ValueError(
+                f"a context engine named {name!r} is already registered (pass replace=True)"
+            )
+        CONTEXT_ENGINE_REGISTRY[name] = engine
+    return engine
+
+
+def unregister_engine(name: str) -> bool:
+    with _registry_lock:
+        return CONTEXT_ENGINE_REGISTRY.pop(name, None) is not None
+
+
+def default_engine() -> DefaultContextEngine:
+    """The shared default engine (no session_db: give one to ``compact`` users via their own engine)."""
+    global _default
+    with _registry_lock:
+        if _default is None:
+            _default = DefaultContextEngine()
+        engine = _default
+    if "default" not in CONTEXT_ENGINE_REGISTRY:
+        register_engine(engine)
+    return engine
+
+
+def get_engine(name: str | None = None) -> ContextEngine:
+    """The engine registered as ``name``; ``None`` or ``"default"`` gives the default engine."""
+    if name is None or (name == "default" and "default" not in CONTEXT_ENGINE_REGISTRY):
+        return default_engine()
+    engine = CONTEXT_ENGINE_REGISTRY.get(name)
+    if engine is None:
+        known = ", ".join(sorted(set(CONTEXT_ENGINE_REGISTRY) | {"default"}))
+        raise EngineError(f"unknown context engine {name!r}; registered engines: {known}")
+    return engine
+
+
+def _config_engine_name(config: Any) -> str | None:
+    if config is None:
+        return None
+    context = (
+        config.get("context") if isinstance(config, dict) else getattr(config, "context", None)
+    )
+    if context is None:
+        return None
+    name = context.get("engine") if isinstance(context, dict) else getattr(context, "engine", None)
+    return name or None
+
+
+def resolve_engine_for(agent: Any, config: Any = None) -> ContextEngine:
+    """``agent.context_engine`` -> ``config.context.engine`` -> the default engine.
+
+    A name that is set but unknown raises ``EngineError``: it is never quietly
+    replaced by the default.
+    """
+    name = _agent_attr(agent, "context_engine")
+    if isinstance(name, ContextEngine):
+        return name
+    if name:
+        return get_engine(str(name))
+    name = _config_engine_name(config)
+    if name:
+        return get_engine(str(name))
+    return default_engine()

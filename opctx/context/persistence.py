@@ -1,0 +1,254 @@
+"""Persist a compaction into the DAG by re-parenting (spec §4.7, §4.8).
+
+Layout (docs/ARCHITECTURE.md, "Compaction layout"), for an active branch
+``m0 .. m{n-1}`` cut at ``cut`` with a protected head of ``p`` messages::
+
+    m0 - ... - m{p-1} - m{p} ... m{cut-1} - m{cut} ... m{n-1}     original, untouched
+    c0 - ... - c{p-1} - S - k{cut} - ... - k{n-1}                 new branch, HEAD = k{n-1}
+
+* ``c*`` / ``k*`` are copies with fresh ids ``k_<hex>`` and
+  ``copied_from = <original id>``, chained by ``parent_id``; the first node of
+  the new branch has ``parent_id=None``, so that walking the new branch back
+  from HEAD never re-enters the folded range (the reason §4.7 gives for a
+  parentless summary; with a protected head it is the first head copy that is
+  the root, and the summary follows it).
+* ``S`` is the summary: ``role="system"``, ``content="[Previous conversation
+  summary]\\n<text>"``, ``type="compactionSummary"``, ``source="compaction"``,
+  ``extra={"compaction": True}``, and ``compaction={folded_ids, folded_range,
+  protected_ids, kept_ids, reason, trigger, pre_tokens, tokens_after,
+  fell_back_to_structural, recorded: False, format: None}``. The ``*_ids`` name
+  the nodes of the branch as it was before this compaction (which may
+  themselves be copies made by an earlier one).
+* Its timestamp is one microsecond before the first kept message (§4.7), so
+  even a timestamp-ordered view puts it in front of the tail; order on the
+  branch comes from the chain, not from timestamps (SPEC-NOTES).
+
+Atomicity: all new nodes are written by one ``append_messages`` call (one
+transaction). Moving HEAD and saving ``extra_meta["_last_summary_text"]`` come
+after it. If either of those fails, the new branch exists but HEAD still points
+at the old one: the session carries on exactly as before the compaction and
+nothing is lost; :class:`PersistError` says which step failed.
+
+Copies are deep copies of the message dicts minus ``id``/``parent_id``, so every
+other key (tool calls, blocks, model, usage, timestamps) is preserved verbatim.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .prompts import SUMMARY_PREFIX
+
+__all__ = [
+    "Persister",
+    "PersistResult",
+    "PersistError",
+    "LAST_SUMMARY_KEY",
+    "summary_message",
+    "copy_message",
+    "new_copy_id",
+    "new_summary_id",
+]
+
+LAST_SUMMARY_KEY = "_last_summary_text"
+
+
+class PersistError(Exception):
+    """Writing a compaction to the store failed; the message names the step."""
+
+
+def new_copy_id() -> str:
+    return "k_" + uuid.uuid4().hex[:16]
+
+
+def new_summary_id() -> str:
+    return "summary_" + uuid.uuid4().hex[:10]
+
+
+def copy_message(msg: dict, parent_id: str | None) -> dict:
+    """A copy of ``msg`` for the new branch: fresh id, new parent, ``copied_from`` set."""
+    out = copy.deepcopy({k: v for k, v in msg.items() if k not in ("id", "parent_id", "seq")})
+    out["id"] = new_copy_id()
+    out["parent_id"] = parent_id
+    out["copied_from"] = msg.get("id")
+    return out
+
+
+def summary_message(
+    summary_text: str,
+    *,
+    summary_id: str | None = None,
+    parent_id: str | None = None,
+    timestamp: float | None = None,
+    compaction: dict[str, Any] | None = None,
+) -> dict:
+    """The summary node as a message dict (layout above)."""
+    msg: dict[str, Any] = {
+        "id": summary_id or new_summary_id(),
+        "role": "system",
+        "content": f"{SUMMARY_PREFIX}\n{summary_text}",
+        "parent_id": parent_id,
+        "type": "compactionSummary",
+        "source": "compaction",
+        "extra": {"compaction": True},
+        "compaction": compaction or {},
+    }
+    if timestamp is not None:
+        msg["timestamp"] = timestamp
+    return msg
+
+
+@dataclass
+class PersistResult:
+    """What :meth:`Persister.insert_summary_node` wrote."""
+
+    summary_id: str
+    new_head_id: str
+    protected_copy_ids: list[str] = field(default_factory=list)
+    kept_copy_ids: list[str] = field(default_factory=list)
+    branch: list[dict] = field(default_factory=list)  # the new active branch, as written
+
+
+class Persister:
+    """Writes compactions through a ``DagSessionDB``-like object (message-dict API)."""
+
+    def __init__(self, session_db: Any = None, *, clock: Callable[[], float] = time.time):
+        self.session_db = session_db
+        self.clock = clock
+
+    def _db(self, session_db: Any) -> Any:
+        db = session_db if session_db is not None else self.session_db
+        if db is None:
+            raise PersistError(
+                "Persister has no session_db: pass one to Persister(...) or to the call"
+            )
+        return db
+
+    def insert_summary_node(
+        self,
+        session_id: str,
+        summary_text: str,
+        cut_idx: int,
+        history: Sequence[dict],
+        protect_first_n: int = 3,
+        *,
+        reason: str = "auto",
+        trigger: str | None = None,
+        pre_tokens: int | None = None,
+        tokens_after: int | None = None,
+        fell_back_to_structural: bool = False,
+        session_db: Any = None,
+        extra_compaction: dict[str, Any] | None = None,
+    ) -> PersistResult:
+        """Write head copies, the summary and tail copies; move HEAD; save the summary text.
+
+        ``history`` is the active branch as read from the store (every message has
+        an id); ``history[protect_first_n:cut_idx]`` is folded.
+        """
+        db = self._db(session_db)
+        n = len(history)
+        if not 0 <= protect_first_n <= cut_idx <= n:
+            raise PersistError(
+                f"invalid compaction range: protect_first_n={protect_first_n}, cut_idx={cut_idx}, "
+                f"history of {n} messages (need 0 <= protect_first_n <= cut_idx <= len)"
+            )
+        if cut_idx == protect_first_n:
+            raise PersistError("nothing to fold: cut_idx equals protect_first_n")
+        missing = [i for i, m in enumerate(history) if not m.get("id")]
+        if missing:
+            raise PersistError(
+                f"history messages without an id at positions {missing[:5]}: read it from the store"
+            )
+        head, folded, kept = (
+            history[:protect_first_n],
+            history[protect_first_n:cut_idx],
+            history[cut_idx:],
+        )
+        compaction = {
+            "kind": "summary",
+            "folded_ids": [m["id"] for m in folded],
+            "folded_range": [folded[0]["id"], folded[-1]["id"]],
+            "protected_ids": [m["id"] for m in head],
+            "kept_ids": [m["id"] for m in kept],
+            "reason": reason,
+            "trigger": trigger,
+            "pre_tokens": pre_tokens,
+            "tokens_after": tokens_after,
+            "fell_back_to_structural": bool(fell_back_to_structural),
+            "recorded": False,
+            "format": None,
+        }
+        if extra_compaction:
+            compaction.update(extra_compaction)
+
+        new_branch: list[dict] = []
+        parent: str | None = None
+        for m in head:
+            c = copy_message(m, parent)
+            new_branch.append(c)
+            parent = c["id"]
+        first_kept_ts = _timestamp(kept[0]) if kept else None
+        summary_ts = first_kept_ts - 1e-6 if first_kept_ts is not None else self.clock()
+        summary = summary_message(
+            summary_text, parent_id=parent, timestamp=summary_ts, compaction=compaction
+        )
+        new_branch.append(summary)
+        parent = summary["id"]
+        for m in kept:
+            c = copy_message(m, parent)
+            new_branch.append(c)
+            parent = c["id"]
+
+        try:
+            written = db.append_messages(session_id, new_branch)
+        except Exception as exc:
+            raise PersistError(
+                f"writing the compacted branch failed: {type(exc).__name__}: {exc}"
+            ) from exc
+        if (
+            isinstance(written, list)
+            and len(written) == len(new_branch)
+            and all(isinstance(w, dict) for w in written)
+        ):
+            new_branch = written
+        new_head = new_branch[-1]["id"]
+        try:
+            db.set_head(session_id, new_head)
+        except Exception as exc:
+            raise PersistError(
+                f"the compacted branch was written but moving HEAD to {new_head} failed "
+                f"({type(exc).__name__}: {exc}); the old branch is still active"
+            ) from exc
+        try:
+            meta = dict(db.get_extra_meta(session_id) or {})
+            meta[LAST_SUMMARY_KEY] = summary_text
+            db.set_extra_meta(session_id, meta)
+        except Exception as exc:
+            raise PersistError(
+                f"the compaction was written and HEAD moved, but saving the summary text failed "
+                f"({type(exc).__name__}: {exc})"
+            ) from exc
+        return PersistResult(
+            summary_id=summary["id"],
+            new_head_id=new_head,
+            protected_copy_ids=[m["id"] for m in new_branch[: len(head)]],
+            kept_copy_ids=[m["id"] for m in new_branch[len(head) + 1 :]],
+            branch=new_branch,
+        )
+
+    def last_summary_text(self, session_id: str, session_db: Any = None) -> str | None:
+        """``extra_meta["_last_summary_text"]`` of the session, or ``None``."""
+        db = self._db(session_db)
+        meta = db.get_extra_meta(session_id) or {}
+        text = meta.get(LAST_SUMMARY_KEY)
+        return text if isinstance(text, str) and text else None
+
+
+def _timestamp(msg: dict) -> float | None:
+    ts = msg.get("timestamp")
+    return float(ts) if isinstance(ts, int | float) and not isinstance(ts, bool) else None

@@ -1,0 +1,549 @@
+"""Shared machinery of the importers: the parse result, errors, robust readers, the builder.
+
+Every importer is a *pure parser*: ``parse(path) -> list[ImportedSession]``. It never
+touches a database; :mod:`opctx.importers.writer` persists the result, one session per
+transaction. This module holds what all parsers share.
+
+``ImportedSession``
+    ``meta`` (title, model, source info, and every session-level field of the recording
+    that has no home of its own), ``calls`` (``Call`` nodes in ``seq`` order, ``seq`` not
+    yet assigned: the store assigns it inside its write transaction), ``head``,
+    ``recorded_compactions`` (the summary nodes' ids), ``warnings`` and ``skipped``.
+
+Errors
+    ``TranscriptError`` always names the file, and the line where there is one
+    (``path:line: message``), so that a bad line in a 100 MB transcript can be found.
+    ``UnknownFormatError`` is the error of ``detect`` for content it does not recognise.
+
+Strict and lenient reading (``on_error``)
+    ``"stop"``: the first bad line (invalid JSON, invalid UTF-8, a truncated last line, a
+    line that is not an object) raises ``TranscriptError``; nothing of that file is kept.
+    ``"skip"``: a bad JSON line is left out and listed in ``ImportedSession.skipped``
+    (file, line, reason); invalid UTF-8 is decoded with U+FFFD replacement characters and
+    reported the same way, because dropping a whole line for one bad byte loses more than
+    it protects. Nothing is ever skipped silently.
+
+``SessionBuilder``
+    Allocates node ids (fresh ``u_``/``l_``/``c_`` ids: a transcript may be imported twice,
+    into two sessions, and node ids are unique in a database; the recording's own ids are
+    kept in ``metadata.source_id``/``source_ids``), keeps HEAD, computes ``reads`` of every
+    llm node (the chain of its predecessor, root first: for a linear transcript, the
+    active branch since the last compaction, because the summary node starts a new chain)
+    and lays out recorded compactions exactly as docs/ARCHITECTURE.md "Compaction layout"
+    says (``record_compaction``).
+
+Timestamps
+    ISO 8601 strings (``Z`` or an offset; naive ones are read as UTC) and epoch numbers
+    (seconds or milliseconds) are accepted. A record without a time inherits the time of
+    the record before it, so ``created_at`` never jumps to "now" in an old recording.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from opctx.dag.nodes import Call, new_id
+
+__all__ = [
+    "SUMMARY_PREFIX",
+    "ON_ERROR_MODES",
+    "TranscriptError",
+    "UnknownFormatError",
+    "Issue",
+    "ImportedSession",
+    "JsonLine",
+    "SessionBuilder",
+    "read_text",
+    "iter_jsonl",
+    "load_json",
+    "parse_timestamp",
+    "content_text",
+    "parse_arguments",
+    "short_title",
+]
+
+SUMMARY_PREFIX = "[Previous conversation summary]\n"
+ON_ERROR_MODES = ("stop", "skip")
+
+
+class TranscriptError(ValueError):
+    """A transcript that cannot be read as what it claims to be. Names file and line."""
+
+    def __init__(self, path: str | os.PathLike | None, line: int | None, message: str) -> None:
+        self.path = None if path is None else str(path)
+        self.line = line
+        self.reason = message
+        where = self.path or "<input>"
+        if line is not None:
+            where = f"{where}:{line}"
+        super().__init__(f"{where}: {message}")
+
+
+class UnknownFormatError(TranscriptError):
+    """``detect`` could not recognise the content of a file."""
+
+
+@dataclass
+class Issue:
+    """Something an import left out or changed: reported, never silent."""
+
+    path: str
+    line: int | None
+    reason: str
+    action: str = "skipped"
+
+    def __str__(self) -> str:
+        where = self.path if self.line is None else f"{self.path}:{self.line}"
+        return f"{where}: {self.reason} ({self.action})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "line": self.line, "reason": self.reason, "action": self.action}
+
+
+@dataclass
+class ImportedSession:
+    """One conversation parsed from a recording, ready to be written in one transaction."""
+
+    format: str
+    source_path: str
+    session_id: str
+    title: str
+    model: str
+    calls: list[Call]
+    head: str | None
+    meta: dict[str, Any] = field(default_factory=dict)
+    agent_id: str = ""
+    recorded_compactions: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    skipped: list[Issue] = field(default_factory=list)
+
+    @property
+    def source(self) -> str:
+        return f"import:{self.format}"
+
+    def counts(self) -> dict[str, int]:
+        """Node counts by kind: user, llm, system, code, tool_calls, compactions."""
+        out = {"user": 0, "llm": 0, "system": 0, "code": 0, "tool_calls": 0, "compactions": 0}
+        for c in self.calls:
+            if c.metadata.get("copied_from"):
+                continue
+            if c.role == "user":
+                out["user"] += 1
+            elif c.role == "code":
+                out["code"] += 1
+            elif "compaction" in c.metadata:
+                out["compactions"] += 1
+            elif c.metadata.get("role") == "system":
+                out["system"] += 1
+            else:
+                out["llm"] += 1
+                out["tool_calls"] += len(c.metadata.get("tool_calls") or ())
+        return out
+
+
+# -- reading -----------------------------------------------------------------------------
+
+
+def _line_of_offset(data: bytes, offset: int) -> int:
+    return data.count(b"\n", 0, offset) + 1
+
+
+def read_text(path: str, data: bytes | None = None, *, on_error: str = "stop",
+              issues: list[Issue] | None = None) -> str:
+    """The file as text. Invalid UTF-8: an error naming the line, or U+FFFD and an issue."""
+    if data is None:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = _line_of_offset(data, exc.start)
+        if on_error != "skip":
+            raise TranscriptError(
+                path, line, f"invalid UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+            ) from None
+        if issues is not None:
+            issues.append(Issue(str(path), line, "invalid UTF-8", "decoded with U+FFFD"))
+        return data.decode("utf-8", errors="replace")
+
+
+@dataclass
+class JsonLine:
+    """One parsed JSONL record and the 1-based line it came from."""
+
+    line: int
+    value: dict[str, Any]
+
+
+def iter_jsonl(path: str, *, on_error: str = "stop", issues: list[Issue] | None = None,
+               data: bytes | None = None) -> Iterator[JsonLine]:
+    """Parse a JSON Lines file record by record, with file:line errors.
+
+    Blank lines are ignored. A last line with no newline that fails to parse is reported as
+    *truncated* (the usual trace of a crash mid-write); any other bad line as invalid JSON.
+    Invalid UTF-8 is reported per line. ``on_error="skip"`` records an ``Issue`` instead
+    of raising.
+    """
+    if data is None:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    raw_lines = data.split(b"\n")
+    ends_with_newline = data.endswith(b"\n")
+    last = len(raw_lines) - 1
+    for idx, raw in enumerate(raw_lines):
+        lineno = idx + 1
+        if not raw.strip():
+            continue
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if on_error != "skip":
+                raise TranscriptError(
+                    path, lineno, f"invalid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
+                ) from None
+            if issues is not None:
+                issues.append(Issue(str(path), lineno, "invalid UTF-8", "decoded with U+FFFD"))
+            text = raw.decode("utf-8", errors="replace")
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            truncated = idx == last and not ends_with_newline
+            msg = getattr(exc, "msg", str(exc))
+            reason = (
+                f"truncated last line (JSON ends early: {msg})" if truncated
+                else f"invalid JSON: {msg} at column {getattr(exc, 'colno', '?')}"
+            )
+            if on_error != "skip":
+                raise TranscriptError(path, lineno, reason) from None
+            if issues is not None:
+                issues.append(Issue(str(path), lineno, reason, "line skipped"))
+            continue
+        if not isinstance(value, dict):
+            reason = f"expected a JSON object, got {type(value).__name__}"
+            if on_error != "skip":
+                raise TranscriptError(path, lineno, reason)
+            if issues is not None:
+                issues.append(Issue(str(path), lineno, reason, "line skipped"))
+            continue
+        yield JsonLine(lineno, value)
+
+
+def load_json(path: str, *, on_error: str = "stop", issues: list[Issue] | None = None,
+              data: bytes | None = None) -> Any:
+    """Parse a whole-file JSON document; errors name the line. Never partially recovered."""
+    text = read_text(path, data, on_error=on_error, issues=issues)
+    if not text.strip():
+        raise TranscriptError(path, None, "file is empty")
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        lineno = getattr(exc, "lineno", None)
+        msg = getattr(exc, "msg", str(exc))
+        at_end = getattr(exc, "pos", 0) >= len(text.rstrip())
+        reason = f"truncated JSON document ({msg})" if at_end else f"invalid JSON: {msg}"
+        raise TranscriptError(path, lineno, reason) from None
+
+
+# -- small value helpers ------------------------------------------------------------------
+
+
+def parse_timestamp(value: Any, default: float | None = None) -> float | None:
+    """ISO 8601 string or epoch seconds/milliseconds -> epoch seconds (UTC for naive)."""
+    if value is None or value == "":
+        return default
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, (int, float)):
+        v = float(value)
+        return v / 1000.0 if v > 1e11 else v
+    if isinstance(value, str):
+        s = value.strip()
+        if s.endswith("Z") or s.endswith("z"):
+            s = s[:-1] + "+00:00"
+        try:
+            dt = datetime.fromisoformat(s)
+        except ValueError:
+            try:
+                return parse_timestamp(float(s), default)
+            except ValueError:
+                return default
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=UTC)
+        return dt.timestamp()
+    return default
+
+
+def content_text(content: Any, sep: str = "\n") -> str:
+    """The text of a message content: a string, or the text parts of a list of blocks."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for b in content:
+            if isinstance(b, str):
+                parts.append(b)
+            elif isinstance(b, dict):
+                kind = b.get("type")
+                if kind in ("text", "input_text", "output_text") or (kind is None and "text" in b):
+                    t = b.get("text")
+                    if isinstance(t, str):
+                        parts.append(t)
+        return sep.join(parts)
+    if isinstance(content, dict) and isinstance(content.get("text"), str):
+        return content["text"]
+    return json.dumps(content, ensure_ascii=False, default=str)
+
+
+def parse_arguments(raw: Any) -> dict[str, Any]:
+    """Tool-call arguments as a dict: JSON text parsed; anything else wrapped, never lost."""
+    if raw is None:
+        return {}
+    if isinstance(raw, dict):
+        return raw
+    if isinstance(raw, str):
+        s = raw.strip()
+        if not s:
+            return {}
+        try:
+            v = json.loads(s)
+        except ValueError:
+            return {"_raw": raw}
+        return v if isinstance(v, dict) else {"_value": v}
+    return {"_value": raw}
+
+
+# -- the builder -----------------------------------------------------------------------------
+
+_HEAD = object()  # sentinel: "predecessor = the current head"
+
+
+class SessionBuilder:
+    """Builds the ``Call`` list of one imported session (see the module docstring)."""
+
+    def __init__(self, fmt: str, source_path: str, *, default_time: float = 0.0) -> None:
+        self.format = fmt
+        self.source_path = source_path
+        self.calls: list[Call] = []
+        self.by_id: dict[str, Call] = {}
+        self.head: str | None = None
+        self.last_time = default_time
+        self.compactions: list[str] = []
+        self.last_summary_text: str | None = None
+        self.warnings: list[str] = []
+        # ids of nodes that never reach a prompt (Claude Code display lines)
+        self._not_in_prompt: set[str] = set()
+
+    # -- nodes --------------------------------------------------------------------------
+    def time(self, value: Any) -> float:
+        t = parse_timestamp(value)
+        if t is None:
+            return self.last_time
+        self.last_time = t
+        return t
+
+    def add(
+        self,
+        role: str,
+        *,
+        name: str = "",
+        input: Any = None,
+        output: Any = None,
+        predecessor: Any = _HEAD,
+        caller: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        created_at: float | None = None,
+        move_head: bool | None = None,
+        in_prompt: bool = True,
+        reads: Iterable[str] | None = None,
+    ) -> Call:
+        pred = self.head if predecessor is _HEAD else predecessor
+        meta = {"source": f"import:{self.format}"}
+        if metadata:
+            meta.update(metadata)
+        prefix = {"user": "u", "llm": "l", "code": "c"}[role]
+        call = Call(
+            id=new_id(prefix),
+            created_at=self.last_time if created_at is None else created_at,
+            role=role,
+            name=name or "",
+            input=input,
+            output=output,
+            caller=caller,
+            predecessor=pred,
+            metadata=meta,
+        )
+        if role == "llm":
+            call.reads = list(reads) if reads is not None else self.prompt_of(pred)
+        self.calls.append(call)
+        self.by_id[call.id] = call
+        if not in_prompt:
+            self._not_in_prompt.add(call.id)
+        if move_head or (move_head is None and (pred == self.head or self.head is None)):
+            self.head = call.id
+        return call
+
+    def chain(self, node_id: str | None) -> list[str]:
+        """Ids from the root of ``node_id``'s branch down to ``node_id``."""
+        out: list[str] = []
+        seen: set[str] = set()
+        while node_id is not None:
+            if node_id in seen:
+                raise TranscriptError(self.source_path, None, f"predecessor cycle at {node_id}")
+            seen.add(node_id)
+            out.append(node_id)
+            node_id = self.by_id[node_id].predecessor
+        out.reverse()
+        return out
+
+    def prompt_of(self, node_id: str | None) -> list[str]:
+        """What an llm call after ``node_id`` read: its chain, minus display-only nodes."""
+        return [i for i in self.chain(node_id) if i not in self._not_in_prompt]
+
+    # -- compaction ------------------------------------------------------------------------
+    def record_compaction(
+        self,
+        summary_text: str,
+        *,
+        branch_head: str | None = None,
+        trigger: str | None = None,
+        pre_tokens: int | None = None,
+        protected_ids: Iterable[str] = (),
+        kept_ids: Iterable[str] = (),
+        extra_protected: Iterable[Call] = (),
+        created_at: float | None = None,
+        metadata: dict[str, Any] | None = None,
+        compaction_extra: dict[str, Any] | None = None,
+    ) -> Call:
+        """Lay out a recorded compaction (docs/ARCHITECTURE.md, "Compaction layout").
+
+        The active branch ending at ``branch_head`` (default: HEAD) stays untouched. A new
+        branch starts: copies of ``protected_ids`` (chained, the first with no
+        predecessor), then the summary node ``S``, then copies of ``kept_ids``. Everything
+        else on the old branch is named in ``folded_ids``. HEAD moves to the new branch.
+        ``extra_protected``: ready-made nodes (not copies) that the recording put before
+        the summary without an original to copy (left as they are, chained in).
+        """
+        head = self.head if branch_head is None else branch_head
+        branch = self.chain(head) if head is not None else []
+        protected = [i for i in protected_ids if i in self.by_id]
+        kept = [i for i in kept_ids if i in self.by_id]
+        keep = set(protected) | set(kept)
+        folded = [i for i in branch if i not in keep]
+        when = self.last_time if created_at is None else created_at
+        prev: str | None = None
+        for pid in protected:
+            prev = self._copy(pid, prev, when).id
+        for node in extra_protected:
+            node.predecessor = prev
+            self.calls.append(node)
+            self.by_id[node.id] = node
+            prev = node.id
+        trigger_reason = trigger if trigger in ("auto", "manual") else "recovered"
+        compaction = {
+            "kind": "summary",
+            "folded_ids": folded,
+            "folded_range": [folded[0], folded[-1]] if folded else [],
+            "protected_ids": protected,
+            "kept_ids": kept,
+            "reason": trigger_reason,
+            "trigger": trigger,
+            "pre_tokens": pre_tokens,
+            "tokens_after": None,
+            "fell_back_to_structural": False,
+            "recorded": True,
+            "format": self.format,
+        }
+        if compaction_extra:
+            compaction.update(compaction_extra)
+        meta = {
+            "role": "system",
+            "type": "compactionSummary",
+            "extra": {"compaction": True},
+            "compaction": compaction,
+        }
+        if metadata:
+            meta.update(metadata)
+        meta["source"] = "compaction"
+        meta["imported_from"] = f"import:{self.format}"
+        summary = self.add(
+            "llm",
+            name="compaction",
+            output=SUMMARY_PREFIX + summary_text,
+            predecessor=prev,
+            metadata=meta,
+            created_at=when,
+            move_head=True,
+            reads=folded,
+        )
+        prev = summary.id
+        for kid in kept:
+            prev = self._copy(kid, prev, when).id
+        self.head = prev
+        self.compactions.append(summary.id)
+        self.last_summary_text = summary_text
+        return summary
+
+    def _copy(self, node_id: str, predecessor: str | None, when: float) -> Call:
+        orig = self.by_id[node_id]
+        copy = orig.copy(id=new_id("k"), seq=-1, predecessor=predecessor)
+        copy.metadata["copied_from"] = orig.id
+        if copy.role == "llm":
+            copy.reads = self.prompt_of(predecessor)
+        self.calls.append(copy)
+        self.by_id[copy.id] = copy
+        if orig.id in self._not_in_prompt:
+            self._not_in_prompt.add(copy.id)
+        return copy
+
+    # -- result ----------------------------------------------------------------------------
+    def finish(
+        self,
+        *,
+        session_id: str,
+        title: str,
+        model: str,
+        meta: dict[str, Any],
+        skipped: list[Issue],
+        agent_id: str = "",
+        head: str | None | object = _HEAD,
+    ) -> ImportedSession:
+        meta = dict(meta)
+        meta.setdefault("source_path", self.source_path)
+        meta.setdefault("format", self.format)
+        if self.last_summary_text is not None:
+            meta["_last_summary_text"] = self.last_summary_text
+        if skipped:
+            meta["import_skipped"] = [i.to_dict() for i in skipped]
+        if self.warnings:
+            meta["import_warnings"] = list(self.warnings)
+        return ImportedSession(
+            format=self.format,
+            source_path=self.source_path,
+            session_id=session_id,
+            title=title,
+            model=model,
+            calls=self.calls,
+            head=self.head if head is _HEAD else head,  # type: ignore[arg-type]
+            meta=meta,
+            agent_id=agent_id,
+            recorded_compactions=list(self.compactions),
+            warnings=list(self.warnings),
+            skipped=list(skipped),
+        )
+
+
+def short_title(text: str, limit: int = 80) -> str:
+    """A one-line title from a message text."""
+    line = " ".join((text or "").split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"

@@ -1,0 +1,503 @@
+"""Message-list recordings: OpenAI chat completions, Anthropic Messages, Hermes session
+exports, SWE-agent ``.traj``, mini-swe-agent trajectories, and opctx's own JSONL export.
+
+One converter, ``convert_messages``, reads both shapes of tool traffic:
+
+* OpenAI: an assistant ``tool_calls`` list (``{"id", "type": "function", "function":
+  {"name", "arguments": "<json>"}}``, or opctx's own ``{"id", "name", "arguments": {}}``)
+  answered by ``role="tool"`` messages with ``tool_call_id`` (SWE-agent writes
+  ``tool_call_ids``, a list); the legacy ``function_call`` / ``role="function"`` pair.
+* Anthropic: ``tool_use`` blocks in the assistant content answered by ``tool_result``
+  blocks in the next user message (a message may carry both results and new text: the
+  results become code nodes first, the text a user node after them).
+
+Mapping: ``system``/``developer`` -> llm node with ``metadata.role = "system"`` (and
+``original_role``); ``user`` -> user node; ``assistant`` -> llm node (text, and
+``metadata.tool_calls`` with arguments parsed from their JSON text; text that is not JSON
+is kept as ``{"_raw": text}``); ``tool``/``function`` and ``tool_result`` blocks -> code
+node whose ``caller`` is the llm node that made the call and whose ``name``/``input`` come
+from that call. The chain is the list order. Reasoning fields (``reasoning``,
+``reasoning_content``, Anthropic ``thinking`` blocks) -> ``metadata.reasoning`` /
+``metadata.thinking``; ``usage`` (OpenAI or Anthropic names) -> ``metadata.usage``; a
+per-message ``token_count`` (Hermes) -> ``metadata.token_count``. Every other key of a
+message is kept in ``metadata.source_fields``; non-text content parts (images) in
+``metadata.content_blocks``.
+
+Formats on top of it:
+
+``openai`` / ``anthropic``
+    A JSON array of messages, ``{"messages": [...]}`` (with an optional top-level
+    ``system`` string, Anthropic style, which becomes the first system node, flagged
+    ``metadata.from_field = "system"``), or JSONL: one message per line, or one
+    ``{"messages": [...]}`` conversation per line (each line a session).
+``hermes``
+    ``sessions export`` JSONL, one session per line: session fields -> meta, the
+    ``system_prompt`` -> a first system node flagged ``from_field = "system_prompt"``
+    (it was in every prompt; it is not one of the exported messages).
+``swe_agent``
+    ``.traj``: ``history`` -> messages (``thought``, ``action``, ``agent``,
+    ``message_type`` kept per node); ``info`` (``model_stats``, ``exit_status``,
+    ``submission``) and ``environment`` -> meta; the ``trajectory`` steps -> meta
+    without the fields that repeat the history (``response``, ``thought``, ``action``,
+    ``observation``).
+``mini_swe_agent``
+    a message list or ``{"messages", "info", "trajectory_format"}``; the bash command of
+    an assistant reply (its fenced block) is kept in ``metadata.command``.
+``opctx_jsonl``
+    ``opctx export --format jsonl``: one ``Call.to_dict()`` per line; nodes come back
+    with fresh ids (edges, ``copied_from`` and compaction id lists remapped), so the
+    same export can be imported twice into one database.
+
+Sessions of formats without ids of their own get ``<format>-<sha1 of the file>``
+(``-<n>`` for the n-th session of a multi-session file), so a re-import is recognised.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from opctx.dag.nodes import Call, new_id
+
+from .base import (
+    ImportedSession,
+    Issue,
+    SessionBuilder,
+    TranscriptError,
+    content_text,
+    iter_jsonl,
+    load_json,
+    parse_arguments,
+    parse_timestamp,
+    short_title,
+)
+from .claude_code import _count
+
+__all__ = [
+    "convert_messages",
+    "parse_openai",
+    "parse_anthropic",
+    "parse_hermes",
+    "parse_swe_agent",
+    "parse_mini_swe_agent",
+    "parse_opctx_jsonl",
+    "is_message",
+    "uses_anthropic_blocks",
+    "looks_mini_swe_agent",
+    "file_digest",
+]
+
+_MSG_CONSUMED = {"role", "content", "tool_calls", "tool_call_id", "tool_call_ids", "name",
+                 "function_call", "timestamp", "created_at", "usage", "reasoning",
+                 "reasoning_content", "model", "token_count"}
+_FENCE = re.compile(r"```(?:mswea_bash_command|bash|sh)?\s*\n(.*?)```", re.S)
+
+
+def is_message(value: Any) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("role"), str) and (
+        "content" in value or "tool_calls" in value)
+
+
+def uses_anthropic_blocks(messages: list) -> bool:
+    for m in messages:
+        if isinstance(m, dict) and isinstance(m.get("content"), list):
+            for b in m["content"]:
+                if isinstance(b, dict) and b.get("type") in ("tool_use", "tool_result", "thinking"):
+                    return True
+    return False
+
+
+def looks_mini_swe_agent(messages: list) -> bool:
+    for m in messages[:6]:
+        if isinstance(m, dict) and "mswea_bash_command" in str(m.get("content", ""))[:20000]:
+            return True
+        if isinstance(m, dict) and m.get("role") == "system" and \
+                "exactly ONE bash code block" in str(m.get("content", "")):
+            return True
+    return False
+
+
+def file_digest(data: bytes) -> str:
+    return hashlib.sha1(data).hexdigest()[:16]
+
+
+def _usage(u: Any) -> dict[str, int] | None:
+    if not isinstance(u, dict):
+        return None
+    u = {k: _count(v) if k != "prompt_tokens_details" else v for k, v in u.items()}
+    if "prompt_tokens" in u or "completion_tokens" in u:
+        details = u.get("prompt_tokens_details") or {}
+        cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else 0
+        return {"input_tokens": max(int(u.get("prompt_tokens") or 0) - cached, 0),
+                "output_tokens": int(u.get("completion_tokens") or 0),
+                "cache_read_tokens": cached, "cache_write_tokens": 0}
+    if "input_tokens" in u or "output_tokens" in u:
+        return {"input_tokens": int(u.get("input_tokens") or 0),
+                "output_tokens": int(u.get("output_tokens") or 0),
+                "cache_read_tokens": int(u.get("cache_read_input_tokens") or u.get("cache_read_tokens") or 0),
+                "cache_write_tokens": int(u.get("cache_creation_input_tokens") or u.get("cache_write_tokens") or 0)}
+    return None
+
+
+def _tool_calls(msg: dict) -> list[dict]:
+    out = []
+    for tc in msg.get("tool_calls") or ():
+        if not isinstance(tc, dict):
+            continue
+        fn = tc.get("function") if isinstance(tc.get("function"), dict) else None
+        name = (fn or tc).get("name", "")
+        args = parse_arguments((fn or tc).get("arguments"))
+        entry = {"id": tc.get("id") or new_id("call"), "name": name, "arguments": args}
+        extra = {k: v for k, v in tc.items() if k not in ("id", "type", "function", "name", "arguments")}
+        if tc.get("type") not in (None, "function"):
+            extra["type"] = tc["type"]
+        if extra:
+            entry["call_fields"] = extra
+        out.append(entry)
+    fc = msg.get("function_call")
+    if isinstance(fc, dict):
+        out.append({"id": new_id("call"), "name": fc.get("name", ""),
+                    "arguments": parse_arguments(fc.get("arguments")), "legacy_function_call": True})
+    return out
+
+
+def convert_messages(messages: list, b: SessionBuilder, *, path: str, on_error: str,
+                     issues: list[Issue], fmt_extra: Any = None,
+                     lines: list[int] | None = None) -> dict[str, Any]:
+    """Append ``messages`` to ``b`` (see the module docstring). Returns a few facts.
+
+    ``lines``: the file line of each message (JSON Lines), so that errors name it.
+    """
+    owners: dict[str, tuple[Call, dict]] = {}
+    last_legacy: tuple[Call, dict] | None = None
+    facts: dict[str, Any] = {"first_user": "", "models": {}}
+    for idx, msg in enumerate(messages):
+        if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
+            reason = f"message {idx} is not a {{role, content}} object"
+        elif msg.get("content") is not None and not isinstance(msg["content"], (str, list, dict)):
+            reason = f"message {idx}: content is {type(msg['content']).__name__}"
+        elif msg.get("tool_calls") is not None and not isinstance(msg["tool_calls"], list):
+            reason = f"message {idx}: tool_calls is not a list"
+        else:
+            reason = None
+        if reason is not None:
+            line = lines[idx] if lines is not None and idx < len(lines) else None
+            if on_error != "skip":
+                raise TranscriptError(path, line, reason)
+            issues.append(Issue(path, line, reason, "message skipped"))
+            continue
+        role = msg["role"]
+        when = b.time(msg.get("timestamp", msg.get("created_at")))
+        content = msg.get("content")
+        fields = {k: v for k, v in msg.items() if k not in _MSG_CONSUMED}
+        meta: dict[str, Any] = {}
+        if fields:
+            meta["source_fields"] = fields
+        if msg.get("token_count") is not None:
+            meta["token_count"] = msg["token_count"]
+        blocks = content if isinstance(content, list) else []
+        if role in ("system", "developer"):
+            meta.update({"role": "system"})
+            if role != "system":
+                meta["original_role"] = role
+            b.add("llm", output=content_text(content), created_at=when, metadata=meta,
+                  name=msg.get("model") or "")
+        elif role == "user":
+            results = [x for x in blocks if isinstance(x, dict) and x.get("type") == "tool_result"]
+            rest = [x for x in blocks if not (isinstance(x, dict) and x.get("type") == "tool_result")]
+            for block in results:
+                tid = block.get("tool_use_id")
+                owner = owners.get(tid)
+                rmeta: dict[str, Any] = {"tool_call_id": tid, "is_error": bool(block.get("is_error"))}
+                inner = block.get("content")
+                text = content_text(inner) if isinstance(inner, list) else (
+                    inner if isinstance(inner, str) else ("" if inner is None else json.dumps(inner)))
+                if isinstance(inner, list):
+                    nt = [x for x in inner if isinstance(x, dict) and x.get("type") != "text"]
+                    if nt:
+                        rmeta["content_blocks"] = nt
+                _add_result(b, owner, text, rmeta, when, path, tid)
+            if rest or not results:
+                text = content if isinstance(content, str) else content_text(rest)
+                nt = [x for x in rest if isinstance(x, dict) and x.get("type") not in ("text", "input_text")]
+                if nt:
+                    meta["content_blocks"] = nt
+                b.add("user", name=msg.get("name") or "user", output=text, created_at=when, metadata=meta)
+                if not facts["first_user"] and text.strip():
+                    facts["first_user"] = text
+        elif role == "assistant":
+            texts, calls, thinking, other = [], _tool_calls(msg), [], []
+            if isinstance(content, str):
+                texts.append(content)
+            for x in blocks:
+                if not isinstance(x, dict):
+                    other.append(x)
+                elif x.get("type") in ("text", "output_text"):
+                    texts.append(x.get("text") or "")
+                elif x.get("type") == "tool_use":
+                    inp = x.get("input")
+                    calls.append({"id": x.get("id") or new_id("call"), "name": x.get("name", ""),
+                                  "arguments": inp if isinstance(inp, dict) else {"_value": inp}})
+                elif x.get("type") in ("thinking", "redacted_thinking"):
+                    thinking.append(x)
+                else:
+                    other.append(x)
+            meta["tool_calls"] = calls
+            for key in ("reasoning", "reasoning_content"):
+                if msg.get(key):
+                    meta["reasoning"] = msg[key]
+            if thinking:
+                meta["thinking"] = thinking
+            if other:
+                meta["content_blocks"] = other
+            usage = _usage(msg.get("usage"))
+            if usage:
+                meta["usage"] = usage
+                meta["usage_raw"] = msg["usage"]
+            if fmt_extra == "mini_swe_agent":
+                m = _FENCE.search("\n".join(texts))
+                if m:
+                    meta["command"] = m.group(1).strip()
+            model = msg.get("model") or ""
+            if model:
+                facts["models"][model] = facts["models"].get(model, 0) + 1
+            llm = b.add("llm", name=model, output="\n\n".join(t for t in texts if t),
+                        created_at=when, metadata=meta)
+            for tc in calls:
+                owners[tc["id"]] = (llm, tc)
+                if tc.get("legacy_function_call"):
+                    last_legacy = (llm, tc)
+        elif role in ("tool", "function"):
+            ids = msg.get("tool_call_ids") if isinstance(msg.get("tool_call_ids"), list) else None
+            tid = msg.get("tool_call_id") or (ids[0] if ids else None)
+            owner = owners.get(tid) if tid else None
+            if owner is None and role == "function" and last_legacy is not None:
+                owner, tid = last_legacy, last_legacy[1]["id"]
+            meta["tool_call_id"] = tid
+            if ids and len(ids) > 1:
+                meta["tool_call_ids"] = ids
+            if msg.get("name") or msg.get("tool_name"):
+                meta["tool_name"] = msg.get("name") or msg.get("tool_name")
+            if isinstance(content, list):
+                nt = [x for x in content if isinstance(x, dict) and x.get("type") != "text"]
+                if nt:
+                    meta["content_blocks"] = nt
+            text = content if isinstance(content, str) else content_text(content)
+            _add_result(b, owner, text, meta, when, path, tid)
+        else:
+            reason = f"message {idx} has unknown role {role!r}"
+            b.warnings.append(f"{path}: {reason}; kept as a user node with metadata.original_role")
+            meta["original_role"] = role
+            b.add("user", output=content_text(content), created_at=when, metadata=meta)
+    return facts
+
+
+def _add_result(b: SessionBuilder, owner: tuple[Call, dict] | None, text: str, meta: dict,
+                when: float, path: str, tid: Any) -> Call:
+    if owner is None:
+        meta["orphan_result"] = True
+        b.warnings.append(f"{path}: tool result {tid!r} answers no tool call")
+        name = meta.get("tool_name", "")
+        return b.add("code", name=name, output=text, created_at=when, metadata=meta)
+    llm, tc = owner
+    return b.add("code", name=tc["name"], input=tc["arguments"], output=text, caller=llm.id,
+                 created_at=when, metadata=meta)
+
+
+def _finish(b: SessionBuilder, facts: dict, *, session_id: str, meta: dict, issues: list[Issue],
+            default_title: str, model: str = "") -> ImportedSession:
+    models = facts.get("models") or {}
+    if not model and models:
+        model = max(models, key=models.get)
+    title = short_title(facts.get("first_user", "")) or default_title
+    return b.finish(session_id=session_id, title=title, model=model, meta=meta, skipped=issues)
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def _conversations(path: str, on_error: str, issues: list[Issue], data: bytes,
+                   parsed: Any = None) -> list[tuple[list, dict, list[int] | None]]:
+    """(messages, container fields, line of each message or None) per conversation."""
+    stripped = data.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if parsed is None and stripped[:1] in (b"[", b"{"):
+        try:
+            parsed = load_json(path, on_error=on_error, issues=issues, data=data)
+        except TranscriptError:
+            if stripped[:1] == b"[":
+                raise
+            parsed = None  # JSONL whose lines are objects
+    if isinstance(parsed, list):
+        return [(parsed, {}, None)]
+    if isinstance(parsed, dict) and isinstance(parsed.get("messages"), list):
+        return [(parsed["messages"], {k: v for k, v in parsed.items() if k != "messages"}, None)]
+    if isinstance(parsed, dict) and is_message(parsed):
+        return [([parsed], {}, None)]
+    lines = list(iter_jsonl(path, on_error=on_error, issues=issues, data=data))
+    if not lines:
+        raise TranscriptError(path, None, "file is empty")
+    if all(isinstance(jl.value.get("messages"), list) for jl in lines):
+        return [(jl.value["messages"], {k: v for k, v in jl.value.items() if k != "messages"},
+                 [jl.line] * len(jl.value["messages"])) for jl in lines]
+    return [([jl.value for jl in lines], {}, [jl.line for jl in lines])]
+
+
+def _parse_lists(path: str, fmt: str, on_error: str, parsed: Any = None) -> list[ImportedSession]:
+    path = str(path)
+    data = _read(path)
+    issues: list[Issue] = []
+    convs = _conversations(path, on_error, issues, data, parsed)
+    digest = file_digest(data)
+    out = []
+    for n, (messages, container, msg_lines) in enumerate(convs):
+        b = SessionBuilder(fmt, path)
+        system = container.get("system")
+        if isinstance(system, (str, list)) and system:
+            b.add("llm", output=content_text(system), metadata={"role": "system", "from_field": "system"})
+        extra = "mini_swe_agent" if fmt == "mini_swe_agent" else None
+        facts = convert_messages(messages, b, path=path, on_error=on_error, issues=issues,
+                                 fmt_extra=extra, lines=msg_lines)
+        meta = {k: v for k, v in container.items() if k != "system"}
+        sid = f"{fmt}-{digest}" + (f"-{n}" if len(convs) > 1 else "")
+        model = container.get("model") if isinstance(container.get("model"), str) else ""
+        out.append(_finish(b, facts, session_id=sid, meta=meta, issues=issues if n == 0 else [],
+                           default_title=Path(path).stem, model=model))
+    return out
+
+
+def parse_openai(path: str, *, on_error: str = "stop", parsed: Any = None) -> list[ImportedSession]:
+    return _parse_lists(path, "openai", on_error, parsed)
+
+
+def parse_anthropic(path: str, *, on_error: str = "stop", parsed: Any = None) -> list[ImportedSession]:
+    return _parse_lists(path, "anthropic", on_error, parsed)
+
+
+def parse_mini_swe_agent(path: str, *, on_error: str = "stop", parsed: Any = None) -> list[ImportedSession]:
+    return _parse_lists(path, "mini_swe_agent", on_error, parsed)
+
+
+def parse_hermes(path: str, *, on_error: str = "stop") -> list[ImportedSession]:
+    path = str(path)
+    issues: list[Issue] = []
+    out = []
+    for jl in iter_jsonl(path, on_error=on_error, issues=issues):
+        rec = jl.value
+        messages = rec.get("messages")
+        if not isinstance(messages, list):
+            reason = "a Hermes session line without a messages list"
+            if on_error != "skip":
+                raise TranscriptError(path, jl.line, reason)
+            issues.append(Issue(path, jl.line, reason, "line skipped"))
+            continue
+        b = SessionBuilder("hermes", path)
+        b.time(rec.get("started_at"))
+        if rec.get("system_prompt"):
+            b.add("llm", output=rec["system_prompt"],
+                  metadata={"role": "system", "from_field": "system_prompt"})
+        facts = convert_messages(messages, b, path=path, on_error=on_error, issues=issues,
+                                 lines=[jl.line] * len(messages))
+        meta = {k: v for k, v in rec.items() if k not in ("messages", "system_prompt")}
+        meta["source_line"] = jl.line
+        if rec.get("parent_session_id"):
+            meta["parent"] = {"source_session_id": rec["parent_session_id"],
+                              "session_id": f"hermes-{rec['parent_session_id']}"}
+        sid = rec.get("id") or f"{file_digest(_read(path))}-{jl.line}"
+        out.append(_finish(b, facts, session_id=f"hermes-{sid}", meta=meta,
+                           issues=issues if not out else [], default_title=str(sid),
+                           model=rec.get("model") or ""))
+    if not out:
+        raise TranscriptError(path, None, "no Hermes sessions in the file")
+    return out
+
+
+def parse_swe_agent(path: str, *, on_error: str = "stop", parsed: Any = None) -> list[ImportedSession]:
+    path = str(path)
+    issues: list[Issue] = []
+    data = _read(path)
+    doc = parsed if parsed is not None else load_json(path, on_error=on_error, issues=issues, data=data)
+    if not isinstance(doc, dict) or not isinstance(doc.get("history"), list):
+        raise TranscriptError(path, None, "expected a SWE-agent trajectory object with a history list")
+    b = SessionBuilder("swe_agent", path)
+    facts = convert_messages(doc["history"], b, path=path, on_error=on_error, issues=issues)
+    meta: dict[str, Any] = {k: v for k, v in doc.items() if k not in ("history", "trajectory")}
+    steps = doc.get("trajectory")
+    if isinstance(steps, list):
+        meta["trajectory"] = [
+            {k: v for k, v in s.items() if k not in ("response", "thought", "action", "observation")}
+            if isinstance(s, dict) else s for s in steps
+        ]
+    info = doc.get("info") if isinstance(doc.get("info"), dict) else {}
+    model = ""
+    for key in ("model_name", "model"):
+        if isinstance(info.get(key), str):
+            model = info[key]
+    return [_finish(b, facts, session_id=f"swe_agent-{file_digest(data)}", meta=meta,
+                    issues=issues, default_title=Path(path).stem.split(".")[0], model=model)]
+
+
+def parse_opctx_jsonl(path: str, *, on_error: str = "stop") -> list[ImportedSession]:
+    """opctx's own lossless export: one ``Call.to_dict()`` per line (after a header line)."""
+    path = str(path)
+    issues: list[Issue] = []
+    header: dict[str, Any] = {}
+    records: list[tuple[int, dict]] = []
+    for jl in iter_jsonl(path, on_error=on_error, issues=issues):
+        if jl.value.get("opctx_export"):
+            header = jl.value
+            continue
+        records.append((jl.line, jl.value))
+    if not records:
+        raise TranscriptError(path, None, "no nodes in the opctx export")
+    idmap: dict[str, str] = {}
+    for _, r in records:
+        old = r.get("id")
+        if isinstance(old, str):
+            idmap[old] = new_id(old.split("_", 1)[0] if "_" in old else "n")
+    b = SessionBuilder("opctx_jsonl", path)
+
+    def m(x: Any) -> Any:
+        return idmap.get(x, x) if isinstance(x, str) else x
+
+    for line, r in records:
+        try:
+            meta = dict(r.get("metadata") or {})
+            if "copied_from" in meta:
+                meta["copied_from"] = m(meta["copied_from"])
+            comp = meta.get("compaction")
+            if isinstance(comp, dict):
+                comp = dict(comp)
+                for key in ("folded_ids", "folded_range", "protected_ids", "kept_ids"):
+                    if isinstance(comp.get(key), list):
+                        comp[key] = [m(x) for x in comp[key]]
+                meta["compaction"] = comp
+            call = Call(id=idmap[r["id"]], role=r["role"], name=r.get("name") or "",
+                        input=r.get("input"), output=r.get("output"),
+                        created_at=parse_timestamp(r.get("created_at"), 0.0),
+                        caller=m(r.get("caller")), predecessor=m(r.get("predecessor")),
+                        reads=[m(x) for x in r.get("reads") or []], metadata=meta)
+        except (KeyError, TypeError, ValueError) as exc:
+            reason = f"not a Call record: {exc}"
+            if on_error != "skip":
+                raise TranscriptError(path, line, reason) from None
+            issues.append(Issue(path, line, reason, "line skipped"))
+            continue
+        call.metadata.setdefault("original_id", r["id"])
+        b.calls.append(call)
+        b.by_id[call.id] = call
+        if "compaction" in call.metadata:
+            b.compactions.append(call.id)
+    head = m(header.get("head")) if header.get("head") else b.calls[-1].id
+    if head not in b.by_id:
+        head = b.calls[-1].id
+    meta = dict(header.get("meta") or {})
+    sid = header.get("session_id") or file_digest(_read(path))
+    first_user = next((c.output for c in b.calls if c.role == "user" and isinstance(c.output, str)), "")
+    return [b.finish(session_id=f"{sid}-reimport-{file_digest(_read(path))[:8]}",
+                     title=header.get("title") or short_title(first_user) or Path(path).stem,
+                     model=header.get("model") or "", meta=meta, skipped=issues, head=head)]

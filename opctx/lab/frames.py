@@ -1,0 +1,566 @@
+"""pandas DataFrames over opctx databases: sessions, nodes, edges, turns, compactions.
+
+Every function takes one database path or a list of them. With a list, the
+frames of each database are concatenated and a ``db`` column (the path as
+given, categorical) says where each row comes from; with one path there is no
+``db`` column. ``session_ids=`` restricts every query to those sessions (in
+SQL, so a 10,000-session file is never read whole), and ``columns=`` picks the
+columns to compute.
+
+Laziness
+--------
+Columns are SQL projections over the documented schema (docs/ARCHITECTURE.md:
+``sessions``, ``nodes(id, session_id, type, predecessor, caller, created_at,
+seq, data_json)``); values inside ``data_json`` come from ``json_extract``, so
+SQLite reads each row once and Python never parses a node's full JSON unless a
+column needs it. Only three columns parse JSON in Python: ``data`` (the whole
+``{name, input, output, reads, metadata}`` dict), ``text`` (the message text, via
+``opctx.dag.messages.message_text``) and ``tokens`` (the estimate of that text);
+they are computed only when asked for. ``nodes_df`` defaults to the cheap
+columns. Databases are opened read-only (``mode=ro`` URI), so a frame never
+migrates, locks or creates a file.
+
+Types
+-----
+Datetimes are tz-aware UTC (``datetime64[ns, UTC]``), from the stored epoch
+seconds. ``role`` (``user|llm|code``), ``kind`` (``user|assistant|system|tool|
+tool_result|summary``), ``format`` and edge ``kind`` are categoricals with fixed
+categories where the set is closed. Counts are ``int64``; provider token figures
+that may be missing are nullable ``Int64``.
+
+``kind`` of a node, in order: ``summary`` (``metadata.compaction`` present),
+``tool`` (``role=code``), ``system`` (llm with ``metadata.role="system"``),
+``assistant`` (other llm), ``tool_result`` (a user node with empty text whose
+content blocks hold a ``tool_result``: the Anthropic-style wrapper), ``user``.
+
+Frames
+------
+``sessions_df``  one row per session (+ node counts, format, first/last activity).
+``nodes_df``     one row per node.
+``edges_df``     one row per edge: ``source`` is the node that holds the edge,
+                 ``target`` the node it names; ``kind`` is ``caller``,
+                 ``predecessor`` or ``reads`` (one row per read).
+``turns_df``     one row per user turn of the recorded stream (copies made by
+                 compactions and summary nodes excluded; a turn starts at a
+                 ``kind == "user"`` node, in ``seq`` order): messages, tool calls,
+                 tool results, estimated tokens of the turn's own messages,
+                 provider-reported prompt tokens (last and sum over the turn's
+                 llm calls), cache reads, output tokens.
+``compactions_df`` one row per summary node: recorded or opctx's own, trigger,
+                 reason, pre-compaction tokens, counts of folded / kept /
+                 protected nodes, summary length (and text on request).
+
+Provider prompt tokens: opctx's importers store ``usage.input_tokens`` as the
+*uncached* input (Anthropic's convention; the Codex and OpenAI importers subtract
+cached input), so the prompt a provider saw is ``input + cache_read +
+cache_write`` (``prompt_tokens``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from contextlib import closing
+from typing import Any
+
+import pandas as pd
+
+from .history import open_readonly
+
+__all__ = [
+    "NODE_KINDS",
+    "ROLES",
+    "EDGE_KINDS",
+    "NODE_COLUMNS",
+    "SESSION_COLUMNS",
+    "open_readonly",
+    "prompt_tokens",
+    "sessions_df",
+    "nodes_df",
+    "edges_df",
+    "turns_df",
+    "compactions_df",
+]
+
+ROLES = ("user", "llm", "code")
+NODE_KINDS = ("user", "assistant", "system", "tool", "tool_result", "summary")
+EDGE_KINDS = ("caller", "predecessor", "reads")
+
+DbArg = str | os.PathLike | Sequence[str | os.PathLike]
+
+_KIND_SQL = (
+    "CASE"
+    " WHEN json_type(n.data_json, '$.metadata.compaction') IS NOT NULL THEN 'summary'"
+    " WHEN n.type = 'code' THEN 'tool'"
+    " WHEN n.type = 'llm' AND json_extract(n.data_json, '$.metadata.role') = 'system' THEN 'system'"
+    " WHEN n.type = 'llm' THEN 'assistant'"
+    " WHEN (json_type(n.data_json, '$.output') IS NULL"
+    "       OR (json_type(n.data_json, '$.output') = 'text'"
+    "           AND trim(json_extract(n.data_json, '$.output')) = ''))"
+    "      AND instr(COALESCE(json_extract(n.data_json, '$.metadata.extra.blocks'), ''),"
+    "                '\"tool_result\"') > 0 THEN 'tool_result'"
+    " ELSE 'user' END"
+)
+
+# name -> SQL expression over `nodes n`; all cheap (no Python JSON parsing)
+_NODE_SQL: dict[str, str] = {
+    "session_id": "n.session_id",
+    "id": "n.id",
+    "seq": "n.seq",
+    "created_at": "n.created_at",
+    "role": "n.type",
+    "kind": _KIND_SQL,
+    "name": "json_extract(n.data_json, '$.name')",
+    "predecessor": "n.predecessor",
+    "caller": "n.caller",
+    "n_reads": "COALESCE(json_array_length(n.data_json, '$.reads'), 0)",
+    "output_chars": "COALESCE(length(CASE json_type(n.data_json, '$.output')"
+    " WHEN 'text' THEN json_extract(n.data_json, '$.output')"
+    " ELSE json_extract(n.data_json, '$.output') END), 0)",
+    "data_chars": "length(n.data_json)",
+    "n_tool_calls": "COALESCE(json_array_length(n.data_json, '$.metadata.tool_calls'), 0)"
+    " + (SELECT count(*) FROM json_each(n.data_json, '$.metadata.extra.blocks') b"
+    "    WHERE json_extract(b.value, '$.type') = 'tool_use')",
+    "tool_call_id": "json_extract(n.data_json, '$.metadata.tool_call_id')",
+    "is_error": "COALESCE(json_extract(n.data_json, '$.metadata.is_error'), 0)",
+    "usage_input_tokens": "json_extract(n.data_json, '$.metadata.usage.input_tokens')",
+    "usage_output_tokens": "json_extract(n.data_json, '$.metadata.usage.output_tokens')",
+    "usage_cache_read_tokens": "json_extract(n.data_json, '$.metadata.usage.cache_read_tokens')",
+    "usage_cache_write_tokens": "json_extract(n.data_json, '$.metadata.usage.cache_write_tokens')",
+    "copied_from": "json_extract(n.data_json, '$.metadata.copied_from')",
+    "source": "json_extract(n.data_json, '$.metadata.source')",
+    "model": "CASE WHEN n.type = 'llm' THEN json_extract(n.data_json, '$.name') END",
+}
+_NODE_PYTHON = ("data", "text", "tokens")  # computed in Python from data_json
+NODE_COLUMNS: tuple[str, ...] = tuple(_NODE_SQL) + _NODE_PYTHON
+_NODE_DEFAULT = tuple(c for c in _NODE_SQL if c != "data_chars")
+
+_SESSION_SQL: dict[str, str] = {
+    "session_id": "s.id",
+    "title": "s.title",
+    "created_at": "s.created_at",
+    "updated_at": "s.updated_at",
+    "model": "s.model",
+    "agent_id": "s.agent_id",
+    "source": "s.source",
+    "format": "CASE WHEN s.source LIKE 'import:%' THEN substr(s.source, 8) ELSE s.source END",
+    "head": "s.last_node_id",
+    "n_nodes": "(SELECT count(*) FROM nodes n WHERE n.session_id = s.id)",
+    "n_user": "(SELECT count(*) FROM nodes n WHERE n.session_id = s.id AND n.type = 'user')",
+    "n_llm": "(SELECT count(*) FROM nodes n WHERE n.session_id = s.id AND n.type = 'llm')",
+    "n_code": "(SELECT count(*) FROM nodes n WHERE n.session_id = s.id AND n.type = 'code')",
+    "n_compactions": "(SELECT count(*) FROM nodes n WHERE n.session_id = s.id"
+    " AND json_type(n.data_json, '$.metadata.compaction') IS NOT NULL)",
+    "first_at": "(SELECT min(created_at) FROM nodes n WHERE n.session_id = s.id)",
+    "last_at": "(SELECT max(created_at) FROM nodes n WHERE n.session_id = s.id)",
+    "extra": "s.extra_json",
+}
+SESSION_COLUMNS: tuple[str, ...] = tuple(_SESSION_SQL)
+# ``n_compactions`` reads every node's JSON and ``extra`` every session's: on request only
+_SESSION_DEFAULT = tuple(c for c in _SESSION_SQL if c not in ("extra", "n_compactions"))
+
+_DATETIME_COLUMNS = {"created_at", "updated_at", "first_at", "last_at", "started_at", "ended_at"}
+_NULLABLE_INT = {
+    "usage_input_tokens",
+    "usage_output_tokens",
+    "usage_cache_read_tokens",
+    "usage_cache_write_tokens",
+}
+
+
+# -- connections -------------------------------------------------------------------------
+
+
+def _as_paths(db: DbArg) -> tuple[list[str | os.PathLike], bool]:
+    if isinstance(db, str | os.PathLike):
+        return [db], False
+    paths = list(db)
+    if not paths:
+        raise ValueError("no database paths given")
+    return paths, True
+
+
+def _pick(columns: Iterable[str] | None, known: Sequence[str], default: Sequence[str], what: str) -> list[str]:
+    if columns is None:
+        return list(default)
+    cols = list(columns)
+    unknown = [c for c in cols if c not in known]
+    if unknown:
+        raise ValueError(f"unknown {what} column(s) {unknown}; known: {', '.join(known)}")
+    return cols
+
+
+def _session_filter(alias: str, session_ids: Iterable[str] | None) -> tuple[str, list[Any]]:
+    if session_ids is None:
+        return "", []
+    ids = [str(s) for s in session_ids]
+    if not ids:
+        return " AND 0", []
+    return f" AND {alias}.session_id IN (SELECT value FROM json_each(?))", [json.dumps(ids)]
+
+
+def _concat(frames: list[pd.DataFrame], paths: list, multi: bool, columns: list[str]) -> pd.DataFrame:
+    if multi:
+        for frame, path in zip(frames, paths, strict=True):
+            frame.insert(0, "db", str(path))
+        df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["db", *columns])
+        df["db"] = df["db"].astype(pd.CategoricalDtype(list(dict.fromkeys(str(p) for p in paths))))
+        return df
+    return frames[0]
+
+
+def _to_utc(values: pd.Series) -> pd.Series:
+    return pd.to_datetime(pd.to_numeric(values, errors="coerce"), unit="s", utc=True)
+
+
+def _type_columns(df: pd.DataFrame) -> pd.DataFrame:
+    for col in df.columns:
+        if col in _DATETIME_COLUMNS:
+            df[col] = _to_utc(df[col])
+        elif col in _NULLABLE_INT:
+            df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
+        elif col == "role":
+            df[col] = df[col].astype(pd.CategoricalDtype(ROLES))
+        elif col == "kind":
+            df[col] = df[col].astype(pd.CategoricalDtype(NODE_KINDS))
+        elif col in ("format", "source", "model"):
+            df[col] = df[col].fillna("").astype("category")
+        elif col in ("seq", "n_reads", "output_chars", "data_chars", "n_tool_calls") or col.startswith("n_"):
+            df[col] = pd.to_numeric(df[col], errors="coerce").fillna(0).astype("int64")
+        elif col == "is_error":
+            df[col] = df[col].fillna(0).astype(bool)
+    return df
+
+
+# -- sessions ----------------------------------------------------------------------------------
+
+
+def sessions_df(
+    db: DbArg, *, columns: Iterable[str] | None = None, session_ids: Iterable[str] | None = None
+) -> pd.DataFrame:
+    """One row per session. Columns: ``SESSION_COLUMNS`` (``extra`` parsed, on request)."""
+    cols = _pick(columns, SESSION_COLUMNS, _SESSION_DEFAULT, "session")
+    paths, multi = _as_paths(db)
+    frames = []
+    for path in paths:
+        where, params = _session_filter("s", session_ids)
+        where = where.replace("s.session_id", "s.id")
+        sql = (
+            "SELECT " + ", ".join(f"{_SESSION_SQL[c]} AS {c}" for c in cols)
+            + f" FROM sessions s WHERE 1{where} ORDER BY s.created_at, s.id"
+        )
+        with closing(open_readonly(path)) as conn:
+            df = pd.DataFrame(conn.execute(sql, params).fetchall(), columns=cols)
+        if "extra" in df.columns:
+            df["extra"] = [json.loads(x) if x else {} for x in df["extra"]]
+        frames.append(_type_columns(df))
+    return _concat(frames, paths, multi, cols)
+
+
+# -- nodes -------------------------------------------------------------------------------------
+
+
+def nodes_df(
+    db: DbArg,
+    *,
+    columns: Iterable[str] | None = None,
+    session_ids: Iterable[str] | None = None,
+    roles: Iterable[str] | None = None,
+    model: str | None = None,
+) -> pd.DataFrame:
+    """One row per node, ordered by session and ``seq``. Columns: ``NODE_COLUMNS``.
+
+    ``text`` and ``tokens`` (estimated with ``opctx.context.tokens``, for ``model``)
+    and ``data`` parse the node's JSON in Python; the other columns are SQL.
+    """
+    cols = _pick(columns, NODE_COLUMNS, _NODE_DEFAULT, "node")
+    sql_cols = [c for c in cols if c in _NODE_SQL]
+    need_json = any(c in _NODE_PYTHON for c in cols)
+    select = [f"{_NODE_SQL[c]} AS {c}" for c in sql_cols]
+    if need_json:
+        select += ["n.type AS _type", "n.id AS _id", "n.predecessor AS _pred", "n.created_at AS _at", "n.data_json AS _data"]
+    if not select:
+        select = ["n.id AS _id"]
+    role_list = list(roles) if roles is not None else None
+    if role_list is not None:
+        bad = [r for r in role_list if r not in ROLES]
+        if bad:
+            raise ValueError(f"unknown role(s) {bad}; a node's role is one of {', '.join(ROLES)}")
+    paths, multi = _as_paths(db)
+    frames = []
+    for path in paths:
+        where, params = _session_filter("n", session_ids)
+        if role_list is not None:
+            where += " AND n.type IN (SELECT value FROM json_each(?))"
+            params.append(json.dumps(role_list))
+        sql = f"SELECT {', '.join(select)} FROM nodes n WHERE 1{where} ORDER BY n.session_id, n.seq"
+        with closing(open_readonly(path)) as conn:
+            cur = conn.execute(sql, params)
+            names = [d[0] for d in cur.description]
+            df = pd.DataFrame(cur.fetchall(), columns=names)
+        if need_json:
+            _add_python_columns(df, cols, model)
+        df = df[[c for c in cols]] if cols else df.iloc[:, :0]
+        frames.append(_type_columns(df))
+    return _concat(frames, paths, multi, cols)
+
+
+def _row_message(node_type: str, node_id: str, pred: str | None, created_at: float, data: dict) -> dict:
+    from opctx.dag.messages import call_to_message
+    from opctx.dag.nodes import Call
+
+    call = Call.__new__(Call)
+    call.id = node_id
+    call.seq = -1
+    call.created_at = created_at
+    call.role = node_type
+    call.name = data.get("name", "")
+    call.input = data.get("input")
+    call.output = data.get("output")
+    call._caller = None
+    call._predecessor = pred
+    call.reads = data.get("reads") or []
+    call.metadata = data.get("metadata") or {}
+    return call_to_message(call)
+
+
+def _add_python_columns(df: pd.DataFrame, cols: list[str], model: str | None) -> None:
+    from opctx.dag.messages import message_text
+
+    datas = [json.loads(x) for x in df["_data"]]
+    if "data" in cols:
+        df["data"] = datas
+    if "text" in cols or "tokens" in cols:
+        messages = [
+            _row_message(t, i, p, a, d)
+            for t, i, p, a, d in zip(df["_type"], df["_id"], df["_pred"], df["_at"], datas, strict=True)
+        ]
+        if "text" in cols:
+            df["text"] = [message_text(m) for m in messages]
+        if "tokens" in cols:
+            from opctx.context.tokens import estimate_message_tokens
+
+            df["tokens"] = pd.array([estimate_message_tokens(m, model) for m in messages], dtype="int64")
+
+
+# -- edges -------------------------------------------------------------------------------------
+
+
+def edges_df(
+    db: DbArg,
+    *,
+    session_ids: Iterable[str] | None = None,
+    kinds: Iterable[str] = EDGE_KINDS,
+) -> pd.DataFrame:
+    """One row per edge: ``session_id, source, target, kind`` (+ ``seq`` of the source).
+
+    ``source`` holds the edge (a node's ``caller``, ``predecessor`` or one of its
+    ``reads``), ``target`` is the node it names.
+    """
+    kind_list = list(kinds)
+    bad = [k for k in kind_list if k not in EDGE_KINDS]
+    if bad:
+        raise ValueError(f"unknown edge kind(s) {bad}; edge kinds are {', '.join(EDGE_KINDS)}")
+    cols = ["session_id", "source", "target", "kind", "seq"]
+    paths, multi = _as_paths(db)
+    frames = []
+    for path in paths:
+        where, params = _session_filter("n", session_ids)
+        parts = []
+        all_params: list[Any] = []
+        if "caller" in kind_list:
+            parts.append(
+                "SELECT n.session_id, n.id, n.caller, 'caller', n.seq FROM nodes n"
+                f" WHERE n.caller IS NOT NULL{where}"
+            )
+            all_params += params
+        if "predecessor" in kind_list:
+            parts.append(
+                "SELECT n.session_id, n.id, n.predecessor, 'predecessor', n.seq FROM nodes n"
+                f" WHERE n.predecessor IS NOT NULL{where}"
+            )
+            all_params += params
+        if "reads" in kind_list:
+            parts.append(
+                "SELECT n.session_id, n.id, r.value, 'reads', n.seq FROM nodes n,"
+                f" json_each(n.data_json, '$.reads') r WHERE 1{where}"
+            )
+            all_params += params
+        rows: list[tuple] = []
+        if parts:
+            sql = " UNION ALL ".join(parts) + " ORDER BY 1, 5, 4"
+            with closing(open_readonly(path)) as conn:
+                rows = conn.execute(sql, all_params).fetchall()
+        df = pd.DataFrame(rows, columns=cols)
+        df["kind"] = df["kind"].astype(pd.CategoricalDtype(EDGE_KINDS))
+        df["seq"] = df["seq"].astype("int64")
+        frames.append(df)
+    return _concat(frames, paths, multi, cols)
+
+
+# -- turns -------------------------------------------------------------------------------------
+
+
+def prompt_tokens(input_tokens: Any, cache_read: Any, cache_write: Any) -> float | None:
+    """The prompt size a provider reported (see the module docstring), or ``None``."""
+
+    def value(x: Any) -> float | None:
+        if x is None or x is pd.NA or (isinstance(x, float) and x != x):
+            return None
+        return float(x)
+
+    base = value(input_tokens)
+    if base is None:
+        return None
+    return base + (value(cache_read) or 0.0) + (value(cache_write) or 0.0)
+
+
+def turns_df(
+    db: DbArg,
+    *,
+    session_ids: Iterable[str] | None = None,
+    model: str | None = None,
+    estimate_tokens: bool = True,
+) -> pd.DataFrame:
+    """One row per user turn of each session's recorded stream (see the module docstring).
+
+    ``estimate_tokens=False`` skips the one Python-side pass over the turn's
+    messages (``estimated_tokens`` is then absent), for very large databases.
+    """
+    node_cols = [
+        "session_id", "id", "seq", "created_at", "kind", "copied_from", "n_tool_calls",
+        "usage_input_tokens", "usage_output_tokens", "usage_cache_read_tokens",
+        "usage_cache_write_tokens", "model", "output_chars",
+    ]
+    if estimate_tokens:
+        node_cols.append("tokens")
+    paths, multi = _as_paths(db)
+    frames = []
+    for path in paths:
+        nodes = nodes_df(path, columns=node_cols, session_ids=session_ids, model=model)
+        frames.append(_turns_from_nodes(nodes, estimate_tokens))
+    cols = list(frames[0].columns)
+    return _concat(frames, paths, multi, cols)
+
+
+def _turns_from_nodes(nodes: pd.DataFrame, with_tokens: bool) -> pd.DataFrame:
+    columns = [
+        "session_id", "turn", "start_id", "started_at", "ended_at", "user_chars", "messages",
+        "assistant_messages", "tool_calls", "tool_results", "llm_calls",
+        "provider_input_tokens_last", "provider_input_tokens_sum", "cache_read_tokens",
+        "cache_write_tokens", "output_tokens",
+    ]
+    if with_tokens:
+        columns.insert(columns.index("provider_input_tokens_last"), "estimated_tokens")
+    stream = nodes[nodes["copied_from"].isna() & (nodes["kind"] != "summary")].copy()
+    if stream.empty:
+        out = pd.DataFrame(columns=columns)
+        return _type_turns(out)
+    stream["turn"] = (stream["kind"] == "user").groupby(stream["session_id"], observed=True).cumsum()
+    prompt = [
+        prompt_tokens(i, r, w)
+        for i, r, w in zip(
+            stream["usage_input_tokens"], stream["usage_cache_read_tokens"],
+            stream["usage_cache_write_tokens"], strict=True,
+        )
+    ]
+    stream["_prompt"] = pd.array(prompt, dtype="Float64")
+    is_user = stream["kind"] == "user"
+    stream["_user_chars"] = stream["output_chars"].where(is_user, 0)
+    stream["_assistant"] = (stream["kind"] == "assistant").astype("int64")
+    stream["_llm"] = stream["kind"].isin(["assistant", "system"]).astype("int64")
+    stream["_results"] = stream["kind"].isin(["tool", "tool_result"]).astype("int64")
+    grouped = stream.groupby(["session_id", "turn"], sort=True, observed=True)
+    agg = {
+        "start_id": ("id", "first"),
+        "started_at": ("created_at", "min"),
+        "ended_at": ("created_at", "max"),
+        "user_chars": ("_user_chars", "sum"),
+        "messages": ("id", "size"),
+        "assistant_messages": ("_assistant", "sum"),
+        "tool_calls": ("n_tool_calls", "sum"),
+        "tool_results": ("_results", "sum"),
+        "llm_calls": ("_llm", "sum"),
+        "provider_input_tokens_last": ("_prompt", "last"),
+    }
+    if with_tokens:
+        agg["estimated_tokens"] = ("tokens", "sum")
+    out = grouped.agg(**agg)
+    # sums stay missing (not 0) for turns without any provider usage
+    sums = grouped[["_prompt", "usage_cache_read_tokens", "usage_cache_write_tokens", "usage_output_tokens"]].sum(min_count=1)
+    sums.columns = ["provider_input_tokens_sum", "cache_read_tokens", "cache_write_tokens", "output_tokens"]
+    out = out.join(sums).reset_index()
+    return _type_turns(out[columns])
+
+
+def _type_turns(out: pd.DataFrame) -> pd.DataFrame:
+    for col in ("turn", "user_chars", "messages", "assistant_messages", "tool_calls", "tool_results", "llm_calls", "estimated_tokens"):
+        if col in out.columns:
+            out[col] = pd.to_numeric(out[col]).fillna(0).astype("int64")
+    for col in ("provider_input_tokens_last", "provider_input_tokens_sum", "cache_read_tokens", "cache_write_tokens", "output_tokens"):
+        if col in out.columns:
+            out[col] = pd.to_numeric(out[col], errors="coerce").round().astype("Int64")
+    for col in ("started_at", "ended_at"):
+        if col in out.columns and not isinstance(out[col].dtype, pd.DatetimeTZDtype):
+            out[col] = pd.to_datetime(out[col], utc=True)
+    return out
+
+
+# -- compactions -----------------------------------------------------------------------------------
+
+
+def compactions_df(
+    db: DbArg, *, session_ids: Iterable[str] | None = None, with_text: bool = False
+) -> pd.DataFrame:
+    """One row per summary node (``metadata.compaction``), recorded or opctx's own.
+
+    Columns: ``session_id, id, seq, created_at, recorded, format, reason,
+    trigger, pre_tokens, tokens_after, folded, kept, protected, first_folded,
+    last_folded, fell_back_to_structural, summary_chars`` (+ ``summary_text``).
+    """
+    c = "json_extract(n.data_json, '$.metadata.compaction"
+    select = {
+        "session_id": "n.session_id",
+        "id": "n.id",
+        "seq": "n.seq",
+        "created_at": "n.created_at",
+        "recorded": f"COALESCE({c}.recorded'), 0)",
+        "format": f"{c}.format')",
+        "reason": f"{c}.reason')",
+        "trigger": f"{c}.trigger')",
+        "pre_tokens": f"{c}.pre_tokens')",
+        "tokens_after": f"{c}.tokens_after')",
+        "folded": "COALESCE(json_array_length(n.data_json, '$.metadata.compaction.folded_ids'), 0)",
+        "kept": "COALESCE(json_array_length(n.data_json, '$.metadata.compaction.kept_ids'), 0)",
+        "protected": "COALESCE(json_array_length(n.data_json, '$.metadata.compaction.protected_ids'), 0)",
+        "first_folded": f"{c}.folded_range[0]')",
+        "last_folded": f"{c}.folded_range[1]')",
+        "fell_back_to_structural": f"COALESCE({c}.fell_back_to_structural'), 0)",
+        "summary_chars": "length(json_extract(n.data_json, '$.output'))",
+    }
+    if with_text:
+        select["summary_text"] = "json_extract(n.data_json, '$.output')"
+    cols = list(select)
+    paths, multi = _as_paths(db)
+    frames = []
+    for path in paths:
+        where, params = _session_filter("n", session_ids)
+        sql = (
+            "SELECT " + ", ".join(f"{v} AS {k}" for k, v in select.items())
+            + " FROM nodes n WHERE json_type(n.data_json, '$.metadata.compaction') IS NOT NULL"
+            + where + " ORDER BY n.session_id, n.seq"
+        )
+        with closing(open_readonly(path)) as conn:
+            df = pd.DataFrame(conn.execute(sql, params).fetchall(), columns=cols)
+        df["created_at"] = _to_utc(df["created_at"])
+        for col in ("recorded", "fell_back_to_structural"):
+            df[col] = df[col].fillna(0).astype(bool)
+        for col in ("pre_tokens", "tokens_after"):
+            df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
+        for col in ("seq", "folded", "kept", "protected", "summary_chars"):
+            df[col] = pd.to_numeric(df[col], errors="coerce").fillna(0).astype("int64")
+        df["format"] = df["format"].fillna("opctx").astype("category")
+        df["reason"] = df["reason"].astype(pd.CategoricalDtype(["auto", "manual", "recovered", "recorded"]))
+        frames.append(df)
+    return _concat(frames, paths, multi, cols)

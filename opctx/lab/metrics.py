@@ -1,0 +1,565 @@
+"""Metrics of a replay: tokens, savings, compactions, cost, prefix cache, integrity, references.
+
+Two levels:
+
+* **pure functions over message lists** - ``identifiers``, ``tool_pair_breaks``,
+  ``common_prefix_length``, ``reference_losses_from`` - usable on any list of
+  per-step request message lists, whatever produced them;
+* **functions over a** ``ReplayResult`` (``opctx.lab.replay``) - ``step_metrics``
+  (one row per request), ``turn_metrics`` (one row per user turn),
+  ``reference_losses`` and ``summarize`` (one flat dict per replay, the row a
+  sweep writes).
+
+Definitions (where the task or the specification leaves room)
+-------------------------------------------------------------
+input tokens
+    The estimated prompt of each request (system prompt + tools + history as the
+    engine prepared it, after aging/masking), ``steps_df.tokens``. Totals, the
+    peak and per-turn sums come from it. ``tokens_none`` is what the same
+    estimator gives for the unmodified recorded history at that step (the
+    ``none`` preset), so "tokens saved vs none" needs no second replay.
+compression ratio
+    Per compaction ``tokens_before / tokens_after`` (request estimates on both
+    sides of the compaction); the replay's figure is the mean over compactions.
+cost
+    Cache-aware, with the price table of ``opctx.lab.prices``. Each request's
+    prompt is split into the prefix it shares with the previous request (a cache
+    *read*, if the previous request is younger than the family's cache TTL on
+    the recording's clock) and the rest (a cache *write*). Output tokens are
+    the recorded assistant message's ``usage.output_tokens`` when present, else
+    the estimate of that message; they are identical across strategies.
+prefix-cache invalidation
+    Tokens of the previous request that are no longer a prefix of the next:
+    ``previous_tokens - common_prefix_tokens``, with the common prefix compared
+    message by message (a message changed anywhere breaks the prefix at that
+    message; finer, byte-level matching would need the provider's serialisation).
+    The system prompt and tools are a shared constant prefix and are counted as
+    kept.
+tool-pair integrity
+    In every request: a tool result whose call is not earlier in the same
+    request (orphan), or a tool call (not in the request's last message) whose
+    result is missing. ``broken_pairs`` counts them over all requests;
+    ``broken_pairs_introduced`` subtracts the count of the recording replayed
+    unchanged (a real transcript can hold an interrupted call), and must be 0.
+reference loss
+    An *identifier* is a distinctive token: a path (``a/b.py``), a hex id (8+
+    hex digits with a digit and a letter) or a long number (6+ digits), a
+    CamelCase symbol with two humps or a digit (``FooBar``, ``Foo2``; this also
+    catches error classes like ``ValueError``), a snake_case name of 8+
+    characters, or a backticked span of 3-40 characters. This is
+    ``references.extract_distinctive`` made stricter and uncapped: the spec's
+    extractor keeps 32 per message (a file read would lose most of its paths) and
+    takes any capitalised word (``Python``, ``The``), which would make every
+    folded English sentence a "loss". A *use* is an identifier in a user or
+    assistant message (text or tool-call arguments) that occurred in an earlier
+    message (its *sources*); tool results are sources, never uses: they are the
+    environment speaking. A use at stream index ``j`` is evaluated in the first
+    request at or after ``j``, restricted to the messages that come from before
+    ``j`` (plus summaries and other synthetic messages). It is a **loss** when
+    no source is still there verbatim and neither a modified source (aged or
+    masked) nor any summary still contains the identifier. ``reason`` is
+    ``"masked"`` when a source is present but no longer contains it, else
+    ``"folded"``.
+estimator error
+    On steps where the replayed context still equals the recording
+    (``diverged == False``) and the recording has provider usage:
+    ``(estimate - provider) / provider``. The recording's system prompt and
+    tool schemas are usually not in the transcript, so a negative bias is
+    expected unless ``system_prompt`` / ``tools`` were passed to the replay.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import operator
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from opctx.dag.messages import is_tool_result, message_text, tool_result_ids, tool_use_ids
+
+from .prices import PriceTable, price_for
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+    from .replay import ReplayResult
+
+__all__ = [
+    "identifiers",
+    "tool_pair_breaks",
+    "common_prefix_length",
+    "broken_pairs_per_step",
+    "reference_losses_from",
+    "reference_losses",
+    "step_metrics",
+    "turn_metrics",
+    "cost_per_step",
+    "estimator_error",
+    "summarize",
+]
+
+# -- identifiers ---------------------------------------------------------------
+
+_PATH = re.compile(r"(?<![\w/.-])(?:[A-Za-z0-9_.-]+/)+[A-Za-z0-9_.-]*[A-Za-z0-9_]")
+_HEX = re.compile(r"(?<![A-Za-z0-9_])[0-9a-fA-F]{8,}(?![A-Za-z0-9_])")
+_NUM = re.compile(r"(?<![\w.])[0-9]{6,}(?![\w.])")
+_CAMEL = re.compile(r"(?<![A-Za-z0-9_])[A-Z][a-z0-9]+(?:[A-Z0-9][A-Za-z0-9]*)+(?![A-Za-z0-9_])")
+_SNAKE = re.compile(r"(?<![A-Za-z0-9_])[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+(?![A-Za-z0-9_])")
+_BACKTICK = re.compile(r"`([^`\n]{3,40})`")
+_STOP = frozenset(
+    {
+        "JavaScript", "TypeScript", "GitHub", "GitLab", "OpenAI", "ChatGPT", "PostgreSQL",
+        "MySQL", "SQLite", "MacOS", "iOS", "YouTube", "LinkedIn", "PowerShell", "NumPy",
+        "FastAPI", "OAuth", "WebSocket", "JSON", "HTML", "True", "False", "None",
+        "TextContent", "AssistantMessage", "UserMessage", "ToolResult", "ToolUse",
+        "http://", "https://",
+    }
+)
+
+
+def identifiers(text: str) -> list[str]:
+    """The distinctive identifiers of ``text`` (see the module docstring), in first-seen order."""
+    if not text:
+        return []
+    found: dict[str, None] = {}
+
+    def add(token: str) -> None:
+        token = token.strip().rstrip(".,:;")
+        if token and token not in _STOP:
+            found.setdefault(token, None)
+
+    spans = []
+    for m in _PATH.finditer(text):
+        token = m.group(0)
+        if len(token) >= 8 and not token.startswith(("http:", "https:")) and "//" not in token:
+            add(token)
+        spans.append(m.span())
+    if spans:
+        # a path's parts are not identifiers of their own (one loss, not three)
+        pieces, last = [], 0
+        for a, b in spans:
+            pieces.append(text[last:a])
+            pieces.append(" " * (b - a))
+            last = b
+        pieces.append(text[last:])
+        text = "".join(pieces)
+    for m in _HEX.finditer(text):
+        token = m.group(0)
+        if any(c.isdigit() for c in token) and any(c.isalpha() for c in token):
+            add(token)
+    for m in _NUM.finditer(text):
+        add(m.group(0))
+    for m in _CAMEL.finditer(text):
+        add(m.group(0))
+    for m in _SNAKE.finditer(text):
+        if len(m.group(0)) >= 8:
+            add(m.group(0))
+    for m in _BACKTICK.finditer(text):
+        add(m.group(1))
+    return list(found)
+
+
+def _use_text(msg: dict) -> str:
+    """What a user/assistant message says (text + tool-call arguments)."""
+    return message_text(msg)
+
+
+# -- tool pairs ------------------------------------------------------------------
+
+
+def tool_pair_breaks(messages: Sequence[dict]) -> list[dict[str, Any]]:
+    """Broken tool pairs of one request: ``[{"kind", "tool_call_id", "index"}]``.
+
+    ``kind`` is ``"orphan_result"`` (a result whose call is not earlier in the
+    request) or ``"missing_result"`` (a call, outside the request's last message,
+    with no result after it).
+    """
+    breaks: list[dict[str, Any]] = []
+    open_calls: dict[str, int] = {}
+    answered: set[str] = set()
+    last = len(messages) - 1
+    for i, msg in enumerate(messages):
+        for rid in tool_result_ids(msg):
+            if rid in open_calls:
+                answered.add(rid)
+            else:
+                breaks.append({"kind": "orphan_result", "tool_call_id": rid, "index": i})
+        if not is_tool_result(msg) or msg.get("role") == "assistant":
+            for cid in tool_use_ids(msg):
+                open_calls[cid] = i
+                answered.discard(cid)
+    for cid, i in open_calls.items():
+        if cid not in answered and i != last:
+            breaks.append({"kind": "missing_result", "tool_call_id": cid, "index": i})
+    breaks.sort(key=lambda b: (b["index"], b["kind"], b["tool_call_id"]))
+    return breaks
+
+
+# -- prefix cache ------------------------------------------------------------------
+
+
+def common_prefix_length(previous: Sequence[dict], current: Sequence[dict]) -> int:
+    """How many leading messages ``current`` shares unchanged with ``previous``.
+
+    Identity is checked first (a replay shares unchanged dicts between steps),
+    then equality of role, id and text.
+    """
+    n = min(len(previous), len(current))
+    # C-speed identity pass first: a replay shares unchanged dicts between steps
+    same = list(map(operator.is_, previous[:n], current[:n]))
+    i = same.index(False) if False in same else n
+    while i < n:
+        a, b = previous[i], current[i]
+        if a is not b and not _same_message(a, b):
+            break
+        i += 1
+    return i
+
+
+def _same_message(a: dict, b: dict) -> bool:
+    return (
+        a.get("role") == b.get("role")
+        and a.get("id") == b.get("id")
+        and a.get("content") == b.get("content")
+        and a.get("extra") == b.get("extra")
+        and a.get("tool_calls") == b.get("tool_calls")
+    )
+
+
+# -- reference loss -----------------------------------------------------------------
+
+
+def reference_losses_from(
+    stream: Sequence[dict],
+    requests: Sequence[tuple[int, Sequence[dict]]],
+    origin_of: Callable[[dict], int | None],
+    *,
+    stream_texts: Sequence[str] | None = None,
+    stream_identifiers: Sequence[Sequence[str]] | None = None,
+) -> list[dict[str, Any]]:
+    """Reference losses of a replay given as plain data.
+
+    ``stream``: the recorded messages in order. ``requests``: ``(stream_index,
+    messages)`` per step, where ``stream_index`` is the index of the message the
+    request produced (everything before it was available) and ``messages`` the
+    request as sent. ``origin_of(msg)``: the stream index a request message comes
+    from, or ``None`` for synthetic messages (summaries, placeholders).
+
+    Returns one dict per loss: ``identifier, use_index, use_id, use_role, step,
+    request_index, source_indices, reason``. ``stream_texts`` and
+    ``stream_identifiers`` may pass precomputed per-message texts / identifiers
+    (a sweep replays one history many times).
+    """
+    texts = list(stream_texts) if stream_texts is not None else [message_text(m) for m in stream]
+    request_points = [r[0] for r in requests]
+    if any(b < a for a, b in zip(request_points, request_points[1:], strict=False)):
+        raise ValueError("requests must be ordered by stream index")
+    first_seen: dict[str, list[int]] = {}
+    losses: list[dict[str, Any]] = []
+    # per request: origin -> messages, built once on first use
+    by_origin_cache: dict[int, tuple[dict[int, list[dict]], list[dict]]] = {}
+
+    def request_view(k: int) -> tuple[dict[int, list[dict]], list[dict]]:
+        view = by_origin_cache.get(k)
+        if view is None:
+            by_origin: dict[int, list[dict]] = {}
+            synthetic: list[dict] = []
+            for msg in requests[k][1]:
+                origin = origin_of(msg)
+                if origin is None:
+                    synthetic.append(msg)
+                else:
+                    by_origin.setdefault(origin, []).append(msg)
+            view = (by_origin, synthetic)
+            by_origin_cache.clear()  # keep one request's view: uses arrive in order
+            by_origin_cache[k] = view
+        return view
+
+    for j, msg in enumerate(stream):
+        idents = stream_identifiers[j] if stream_identifiers is not None else identifiers(texts[j])
+        role = msg.get("role")
+        is_use = role in ("user", "assistant") and not is_tool_result(msg)
+        if is_use and idents:
+            k = bisect.bisect_left(request_points, j)
+            if k < len(requests):
+                by_origin, synthetic = request_view(k)
+                for ident in idents:
+                    sources = first_seen.get(ident)
+                    if not sources:
+                        continue
+                    reason = _loss_reason(ident, sources, by_origin, synthetic, j)
+                    if reason is not None:
+                        losses.append(
+                            {
+                                "identifier": ident,
+                                "use_index": j,
+                                "use_id": msg.get("id"),
+                                "use_role": role,
+                                "step": k,
+                                "request_index": request_points[k],
+                                "source_indices": list(sources),
+                                "reason": reason,
+                            }
+                        )
+        for ident in idents:
+            first_seen.setdefault(ident, []).append(j)
+    return losses
+
+
+def _loss_reason(
+    ident: str,
+    sources: list[int],
+    by_origin: dict[int, list[dict]],
+    synthetic: list[dict],
+    use_index: int,
+) -> str | None:
+    modified_present = False
+    for s in sources:
+        for msg in by_origin.get(s, ()):
+            if ident in message_text(msg):
+                return None
+            modified_present = True
+    for msg in synthetic:
+        if ident in message_text(msg):
+            return None
+    return "masked" if modified_present else "folded"
+
+
+def reference_losses(result: ReplayResult) -> pd.DataFrame:
+    """Reference losses of a replay as a DataFrame (see ``reference_losses_from``)."""
+    import pandas as pd
+
+    requests = [(int(idx), result.context(step)) for step, idx in enumerate(result.steps_df["stream_index"])]
+    rows = reference_losses_from(
+        result.stream, requests, result.origin_of,
+        stream_texts=result.stream_texts, stream_identifiers=result.stream_identifiers,
+    )
+    columns = ["identifier", "use_index", "use_id", "use_role", "step", "request_index", "source_indices", "reason"]
+    df = pd.DataFrame(rows, columns=columns)
+    df["reason"] = df["reason"].astype(pd.CategoricalDtype(["folded", "masked"]))
+    return df
+
+
+# -- cost --------------------------------------------------------------------------
+
+
+_COST_COLUMNS = ["cache_read_tokens", "cache_write_tokens", "output_tokens", "cost", "cost_none"]
+
+
+def _cost_columns(result: ReplayResult, prices: PriceTable | None) -> dict[str, list]:
+    """The cost columns as plain lists (see ``cost_per_step``)."""
+    price = price_for(result.model, prices)
+    df = result.steps_df
+    out: dict[str, list] = {c: [] for c in _COST_COLUMNS}
+    prev_time = None
+    prev_none = 0
+    for timestamp, kept, tokens, none, output in zip(
+        df["timestamp"].tolist(), df["prefix_kept_tokens"].tolist(), df["tokens"].tolist(),
+        df["tokens_none"].tolist(), df["output_tokens"].tolist(), strict=True,
+    ):
+        fresh = prev_time is None or (timestamp - prev_time) > price.cache_ttl_seconds
+        read = 0 if fresh else min(int(kept), int(tokens))
+        read_none = 0 if fresh else min(int(prev_none), int(none))
+        out["cache_read_tokens"].append(read)
+        out["cache_write_tokens"].append(int(tokens) - read)
+        out["output_tokens"].append(int(output))
+        out["cost"].append(price.cost(tokens, output, read, tokens - read))
+        out["cost_none"].append(price.cost(none, output, read_none, none - read_none))
+        prev_time, prev_none = timestamp, none
+    return out
+
+
+def cost_per_step(result: ReplayResult, prices: PriceTable | None = None) -> pd.DataFrame:
+    """Per step: ``cache_read_tokens``, ``cache_write_tokens``, ``output_tokens``, ``cost``.
+
+    See the module docstring ("cost"). ``cost_none`` is the same for the
+    unmodified history (the ``none`` preset), for savings in dollars.
+    """
+    import pandas as pd
+
+    return pd.DataFrame(_cost_columns(result, prices), index=result.steps_df.index, columns=_COST_COLUMNS)
+
+
+# -- estimator error --------------------------------------------------------------------
+
+
+def estimator_error(result: ReplayResult) -> pd.DataFrame:
+    """Steps with provider usage where the replay still equals the recording.
+
+    Columns: ``step, estimated, provider, error, rel_error``.
+    """
+    import pandas as pd
+
+    df = result.steps_df
+    mask = df["provider_input_tokens"].notna() & ~df["diverged"]
+    sub = df.loc[mask, ["step", "tokens", "provider_input_tokens"]]
+    out = pd.DataFrame(
+        {
+            "step": sub["step"].to_numpy(),
+            "estimated": sub["tokens"].to_numpy(),
+            "provider": sub["provider_input_tokens"].astype("float64").to_numpy(),
+        }
+    )
+    out["error"] = out["estimated"] - out["provider"]
+    out["rel_error"] = out["error"] / out["provider"].where(out["provider"] > 0)
+    return out
+
+
+# -- per step, per turn, per replay ---------------------------------------------------------
+
+
+def broken_pairs_per_step(requests: Iterable[Sequence[dict]]) -> list[int]:
+    """``len(tool_pair_breaks(r))`` for each request, incrementally.
+
+    Consecutive requests of a replay mostly extend the previous one; then only
+    the appended messages are examined. The call/result ids of a message are
+    cached by message id (aging and masking change content, never tool ids).
+    """
+    counts: list[int] = []
+    facts: dict[Any, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+    prev_ids: list[Any] = []
+    state: _PairState | None = None
+    for request in requests:
+        ids = [m.get("id") or id(m) for m in request]
+        for key, msg in zip(ids, request, strict=True):
+            if key not in facts:
+                calls = () if (is_tool_result(msg) and msg.get("role") != "assistant") else tuple(tool_use_ids(msg))
+                facts[key] = (calls, tuple(tool_result_ids(msg)))
+        if state is not None and len(ids) >= len(prev_ids) and ids[: len(prev_ids)] == prev_ids:
+            state.extend(ids[len(prev_ids):], facts)
+        else:
+            state = _PairState()
+            state.extend(ids, facts)
+        counts.append(state.count(len(ids)))
+        prev_ids = ids
+    return counts
+
+
+class _PairState:
+    """Running tool-pair bookkeeping of one request (same rules as ``tool_pair_breaks``)."""
+
+    def __init__(self) -> None:
+        self.position = 0
+        self.orphans = 0
+        self.calls: dict[str, int] = {}
+        self.answered: set[str] = set()
+
+    def extend(self, keys: Sequence[Any], facts: dict[Any, tuple[tuple[str, ...], tuple[str, ...]]]) -> None:
+        for key in keys:
+            calls, results = facts[key]
+            for rid in results:
+                if rid in self.calls:
+                    self.answered.add(rid)
+                else:
+                    self.orphans += 1
+            for cid in calls:
+                self.calls[cid] = self.position
+                self.answered.discard(cid)
+            self.position += 1
+
+    def count(self, length: int) -> int:
+        last = length - 1
+        return self.orphans + sum(
+            1 for cid, i in self.calls.items() if i != last and cid not in self.answered
+        )
+
+
+def step_metrics(result: ReplayResult, prices: PriceTable | None = None) -> pd.DataFrame:
+    """``steps_df`` plus cost columns, saved tokens and broken tool pairs per step."""
+    df = result.steps_df.copy()
+    df = df.join(cost_per_step(result, prices).drop(columns=["output_tokens"]))
+    df["broken_pairs"] = broken_pairs_per_step(result.context(k) for k in range(len(df)))
+    stream = result.stream
+    df["broken_pairs_none"] = broken_pairs_per_step(
+        stream[: int(i)] for i in df["stream_index"]
+    )
+    df["saved_tokens"] = df["tokens_none"] - df["tokens"]
+    return df
+
+
+def turn_metrics(result: ReplayResult, prices: PriceTable | None = None) -> pd.DataFrame:
+    """One row per user turn: requests, input tokens (sum, peak), savings, cost, compactions."""
+    df = step_metrics(result, prices)
+    grouped = df.groupby("turn", sort=True, observed=True)
+    out = grouped.agg(
+        requests=("step", "size"),
+        input_tokens=("tokens", "sum"),
+        peak_tokens=("tokens", "max"),
+        tokens_none=("tokens_none", "sum"),
+        compactions=("compacted", "sum"),
+        cost=("cost", "sum"),
+        invalidated_tokens=("prefix_invalidated_tokens", "sum"),
+    )
+    out["saved_tokens"] = out["tokens_none"] - out["input_tokens"]
+    return out.reset_index()
+
+
+def summarize(
+    result: ReplayResult,
+    prices: PriceTable | None = None,
+    *,
+    reference_loss: bool = True,
+) -> dict[str, Any]:
+    """One flat dict of the replay's metrics (what ``sweep`` writes per configuration).
+
+    Computed on plain columns (no intermediate DataFrames): a sweep calls it once
+    per (session, configuration), thousands of times.
+    """
+    import numpy as np
+
+    df = result.steps_df
+    n = len(df)
+    tokens = df["tokens"].to_numpy(dtype="int64")
+    none = df["tokens_none"].to_numpy(dtype="int64")
+    costs = _cost_columns(result, prices)
+    invalidated = df["prefix_invalidated_tokens"].to_numpy(dtype="int64")
+    broken = np.asarray(broken_pairs_per_step(result.context(k) for k in range(n)), dtype="int64")
+    stream = result.stream
+    broken_none = np.asarray(
+        broken_pairs_per_step(stream[: int(i)] for i in df["stream_index"].tolist()), dtype="int64"
+    )
+    ratios = [c.tokens_before / c.tokens_after for c in result.compactions if c.tokens_after and c.tokens_before]
+    provider = df["provider_input_tokens"].to_numpy(dtype="float64", na_value=np.nan)
+    usable = ~np.isnan(provider) & ~df["diverged"].to_numpy(dtype=bool) & (provider > 0)
+    rel = (tokens[usable] - provider[usable]) / provider[usable]
+    tokens_total = int(tokens.sum())
+    none_total = int(none.sum())
+    out: dict[str, Any] = {
+        "steps": n,
+        "turns": int(df["turn"].nunique()) if n else 0,
+        "input_tokens_total": tokens_total,
+        "input_tokens_peak": int(tokens.max()) if n else 0,
+        "input_tokens_mean": float(tokens.mean()) if n else 0.0,
+        "tokens_none_total": none_total,
+        "tokens_saved": none_total - tokens_total,
+        "tokens_saved_pct": (none_total - tokens_total) / none_total if none_total else 0.0,
+        "compactions": len(result.compactions),
+        "compression_ratio_mean": float(sum(ratios) / len(ratios)) if ratios else math.nan,
+        "structural_fallbacks": sum(1 for c in result.compactions if c.fell_back_to_structural),
+        "redacted_total": int(df["redacted"].sum()) if n else 0,
+        "max_budget_pct": float(df["budget_pct"].max()) if n else 0.0,
+        "over_window_steps": int((tokens > result.context_window).sum()),
+        "cost": float(sum(costs["cost"])),
+        "cost_none": float(sum(costs["cost_none"])),
+        "cache_read_tokens": int(sum(costs["cache_read_tokens"])),
+        "prefix_invalidated_tokens": int(invalidated.sum()),
+        "prefix_invalidations": int((invalidated > 0).sum()),
+        "broken_pairs": int(broken.sum()),
+        "broken_pairs_introduced": int(np.clip(broken - broken_none, 0, None).sum()),
+        "estimator_steps": int(usable.sum()),
+        "estimator_mean_rel_error": float(rel.mean()) if rel.size else math.nan,
+        "estimator_mean_abs_rel_error": float(np.abs(rel).mean()) if rel.size else math.nan,
+    }
+    if reference_loss:
+        requests = [(int(idx), result.context(step)) for step, idx in enumerate(df["stream_index"].tolist())]
+        losses = reference_losses_from(
+            stream, requests, result.origin_of,
+            stream_texts=result.stream_texts, stream_identifiers=result.stream_identifiers,
+        )
+        out["reference_losses"] = len(losses)
+        out["reference_losses_folded"] = sum(1 for x in losses if x["reason"] == "folded")
+        out["reference_losses_masked"] = sum(1 for x in losses if x["reason"] == "masked")
+        out["identifiers_lost"] = len({x["identifier"] for x in losses})
+    return out

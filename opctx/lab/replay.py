@@ -1,0 +1,508 @@
+"""Replay a recorded history through a context engine, request by request.
+
+``replay(history, "default")`` answers: *had this engine been running, what
+would each request of this recorded session have looked like?* The recording
+is stepped through in order (``opctx.lab.history`` expands compactions the
+recording made, so the replay sees everything that happened). Every recorded
+assistant message is one request; the engine sees the history that existed
+just before it, exactly as a live agent loop would call it:
+
+1. ``engine.prepare(agent, session_id, active_history, model, tools)`` - aging,
+   budget, ``budget_pct``;
+2. the decision: ``emergency`` (``budget_pct >= emergency_pct``), ``auto``
+   (``engine.should_auto_compact(prep)``), ``recommend``
+   (``engine.should_recommend(prep)``) or ``none``; on ``auto``/``emergency``
+   the real ``engine.compact`` runs on an in-memory ``DagSessionDB(":memory:")``
+   (re-parenting, summary node, everything), the active branch is re-read and
+   ``prepare`` runs again, so the step records the request as it would have
+   been sent after the compaction;
+3. the recorded assistant message (and then its tool results, the next user
+   message ...) is appended to the in-memory session, and the loop moves on.
+
+Choices
+-------
+* **Clock.** A ``ReplayClock`` set to each message's recorded ``created_at`` is
+  injected into every preset's time-dependent parts (aging's wall-clock gate,
+  usage timestamps), so a replay gives the same result on every run. The request
+  for an assistant message happens "at" that message's timestamp.
+* **Provider usage is not fed back** by default (``feed_usage=False``): the
+  recording's usage describes the *recording's* context, which diverges from
+  the replayed one as soon as the strategy differs. The replay is therefore
+  estimate-only and comparable across strategies; ``feed_usage=True`` feeds the
+  recorded usage through ``engine.after_turn`` for as long as the replayed
+  context is still identical to the recording (``diverged`` is false).
+* **Summaries.** ``summaries="structural"`` (default): no LLM, the Summarizer's
+  deterministic structural fallback. ``summaries=<provider call>``: a real (or
+  scripted) provider. ``summaries="recorded"``: compactions are *forced* where
+  the recording compacted, with the recording's own summary text (the
+  recording's choice of moment and text, laid out by the engine's cut and
+  persister); compactions the engine triggers elsewhere fall back to
+  structural.
+* **Incremental.** The active history is a Python list that grows by one
+  message per recorded message; only a compaction re-reads the branch. With the
+  engine's cached estimates the cost of a replay is about linear in the length
+  of the history. Token figures of the request's prefix are carried from step to
+  step (``prefix_kept_tokens``: tokens of the previous request that the next
+  one still starts with).
+* **Contexts.** ``keep_contexts=True`` keeps every step's request message list
+  (shallow lists sharing the message dicts, so memory is one pointer per
+  message per step). ``keep_contexts=False`` keeps none; ``context(step)`` and
+  the metrics that need contexts (reference loss, tool pairs) then raise.
+
+``ReplayResult``: ``steps_df`` (one row per request), ``compactions`` (what
+each compaction folded, kept, protected, its summary), ``recorded_compactions``
+(from the recording), ``context(step)``, ``origin_of(msg)`` (the stream index a
+request message comes from), ``metrics()`` (``opctx.lab.metrics.summarize``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from opctx.dag.messages import is_tool_result
+
+from .history import RecordedCompaction, RecordedHistory, as_history, provider_prompt_tokens
+
+__all__ = [
+    "ReplayClock",
+    "ReplayCompaction",
+    "ReplayResult",
+    "replay",
+    "DECISIONS",
+]
+
+DECISIONS = ("none", "recommend", "auto", "emergency", "recorded")
+
+
+class ReplayClock:
+    """A settable clock: ``clock()`` returns ``clock.now`` (the recording's time)."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = float(now)
+
+    def __call__(self) -> float:
+        return self.now
+
+    def set(self, now: float | None) -> None:
+        if now is not None and not (isinstance(now, float) and math.isnan(now)):
+            # never run backwards: recordings sometimes have out-of-order stamps
+            self.now = max(self.now, float(now))
+
+
+@dataclass
+class ReplayCompaction:
+    """One compaction during a replay."""
+
+    step: int
+    stream_index: int
+    turn: int
+    reason: str
+    tokens_before: int
+    tokens_after: int
+    folded_ids: list[str]
+    kept_ids: list[str]
+    protected_ids: list[str]
+    summary_text: str
+    fell_back_to_structural: bool
+    ok: bool = True
+    error: str | None = None
+    cut_index: int | None = None
+    summary_id: str | None = None
+    duration_ms: float = 0.0
+    # the same nodes as stream indices (ids of copies and summaries are random; these are not)
+    folded_indices: list[int | None] = field(default_factory=list)
+    kept_indices: list[int | None] = field(default_factory=list)
+    protected_indices: list[int | None] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class ReplayResult:
+    """Everything a replay produced (see the module docstring)."""
+
+    history: RecordedHistory
+    preset: str
+    params: dict[str, Any]
+    model: str
+    context_window: int
+    summaries: str
+    steps_df: Any
+    compactions: list[ReplayCompaction]
+    contexts: list[list[dict]] | None
+    origin_ids: dict[str, int]
+    elapsed_s: float = 0.0
+    events: list[dict] = field(default_factory=list)
+
+    @property
+    def stream(self) -> list[dict]:
+        return self.history.messages
+
+    @property
+    def recorded_compactions(self) -> list[RecordedCompaction]:
+        return self.history.compactions
+
+    @property
+    def stream_texts(self) -> list[str]:
+        return self.history.texts()
+
+    @property
+    def stream_identifiers(self) -> list[list[str]]:
+        from .metrics import identifiers
+
+        texts = self.stream_texts
+        return self.history.derived("identifiers", lambda: [identifiers(t) for t in texts])
+
+    def context(self, step: int) -> list[dict]:
+        """The request messages (history part, after aging/masking) of ``step``."""
+        if self.contexts is None:
+            raise RuntimeError("this replay ran with keep_contexts=False; rerun with keep_contexts=True")
+        return self.contexts[step]
+
+    def origin_of(self, msg: dict) -> int | None:
+        """The stream index ``msg`` comes from (copies resolved), ``None`` for summaries."""
+        mid = msg.get("id")
+        idx = self.origin_ids.get(mid) if mid is not None else None
+        if idx is not None:
+            return idx
+        source = msg.get("copied_from")
+        return self.origin_ids.get(source) if source is not None else None
+
+    def metrics(self, prices: Any = None, *, reference_loss: bool = True) -> dict[str, Any]:
+        from .metrics import summarize
+
+        return summarize(self, prices, reference_loss=reference_loss)
+
+    def compactions_df(self) -> Any:
+        import pandas as pd
+
+        cols = [
+            "step", "stream_index", "turn", "reason", "tokens_before", "tokens_after", "folded",
+            "kept", "protected", "fell_back_to_structural", "ok", "cut_index", "summary_chars",
+        ]
+        rows = [
+            {
+                **{k: getattr(c, k) for k in cols if hasattr(c, k)},
+                "folded": len(c.folded_ids),
+                "kept": len(c.kept_ids),
+                "protected": len(c.protected_ids),
+                "summary_chars": len(c.summary_text),
+            }
+            for c in self.compactions
+        ]
+        return pd.DataFrame(rows, columns=cols)
+
+
+class _RecordedSummaryProvider:
+    """A provider call that answers with the recording's summary when one is armed."""
+
+    def __init__(self) -> None:
+        self.text: str | None = None
+
+    def __call__(self, messages: Any, model: Any = None, system: Any = None, tools: Any = None) -> str:
+        if self.text is None:
+            raise RuntimeError("no recorded summary at this point of the recording")
+        return self.text
+
+
+def _is_request(msg: dict) -> bool:
+    return msg.get("role") == "assistant"
+
+
+def replay(
+    session_or_history: Any,
+    engine_or_preset: Any = "default",
+    *,
+    context_window: int | None = None,
+    model: str | None = None,
+    summaries: str | Callable[..., Any] = "structural",
+    system_prompt: str = "",
+    tools: list[dict] | None = None,
+    keep_contexts: bool = True,
+    feed_usage: bool = False,
+    agent: Any = None,
+    **params: Any,
+) -> ReplayResult:
+    """Replay a recorded history through an engine (see the module docstring).
+
+    ``session_or_history``: a message list, ``SessionSpec``, ``(db_path,
+    session_id)``, ``RecordedHistory`` or an importer's ``ImportedSession``.
+    ``engine_or_preset``: a preset name (``opctx.lab.presets``) or a
+    ``ContextEngine`` *factory* ``f(session_db=..., clock=..., context_window=...,
+    model=..., summarizer_provider=...)``; an engine instance is accepted too but
+    then its clock and database are its own (not reproducible, documented).
+    ``params`` go to the preset (e.g. ``trigger_pct=0.6``, ``keep_last=5``).
+    ``context_window``: default the window the recording reported (Codex), else
+    the model's (``opctx.context.tokens.real_context_window``).
+    """
+    from opctx.context.tokens import Estimator, real_context_window
+    from opctx.dag.session_db import DagSessionDB
+
+    from . import presets
+
+    started = time.perf_counter()
+    history = as_history(session_or_history)
+    model_name = model or history.model or ""
+    window = int(context_window or history.context_window or real_context_window(model_name or None))
+    if window <= 0:
+        raise ValueError(f"context_window must be positive, got {window}")
+    if isinstance(summaries, str) and summaries not in ("structural", "recorded"):
+        raise ValueError(f"summaries must be 'structural', 'recorded' or a provider call, got {summaries!r}")
+    recorded_provider = _RecordedSummaryProvider() if summaries == "recorded" else None
+    provider = recorded_provider if recorded_provider is not None else (None if summaries == "structural" else summaries)
+    summaries_label = summaries if isinstance(summaries, str) else "provider"
+
+    messages = history.messages
+    first_time = next((m.get("timestamp") for m in messages if m.get("timestamp") is not None), 0.0)
+    clock = ReplayClock(first_time or 0.0)
+    db = DagSessionDB(":memory:", clock=clock)
+    session_id = db.create_session(title=history.title or "replay", model=model_name, source="replay")
+    preset_name, engine, engine_cfg = presets.instantiate(
+        engine_or_preset,
+        session_db=db,
+        clock=clock,
+        context_window=window,
+        model=model_name,
+        summarizer_provider=provider,
+        **params,
+    )
+    driver = presets.EngineDriver(engine, db, session_id, model_name, window, agent=agent,
+                                  system_prompt=system_prompt, tools=tools)
+    # the engine's own estimator (and its cache), so that every figure agrees with its budget
+    estimator = driver.estimator or Estimator()
+    fixed_tokens = driver.fixed_tokens(estimator)
+    # per message object: unchanged messages are the same dicts from step to step;
+    # the cache holds the object itself so its id() cannot be reused
+    token_cache: dict[int, tuple[dict, int]] = {}
+
+    def est(msg: dict) -> int:
+        hit = token_cache.get(id(msg))
+        if hit is not None and hit[0] is msg:
+            return hit[1]
+        tokens = estimator.message_tokens(msg)
+        token_cache[id(msg)] = (msg, tokens)
+        return tokens
+
+    # per stream message token estimates, once: the "none" baseline
+    origin_ids: dict[str, int] = {}
+    active: list[dict] = []
+    contexts: list[list[dict]] | None = [] if keep_contexts else None
+    rows: list[dict[str, Any]] = []
+    compactions: list[ReplayCompaction] = []
+    events: list[dict] = []
+    recorded = list(history.compactions)
+    next_recorded = 0
+    stream_tokens_sum = 0
+    turn = 0
+    prev_ctx: list[dict] = []
+    prev_cum: list[int] = [0]
+    prev_total = 0
+    diverged = False
+    recording_diverged = False
+    pending_recorded: RecordedCompaction | None = None
+    pending_decision: str | None = None
+
+    for index, msg in enumerate(messages):
+        clock.set(msg.get("timestamp"))
+        while next_recorded < len(recorded) and recorded[next_recorded].stream_index <= index:
+            recording_diverged = True
+            pending_recorded = recorded[next_recorded]
+            next_recorded += 1
+        if pending_recorded is not None and recorded_provider is not None and _is_request(msg):
+            # the recording compacted before this request: do the same, with its text
+            recorded_provider.text = pending_recorded.summary_text
+            tokens_before_recorded = driver.tokens(driver.prepare(active))
+            comp = driver.compact(reason="recorded", force_structural=False)
+            recorded_provider.text = None
+            pending_recorded = None
+            if comp is not None and comp.ok:
+                active = driver.branch()
+                _register_copies(active, origin_ids)
+                diverged = True
+                record = _compaction_record(comp, driver, len(rows), index, turn, "recorded", origin_ids)
+                record.tokens_before = tokens_before_recorded
+                record.tokens_after = driver.tokens(driver.prepare(active))
+                compactions.append(record)
+                pending_decision = "recorded"
+        if msg.get("role") == "user" and not is_tool_result(msg):
+            turn += 1
+        if _is_request(msg):
+            prep = driver.prepare(active)
+            decision = driver.decide(prep)
+            tokens_before = driver.tokens(prep)
+            compacted = False
+            if pending_decision is not None:
+                decision, compacted, pending_decision = pending_decision, True, None
+                tokens_before = compactions[-1].tokens_before
+            elif decision in ("auto", "emergency"):
+                comp = driver.compact(reason=decision, force_structural=decision == "emergency")
+                if comp is not None and comp.ok:
+                    compacted = True
+                    diverged = True
+                    active = driver.branch()
+                    _register_copies(active, origin_ids)
+                    prep = driver.prepare(active)
+                    record = _compaction_record(comp, driver, len(rows), index, turn, decision, origin_ids)
+                    record.tokens_before = tokens_before
+                    record.tokens_after = driver.tokens(prep)
+                    compactions.append(record)
+                elif comp is not None:
+                    events.append({"step": len(rows), "event": "compaction_failed", "error": comp.error})
+            ctx = driver.context(prep)
+            tokens = driver.tokens(prep)
+            redacted = driver.redacted(prep)
+            if redacted:
+                diverged = True
+            # prefix carried from the previous request
+            common = _common_prefix(prev_ctx, ctx)
+            cum = prev_cum[: common + 1]
+            running = cum[-1]
+            for m in ctx[common:]:
+                running += est(m)
+                cum.append(running)
+            kept_tokens = min(prev_total, fixed_tokens + cum[common]) if rows else 0
+            invalidated = prev_total - kept_tokens if rows else 0
+            usage = msg.get("usage") if isinstance(msg.get("usage"), dict) else None
+            provider_tokens = provider_prompt_tokens(msg, history.format, model_name)
+            output_tokens = usage.get("output_tokens") if usage else None
+            if output_tokens is None:
+                output_tokens = est(msg)
+            rows.append(
+                {
+                    "step": len(rows),
+                    "stream_index": index,
+                    "node_id": msg.get("id"),
+                    "turn": turn,
+                    "timestamp": float(clock.now),
+                    "tokens": int(tokens),
+                    "tokens_none": int(fixed_tokens + stream_tokens_sum),
+                    "tokens_before_compaction": int(tokens_before),
+                    "budget_pct": float(driver.budget_pct(prep)),
+                    "input_budget": int(driver.input_budget(prep)),
+                    "decision": decision,
+                    "compacted": compacted,
+                    "redacted": int(redacted),
+                    "tokens_freed_by_aging": int(getattr(prep, "tokens_freed_by_aging", 0) or 0),
+                    "context_messages": len(ctx),
+                    "prefix_kept_tokens": int(kept_tokens),
+                    "prefix_invalidated_tokens": int(invalidated),
+                    "provider_input_tokens": provider_tokens,
+                    "output_tokens": int(output_tokens),
+                    "diverged": bool(diverged or recording_diverged),
+                }
+            )
+            if contexts is not None:
+                contexts.append(ctx)
+            if feed_usage and usage and not (diverged or recording_diverged):
+                driver.after_turn(usage, prep)
+            prev_ctx, prev_cum, prev_total = ctx, cum, int(tokens)
+        stored = driver.append(msg, parent=active[-1]["id"] if active else None, now=clock.now)
+        origin_ids[stored["id"]] = index
+        active.append(stored)
+        stream_tokens_sum += est(stored)
+
+    steps_df = _steps_frame(rows)
+    elapsed = time.perf_counter() - started
+    result = ReplayResult(
+        history=history,
+        preset=preset_name,
+        params={**engine_cfg, **params},
+        model=model_name,
+        context_window=window,
+        summaries=summaries_label,
+        steps_df=steps_df,
+        compactions=compactions,
+        contexts=contexts,
+        origin_ids=origin_ids,
+        elapsed_s=elapsed,
+        events=events + driver.events,
+    )
+    driver.close()
+    return result
+
+
+def _register_copies(branch: list[dict], origin_ids: dict[str, int]) -> None:
+    """Map the copies a compaction made to the stream index of what they copy."""
+    for msg in branch:
+        mid = msg.get("id")
+        if mid in origin_ids:
+            continue
+        source = msg.get("copied_from")
+        if source is not None and source in origin_ids:
+            origin_ids[mid] = origin_ids[source]
+
+
+def _common_prefix(prev: Sequence[dict], cur: Sequence[dict]) -> int:
+    from .metrics import common_prefix_length
+
+    return common_prefix_length(prev, cur)
+
+
+def _compaction_record(comp: Any, driver: Any, step: int, index: int, turn: int, reason: str, origin_ids: dict[str, int]) -> ReplayCompaction:
+    meta = driver.summary_meta(comp)
+    return ReplayCompaction(
+        step=step,
+        stream_index=index,
+        turn=turn,
+        reason=reason,
+        tokens_before=int(getattr(comp, "tokens_before", 0) or 0),
+        tokens_after=int(getattr(comp, "tokens_after", 0) or 0),
+        folded_ids=list(meta.get("folded_ids") or ()),
+        kept_ids=list(meta.get("kept_ids") or ()),
+        protected_ids=list(meta.get("protected_ids") or ()),
+        summary_text=getattr(comp, "summary_text", "") or "",
+        fell_back_to_structural=bool(getattr(comp, "fell_back_to_structural", False)),
+        ok=bool(getattr(comp, "ok", True)),
+        error=getattr(comp, "error", None),
+        cut_index=getattr(comp, "cut_index", None),
+        summary_id=getattr(comp, "summary_id", None),
+        duration_ms=float(getattr(comp, "duration_ms", 0.0) or 0.0),
+        folded_indices=[origin_ids.get(i) for i in meta.get("folded_ids") or ()],
+        kept_indices=[origin_ids.get(i) for i in meta.get("kept_ids") or ()],
+        protected_indices=[origin_ids.get(i) for i in meta.get("protected_ids") or ()],
+    )
+
+
+_INT_COLUMNS = (
+    "step", "stream_index", "turn", "tokens", "tokens_none", "tokens_before_compaction",
+    "input_budget", "redacted", "tokens_freed_by_aging", "context_messages",
+    "prefix_kept_tokens", "prefix_invalidated_tokens", "output_tokens",
+)
+
+
+def _steps_frame(rows: list[dict[str, Any]]) -> Any:
+    """``steps_df`` built column by column with its final dtypes (no per-column casts)."""
+    import numpy as np
+    import pandas as pd
+
+    def col(name: str) -> list:
+        return [r[name] for r in rows]
+
+    timestamps = np.asarray(col("timestamp"), dtype="float64")
+    data: dict[str, Any] = {}
+    for name in ("step", "stream_index", "node_id", "turn", "timestamp", "time", "tokens", "tokens_none",
+                 "tokens_before_compaction", "budget_pct", "input_budget", "decision", "compacted",
+                 "redacted", "tokens_freed_by_aging", "context_messages", "prefix_kept_tokens",
+                 "prefix_invalidated_tokens", "provider_input_tokens", "output_tokens", "diverged"):
+        if name in _INT_COLUMNS:
+            data[name] = np.asarray(col(name), dtype="int64")
+        elif name == "timestamp":
+            data[name] = timestamps
+        elif name == "time":
+            data[name] = pd.to_datetime(timestamps, unit="s", utc=True)
+        elif name == "budget_pct":
+            data[name] = np.asarray(col(name), dtype="float64")
+        elif name in ("compacted", "diverged"):
+            data[name] = np.asarray(col(name), dtype=bool)
+        elif name == "decision":
+            data[name] = pd.Categorical(col(name), categories=DECISIONS)
+        elif name == "provider_input_tokens":
+            data[name] = pd.array(col(name), dtype="Int64")
+        else:
+            data[name] = col(name)
+    return pd.DataFrame(data)

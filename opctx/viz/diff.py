@@ -1,0 +1,372 @@
+"""Before/after views of one compaction: a table, side-by-side HTML and a coloured graph.
+
+A compaction never edits history: it writes a new branch next to the old one
+(docs/ARCHITECTURE.md, "Compaction layout")::
+
+    m0 - ... - m{p-1} - m{p} ... m{cut-1} - m{cut} ... m{n-1}     before (originals)
+    c0 - ... - c{p-1} - S - k{cut} - ... - k{n-1}                 after (new branch)
+
+so a diff needs no replay: the summary node ``S`` names the originals it
+protected, folded and kept (``metadata.compaction.*_ids``), and every copy names
+its original (``metadata.copied_from``). The same code therefore serves opctx's
+own compactions and recorded ones (Claude Code, Codex), which importers write in
+the same layout with ``recorded: True`` and, where the recording keeps no tail,
+an empty ``kept_ids``.
+
+``branch_diff`` returns one row per message::
+
+    side         "before" | "after"
+    position     index within its side
+    status       protected | folded | summary | kept
+    original_id  the original node (None for the summary)
+    copy_id      its copy on the new branch (None for folded originals)
+    role         message role: user | assistant | system | tool
+    name, seq, tokens, preview
+
+Choices:
+
+* ``compaction=`` takes the summary node's id, or an index into the session's
+  compactions in ``seq`` order (``-1``, the default, is the latest).
+* The "after" side is the new branch as the compaction wrote it: the copies
+  before ``S`` (walked along ``predecessor`` from ``S`` to the branch root), ``S``
+  and then the copies of the kept originals following ``S``. Messages appended
+  later on that branch belong to the conversation, not to the compaction, and
+  are not listed.
+* Recorded summaries whose ``folded_ids`` are missing but ``folded_range`` is
+  given are expanded by walking ``predecessor`` (as in ``viz.graph``).
+* ``diff_html`` lays the two sides out as one table aligned by original: a
+  protected or kept original sits next to its copy, and the folded run sits
+  next to the summary (one cell spanning the run). All text is escaped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..dag.nodes import Call, Graph
+from .graph import (
+    COMPACTION_COLORS,
+    GraphView,
+    _range_ids,
+    call_text,
+    load_session,
+    node_infos,
+    render_graph,
+)
+from .html import escape_text, preview
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+__all__ = [
+    "DIFF_COLUMNS",
+    "BranchDiff",
+    "list_compactions",
+    "branch_diff",
+    "compare_compaction",
+    "diff_html",
+    "diff_graph",
+]
+
+DIFF_COLUMNS = [
+    "side", "position", "status", "original_id", "copy_id", "role", "name", "seq", "tokens",
+    "preview",
+]
+
+
+def _summaries(graph: Graph) -> list[Call]:
+    return [
+        n
+        for n in graph
+        if isinstance(n.metadata.get("compaction"), dict) and not n.metadata.get("copied_from")
+    ]
+
+
+def list_compactions(source: Any, session_id: str | None = None) -> pd.DataFrame:
+    """One row per compaction of a session, in ``seq`` order.
+
+    Columns: ``index, summary_id, seq, protected, folded, kept, reason, trigger,
+    pre_tokens, tokens_after, recorded, format, fell_back_to_structural``.
+    """
+    import pandas as pd
+
+    graph, _ = load_session(source, session_id)
+    rows = []
+    for i, s in enumerate(_summaries(graph)):
+        comp = s.metadata["compaction"]
+        rows.append(
+            {
+                "index": i,
+                "summary_id": s.id,
+                "seq": s.seq,
+                "protected": len(comp.get("protected_ids") or ()),
+                "folded": len(_folded_ids(graph, comp)),
+                "kept": len(comp.get("kept_ids") or ()),
+                "reason": comp.get("reason"),
+                "trigger": comp.get("trigger"),
+                "pre_tokens": comp.get("pre_tokens"),
+                "tokens_after": comp.get("tokens_after"),
+                "recorded": bool(comp.get("recorded", False)),
+                "format": comp.get("format"),
+                "fell_back_to_structural": bool(comp.get("fell_back_to_structural", False)),
+            }
+        )
+    columns = ["index", "summary_id", "seq", "protected", "folded", "kept", "reason", "trigger",
+               "pre_tokens", "tokens_after", "recorded", "format", "fell_back_to_structural"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _folded_ids(graph: Graph, comp: dict) -> list[str]:
+    folded = [i for i in comp.get("folded_ids") or () if isinstance(i, str)]
+    rng = comp.get("folded_range")
+    if not folded and isinstance(rng, list | tuple) and len(rng) == 2 and all(rng):
+        folded = _range_ids(graph, rng[0], rng[1])
+    return folded
+
+
+def _pick_summary(graph: Graph, compaction: str | int | None) -> Call:
+    summaries = _summaries(graph)
+    if not summaries:
+        raise ValueError("this session has no compaction (no node with metadata.compaction)")
+    if compaction is None:
+        return summaries[-1]
+    if isinstance(compaction, str):
+        node = graph.get(compaction)
+        if node is None:
+            raise KeyError(f"no node {compaction!r} in this session")
+        if all(s.id != node.id for s in summaries):
+            raise ValueError(f"node {compaction!r} is not a compaction summary")
+        return node
+    if isinstance(compaction, int) and not isinstance(compaction, bool):
+        try:
+            return summaries[compaction]
+        except IndexError:
+            raise IndexError(
+                f"compaction index {compaction} out of range: this session has "
+                f"{len(summaries)} compaction(s)"
+            ) from None
+    raise TypeError(f"compaction must be a summary id, an int index or None, got {compaction!r}")
+
+
+def _message_role(call: Call, status: str | None = None) -> str:
+    if status == "summary":
+        return "system"
+    if call.role == "user":
+        return "user"
+    if call.role == "code":
+        return "tool"
+    return "system" if call.metadata.get("role") == "system" else "assistant"
+
+
+@dataclass
+class BranchDiff:
+    """The rows of one compaction diff plus the summary node (what the views need)."""
+
+    rows: pd.DataFrame
+    summary: Call
+    graph: Graph
+
+    def _repr_html_(self) -> str:
+        return diff_html(self.rows, summary=self.summary)
+
+
+def compare_compaction(
+    source: Any,
+    session_id: str | None = None,
+    compaction: str | int | None = None,
+    *,
+    preview_chars: int = 160,
+) -> BranchDiff:
+    """The diff of one compaction as a :class:`BranchDiff` (rows, summary node, graph)."""
+    import pandas as pd
+
+    graph, _ = load_session(source, session_id)
+    summary = _pick_summary(graph, compaction)
+    comp = summary.metadata["compaction"]
+    protected = [i for i in comp.get("protected_ids") or () if isinstance(i, str)]
+    folded = _folded_ids(graph, comp)
+    kept = [i for i in comp.get("kept_ids") or () if isinstance(i, str)]
+
+    # the new branch: copies before S (to the root), S, copies of kept originals after S
+    head_part = graph.chain(summary.id)[:-1]
+    kept_set = set(kept)
+    tail_part: list[Call] = []
+    node = summary
+    while len(tail_part) < len(kept):
+        nxt = next(
+            (c for c in graph.children(node.id) if c.metadata.get("copied_from") in kept_set),
+            None,
+        )
+        if nxt is None:
+            break
+        tail_part.append(nxt)
+        node = nxt
+    copy_of = {
+        c.metadata["copied_from"]: c.id for c in head_part + tail_part if c.metadata.get("copied_from")
+    }
+
+    def row(side: str, pos: int, status: str, call: Call | None, original: str | None,
+            copy: str | None) -> dict[str, Any]:
+        text = call_text(call) if call is not None else ""
+        return {
+            "side": side,
+            "position": pos,
+            "status": status,
+            "original_id": original,
+            "copy_id": copy,
+            "role": _message_role(call, status) if call is not None else None,
+            "name": call.name if call is not None else None,
+            "seq": call.seq if call is not None else None,
+            "tokens": _tokens(text),
+            "preview": preview(text, preview_chars),
+        }
+
+    rows: list[dict[str, Any]] = []
+    before = [("protected", i) for i in protected] + [("folded", i) for i in folded] + [
+        ("kept", i) for i in kept
+    ]
+    for pos, (status, oid) in enumerate(before):
+        rows.append(row("before", pos, status, graph.get(oid), oid, copy_of.get(oid)))
+    after_nodes = head_part + [summary] + tail_part
+    for pos, c in enumerate(after_nodes):
+        if c.id == summary.id:
+            rows.append(row("after", pos, "summary", c, None, c.id))
+        else:
+            orig = c.metadata.get("copied_from")
+            status = "kept" if orig in kept_set else "protected"
+            rows.append(row("after", pos, status, c, orig, c.id))
+    df = pd.DataFrame(rows, columns=DIFF_COLUMNS)
+    for col in ("original_id", "copy_id"):
+        # keep a real None (not NaN) for "no such node": it is what the views test for
+        df[col] = df[col].astype(object).where(df[col].notna(), None)
+    df["side"] = df["side"].astype(pd.CategoricalDtype(["before", "after"]))
+    df["status"] = df["status"].astype(
+        pd.CategoricalDtype(["protected", "folded", "summary", "kept"])
+    )
+    return BranchDiff(df, summary, graph)
+
+
+def _tokens(text: str) -> int:
+    if not text:
+        return 0
+    from .graph import _estimate_tokens
+
+    return _estimate_tokens(text)
+
+
+def branch_diff(
+    session_db_or_path: Any,
+    session_id: str | None = None,
+    compaction: str | int | None = None,
+    *,
+    preview_chars: int = 160,
+) -> pd.DataFrame:
+    """One row per message before and after a compaction (see the module docstring)."""
+    return compare_compaction(
+        session_db_or_path, session_id, compaction, preview_chars=preview_chars
+    ).rows
+
+
+_DIFF_CSS = """
+.opctx-diff{border-collapse:collapse;font:12px/1.35 system-ui,sans-serif;width:100%;table-layout:fixed}
+.opctx-diff th,.opctx-diff td{border:1px solid #e3e3e3;padding:3px 6px;vertical-align:top;text-align:left;
+overflow-wrap:anywhere}
+.opctx-diff th{background:#f6f6f6}
+.opctx-diff .tag{display:inline-block;min-width:62px;padding:0 4px;border-radius:3px;color:#fff;
+font-size:11px;margin-right:4px;text-align:center}
+.opctx-diff .meta{color:#777;font-size:11px}
+.opctx-diff td.folded{background:#f1f1f1;color:#777}
+.opctx-diff td.empty{background:#fafafa}
+"""
+
+
+def _cell(r: Any) -> str:
+    color = COMPACTION_COLORS.get(str(r["status"]), "#999")
+    ident = r["copy_id"] if r["side"] == "after" else r["original_id"]
+    return (
+        f'<span class="tag" style="background:{color}">{escape_text(r["status"])}</span>'
+        f'<b>{escape_text(r["role"])}</b> <span class="meta">{escape_text(ident)} '
+        f"\u00b7 seq {escape_text(r['seq'])} \u00b7 \u2248{escape_text(r['tokens'])} tok</span><br>"
+        f"{escape_text(r['preview'])}"
+    )
+
+
+def diff_html(rows: pd.DataFrame, *, summary: Call | None = None, title: str | None = None) -> str:
+    """The diff as an HTML fragment: originals left, new branch right, aligned, escaped."""
+    before = rows[rows["side"] == "before"].sort_values("position")
+    after = rows[rows["side"] == "after"].sort_values("position")
+    copies = {r["original_id"]: r for _, r in after.iterrows() if r["original_id"] is not None}
+    summary_rows = [r for _, r in after.iterrows() if r["status"] == "summary"]
+    n_folded = int((before["status"] == "folded").sum())
+    folded_tokens = int(before.loc[before["status"] == "folded", "tokens"].sum())
+    heading = title or (
+        f"Compaction {summary.id}: {n_folded} folded (\u2248{folded_tokens} tokens), "
+        f"{int((before['status'] == 'protected').sum())} protected, "
+        f"{int((before['status'] == 'kept').sum())} kept"
+        if summary is not None
+        else "Compaction diff"
+    )
+    out = [f"<style>{_DIFF_CSS}</style>", '<table class="opctx-diff">',
+           f'<caption style="text-align:left;padding:4px 0"><b>{escape_text(heading)}</b></caption>',
+           "<tr><th>before (original branch)</th><th>after (new branch)</th></tr>"]
+    summary_done = False
+    for _, r in before.iterrows():
+        left_cls = ' class="folded"' if r["status"] == "folded" else ""
+        left = f"<td{left_cls}>{_cell(r)}</td>"
+        if r["status"] == "folded":
+            if summary_done:
+                right = ""
+            else:
+                summary_done = True
+                right = (
+                    f'<td rowspan="{n_folded}">{_cell(summary_rows[0])}</td>'
+                    if summary_rows
+                    else f'<td rowspan="{n_folded}" class="empty"></td>'
+                )
+        else:
+            copy = copies.get(r["original_id"])
+            right = f"<td>{_cell(copy)}</td>" if copy is not None else '<td class="empty"></td>'
+        out.append(f"<tr>{left}{right}</tr>")
+    if not summary_done and summary_rows:
+        # nothing folded (a recorded compaction may list no ids): still show the summary
+        out.append(f'<tr><td class="empty"></td><td>{_cell(summary_rows[0])}</td></tr>')
+    out.append("</table>")
+    return "".join(out)
+
+
+def diff_graph(
+    source: Any,
+    session_id: str | None = None,
+    compaction: str | int | None = None,
+    *,
+    diff: BranchDiff | None = None,
+    height: int = 420,
+) -> GraphView:
+    """Both branches of one compaction as a graph, coloured exactly as the diff table.
+
+    Only the nodes of the diff are drawn (originals and the new branch), so the
+    picture stays small whatever the session's size.
+    """
+    d = diff or compare_compaction(source, session_id, compaction)
+    ids = set(d.rows["original_id"].dropna()) | set(d.rows["copy_id"].dropna())
+    sub = Graph(n for n in d.graph if n.id in ids)
+    infos = node_infos(sub)
+    status_of = {}
+    for _, r in d.rows.iterrows():
+        key = r["copy_id"] if r["side"] == "after" else r["original_id"]
+        status_of[key] = str(r["status"])
+    for info in infos:
+        info.compaction = status_of.get(info.id)
+        info.compaction_summary = d.summary.id
+        if info.id == d.summary.id:
+            info.display_role = "summary"
+    return render_graph(
+        sub,
+        edges=("caller", "predecessor"),
+        collapse=False,
+        infos=infos,
+        height=height,
+        title=f"compaction {d.summary.id}",
+    )
+

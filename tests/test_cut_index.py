@@ -1,0 +1,233 @@
+"""find_cut_index: the six steps of §4.2 and the SPEC-NOTES invariants."""
+
+from __future__ import annotations
+
+import pytest
+from _compaction_fixtures import (
+    anthropic_call,
+    anthropic_result,
+    assert_pairs_intact,
+    assistant,
+    call,
+    char_tokens,
+    chat_turns,
+    latest_user_index,
+    results,
+    tool_turn,
+    user,
+)
+
+from opctx.context.summarize import MessageFacts, SummarizerConfig, find_cut_index, keep_budget
+
+# §4.2 table: window -> (desired_keep, max_safe_keep, effective_keep)
+WINDOW_TABLE = [
+    (8_000, 8_000, 6_000, 6_000),
+    (32_000, 8_000, 24_000, 8_000),
+    (64_000, 8_000, 56_000, 8_000),
+    (200_000, 20_000, 192_000, 20_000),
+    (272_000, 27_200, 264_000, 27_200),
+    (1_000_000, 40_000, 992_000, 40_000),
+]
+
+
+@pytest.mark.parametrize(("window", "desired", "max_safe", "effective"), WINDOW_TABLE)
+def test_window_table(window: int, desired: int, max_safe: int, effective: int) -> None:
+    assert keep_budget(window) == (desired, max_safe, effective)
+    cut = find_cut_index(chat_turns(3), window, estimate=char_tokens)
+    assert (cut.desired_keep, cut.max_safe_keep, cut.effective_keep) == (desired, max_safe, effective)
+
+
+@pytest.mark.parametrize(("window", "desired", "max_safe", "effective"), WINDOW_TABLE)
+def test_kept_tail_meets_effective_keep(window: int, desired: int, max_safe: int, effective: int) -> None:
+    # 500-token messages: the gate closes within a few messages of `effective`
+    history = chat_turns(400, size=500)
+    cfg = SummarizerConfig(protect_last_n=0)
+    cut = find_cut_index(history, window, cfg, estimate=char_tokens)
+    assert cut.ok
+    assert history[cut.index]["role"] == "user"
+    # step 3 closes both gates; the spec's forward snap to the next user message may then
+    # give back the one assistant message in front of it, never more
+    assert any(s.startswith("3:gates met") for s in cut.steps)
+    assert effective - 600 <= cut.tail_tokens < effective + 2 * 600
+    assert cut.tail_text_messages >= cfg.keep_min_messages - 1
+
+
+def test_keep_recent_tokens_override_skips_ratio_and_clamp() -> None:
+    history = chat_turns(100, size=500)
+    cut = find_cut_index(history, 200_000, SummarizerConfig(protect_last_n=0), 3_000, estimate=char_tokens)
+    assert cut.effective_keep == 3_000  # not clamped up to keep_min_tokens (8,000)
+    assert 3_000 <= cut.tail_tokens < 3_000 + 2 * 600
+    assert cut.steps[0].startswith("1-2:override")
+    with pytest.raises(ValueError, match="keep_recent_tokens"):
+        find_cut_index(history, 200_000, keep_recent_tokens=-1, estimate=char_tokens)
+
+
+def test_text_block_gate_stops_one_huge_tool_result_from_being_the_tail() -> None:
+    history = chat_turns(20, size=100)
+    c = call("grep")
+    history += [user("search it"), c, *results(c, 30_000), assistant("found it")]
+    cut = find_cut_index(history, 200_000, SummarizerConfig(protect_last_n=0), estimate=char_tokens)
+    # tokens alone were met by the single 30K result; the gate still walked back to 5 text
+    # messages (the forward snap may give back the assistant message before a user one)
+    assert "text=5" in next(s for s in cut.steps if s.startswith("3:"))
+    assert cut.tail_text_messages >= 4
+    assert cut.index < len(history) - 4
+
+
+def test_protect_last_n_is_a_floor_of_the_tail() -> None:
+    history = chat_turns(60, size=10)  # tiny messages: the token gate is never met
+    cut = find_cut_index(history, 32_000, SummarizerConfig(), estimate=char_tokens)
+    assert not cut.ok  # 120 tiny messages fit the 8K keep budget entirely
+    cut = find_cut_index(history, 32_000, SummarizerConfig(), 100, estimate=char_tokens)
+    assert cut.ok
+    assert len(history) - cut.index >= 20 or "4:protect_last_n floor" in " ".join(cut.steps)
+
+
+def test_protect_last_n_floor_is_bounded_by_the_token_ceiling() -> None:
+    history = chat_turns(5, size=100)
+    for _ in range(10):
+        history += tool_turn(tool_size=5_000)
+    cfg = SummarizerConfig()
+    cut = find_cut_index(history, 32_000, cfg, estimate=char_tokens, max_tail_tokens=12_000)
+    assert cut.ok
+    assert any("moved to" in s for s in cut.steps)
+    assert cut.tail_tokens <= 12_000 + 5_100  # one tool group may straddle the ceiling
+
+
+def test_snap_never_moves_forward_past_the_floor_or_latest_user() -> None:
+    # the latest user message opens a long autonomous run of 30 tool rounds
+    history = chat_turns(30, size=300)
+    history.append(user("now refactor everything"))
+    for _ in range(30):
+        c = call("edit")
+        history += [c, *results(c, 20)]
+    last = latest_user_index(history)
+    cfg = SummarizerConfig(protect_last_n=20)
+    cut = find_cut_index(history, 32_000, cfg, estimate=char_tokens)
+    assert cut.ok
+    assert cut.index <= last  # the request stays in the tail
+    assert cut.index <= len(history) - 20
+    assert history[cut.index]["role"] == "user"
+
+
+def test_backward_snap_when_forward_would_cross_the_floor() -> None:
+    history = chat_turns(40, size=200)
+    history.append(user("long task"))
+    for _ in range(12):
+        c = call("run", text="running the next step")
+        history += [c, *results(c, 1_000)]  # the token gate closes inside this run
+    cut = find_cut_index(history, 32_000, SummarizerConfig(protect_last_n=5), estimate=char_tokens)
+    assert cut.ok
+    assert cut.index == latest_user_index(history)
+    assert any("snapped backward" in s for s in cut.steps)
+
+
+def test_parallel_tool_calls_are_never_split() -> None:
+    history = chat_turns(10, size=300)
+    for _ in range(30):
+        history += tool_turn(tool_size=300, parallel=3)
+    for window in (8_000, 32_000, 64_000):
+        for keep in (None, 500, 1_000, 2_345, 5_000):
+            cut = find_cut_index(history, window, SummarizerConfig(protect_last_n=3), keep, estimate=char_tokens)
+            assert cut.ok
+            head, tail = history[: cut.protected_head], history[cut.index :]
+            assert_pairs_intact(head + tail)
+
+
+def test_head_extends_to_keep_its_tool_group_whole() -> None:
+    c = call("read", "list")
+    history = [user("start"), c, *results(c, 50), assistant("ok")] + chat_turns(30, size=400)
+    cut = find_cut_index(history, 32_000, SummarizerConfig(protect_first_n=2), estimate=char_tokens)
+    assert cut.protected_head == 4  # user, call, two results
+    assert any("head extended" in s for s in cut.steps)
+
+
+def test_anthropic_shaped_tool_traffic() -> None:
+    history = chat_turns(10, size=500)
+    for _ in range(20):
+        c = anthropic_call("search")
+        history += [user("look"), c, anthropic_result(c, 800), assistant("seen")]
+    cut = find_cut_index(history, 32_000, SummarizerConfig(protect_last_n=2), estimate=char_tokens)
+    assert cut.ok
+    assert_pairs_intact(history[: cut.protected_head] + history[cut.index :])
+    # a tool-result wrapper is not a user request: the tail starts at a real one
+    assert history[cut.index]["content"] == "look"
+
+
+def test_reused_call_ids_pair_with_the_nearest_call() -> None:
+    history = chat_turns(5, size=500)
+    for i in range(20):
+        c = call("step")
+        c["tool_calls"][0]["id"] = "call_0"  # some local models reuse ids every turn
+        r = results(c, 300)
+        history += [user(f"go {i}"), c, *r, assistant("next")]
+    cut = find_cut_index(history, 32_000, SummarizerConfig(protect_last_n=2), estimate=char_tokens)
+    assert cut.ok
+    assert history[cut.index]["role"] == "user"
+
+
+def test_autonomous_run_cuts_at_a_tool_group_boundary() -> None:
+    history = [user("do the whole migration"), assistant("starting")]
+    for _ in range(80):
+        c = call("migrate")
+        history += [c, *results(c, 400)]
+    cut = find_cut_index(history, 32_000, SummarizerConfig(protect_first_n=2, protect_last_n=4), estimate=char_tokens)
+    assert cut.ok
+    assert history[cut.index]["role"] == "assistant"  # no later user request exists
+    assert any("tool-group boundary" in s for s in cut.steps)
+    assert_pairs_intact(history[:2] + history[cut.index :])
+
+
+def test_nothing_can_be_cut_returns_a_reason() -> None:
+    assert not find_cut_index([], 32_000, estimate=char_tokens).ok
+    short = chat_turns(2)
+    cut = find_cut_index(short, 32_000, estimate=char_tokens)
+    assert not cut.ok
+    assert "nothing to fold" in cut.reason
+    # one turn right after the head: the latest request cannot be folded
+    history = [user("a"), assistant("b"), user("c"), user("the real task")]
+    for _ in range(10):
+        c = call("x")
+        history += [c, *results(c, 3_000)]
+    cut = find_cut_index(history, 8_000, SummarizerConfig(protect_first_n=3), estimate=char_tokens)
+    assert not cut.ok
+    assert "nothing can be folded" in cut.reason
+
+
+def test_orphaned_results_in_the_input_do_not_block_the_cut() -> None:
+    history = chat_turns(30, size=400)
+    history.insert(5, {"id": "t_orphan", "role": "tool", "tool_call_id": "missing", "content": "?"})
+    cut = find_cut_index(history, 32_000, SummarizerConfig(protect_last_n=2), estimate=char_tokens)
+    assert cut.ok
+
+
+def test_facts_cache_is_incremental_on_append() -> None:
+    calls = []
+
+    def counting(msg: dict) -> int:
+        calls.append(msg["id"])
+        return char_tokens(msg)
+
+    facts = MessageFacts(counting)
+    history = chat_turns(50, size=100)
+    find_cut_index(history, 32_000, facts=facts)
+    assert len(calls) == 100
+    history += chat_turns(1, size=100)
+    find_cut_index(history, 32_000, facts=facts)
+    assert len(calls) == 102  # only the two new messages were estimated
+    # the same history re-read as new dicts (same ids): reused by key, no estimate
+    find_cut_index([dict(m) for m in history], 32_000, facts=facts)
+    assert len(calls) == 102
+
+
+def test_config_validation() -> None:
+    with pytest.raises(ValueError, match="keep_min_tokens"):
+        SummarizerConfig(keep_min_tokens=50_000, keep_max_tokens=40_000)
+    with pytest.raises(ValueError, match="trigger_pct"):
+        SummarizerConfig(trigger_pct=1.5)
+    with pytest.raises(ValueError, match="recommend_pct <= trigger_pct"):
+        SummarizerConfig(recommend_pct=0.9, trigger_pct=0.8)
+    with pytest.raises(ValueError, match="unknown SummarizerConfig"):
+        SummarizerConfig.from_dict({"nope": 1})
+    with pytest.raises(ValueError, match="context_window"):
+        keep_budget(0)

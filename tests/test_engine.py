@@ -1,0 +1,462 @@
+"""ContextEngine hooks, DefaultContextEngine (prepare, compact, guards, events) and the registry (§5)."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+from _compaction_fixtures import assistant, call, chat_turns, filler, results, tool_turn, user
+
+from opctx.context.engine import (
+    CONTEXT_ENGINE_REGISTRY,
+    ContextEngine,
+    DefaultContextEngine,
+    EngineError,
+    default_engine,
+    get_engine,
+    register_engine,
+    resolve_engine_for,
+    to_provider_messages,
+    unregister_engine,
+)
+from opctx.context.summarize import Summarizer, SummarizerConfig
+from opctx.context.tokens import Estimator
+from opctx.context.types import CompactResult, TurnPrep
+from opctx.dag.providers import Reply, ScriptedProvider, Usage
+from opctx.dag.session_db import DagSessionDB
+
+SYSTEM = "You are a careful test agent."
+
+
+class CountingEstimator(Estimator):
+    def __init__(self) -> None:
+        super().__init__("heuristic")
+        self.message_calls = 0
+
+    def message_tokens(self, msg, model=None, method=None):
+        self.message_calls += 1
+        return super().message_tokens(msg, model, method)
+
+
+HEURISTIC = Estimator("heuristic")  # fast and predictable: 3.8 ASCII characters per token
+
+
+def summariser(text: str = "## User intent\nsummary text") -> tuple[Summarizer, ScriptedProvider]:
+    provider = ScriptedProvider(lambda *a: Reply(text=text))
+    return Summarizer(provider, model="summary-model", count_tokens=HEURISTIC.text_tokens), provider
+
+
+def stored_session(db: DagSessionDB, msgs: list[dict]) -> str:
+    sid = db.create_session(title="engine")
+    db.append_messages(sid, [{k: v for k, v in m.items() if k != "id"} for m in msgs])
+    return sid
+
+
+def make_engine(db: DagSessionDB, window: int = 32_000, **kw) -> DefaultContextEngine:
+    kw.setdefault("summarizer", summariser()[0])
+    kw.setdefault("estimator", HEURISTIC)
+    return DefaultContextEngine(session_db=db, context_window=window, aging=False, **kw)
+
+
+@pytest.fixture
+def db() -> DagSessionDB:
+    return DagSessionDB(":memory:")
+
+
+# ------------------------------------------------------------------ the ABC
+
+
+def test_abc_exposes_every_hook() -> None:
+    hooks = {
+        "on_session_start", "ingest", "prepare", "should_recommend", "should_auto_compact",
+        "compact", "after_turn", "on_session_end",
+    }
+    assert hooks <= set(dir(ContextEngine))
+    assert ContextEngine.__abstractmethods__ == {"prepare", "compact"}
+    with pytest.raises(TypeError):
+        ContextEngine()  # type: ignore[abstract]
+    params = list(inspect.signature(ContextEngine.compact).parameters)
+    assert params[1:] == [
+        "agent", "session_id", "model", "on_event", "previous_summary", "user_initiated",
+        "cancel_event", "keep_recent_tokens",
+    ]
+    assert list(inspect.signature(ContextEngine.prepare).parameters)[1:] == [
+        "agent", "session", "history", "model", "tools",
+    ]
+
+
+def test_components_are_keyword_only() -> None:
+    with pytest.raises(TypeError):
+        DefaultContextEngine(None)  # type: ignore[misc]
+    params = inspect.signature(DefaultContextEngine.__init__).parameters
+    for name in ("usage_tracker", "budget_allocator", "ager", "summarizer", "persister", "references",
+                 "session_db", "recommend_pct", "auto_compact_pct", "emergency_pct", "context_window", "clock"):
+        assert params[name].kind is inspect.Parameter.KEYWORD_ONLY
+    with pytest.raises(ValueError, match="thresholds"):
+        DefaultContextEngine(recommend_pct=0.9, auto_compact_pct=0.8)
+    spec = DefaultContextEngine()
+    assert (spec.recommend_pct, spec.auto_compact_pct, spec.emergency_pct) == (0.70, 0.80, 0.95)
+    # a Hermes-like preset: thresholds follow the config unless given explicitly
+    hermes = DefaultContextEngine(config=SummarizerConfig(recommend_pct=0.4, trigger_pct=0.5))
+    assert (hermes.recommend_pct, hermes.auto_compact_pct, hermes.emergency_pct) == (0.4, 0.5, 0.95)
+    assert DefaultContextEngine(config=SummarizerConfig(trigger_pct=0.5, recommend_pct=0.4), auto_compact_pct=0.6).auto_compact_pct == 0.6
+
+
+# ------------------------------------------------------------------ prepare
+
+
+def test_prepare_returns_a_full_turn_prep(db: DagSessionDB) -> None:
+    c = call("read_file")
+    history = [user("fix the bug in /src/app.py"), c, *results(c, 50), assistant("found it")]
+    sid = stored_session(db, history)
+    branch = db.get_branch(sid)
+    engine = make_engine(db)
+    prep = engine.prepare(SYSTEM, sid, branch, "gpt-4o", None)
+    assert isinstance(prep, TurnPrep)
+    assert prep.system_prompt == SYSTEM
+    assert prep.context_window == 32_000 == prep.budget.context_window
+    assert prep.budget_pct == prep.budget.input_used_pct
+    assert prep.budget.history > 0 and prep.budget.system_prompt > 0
+    assert prep.decision_path[0] == "usage:estimate"
+    assert prep.decision_path[1] == "aging:redacted=0"
+    assert prep.decision_path[2] == f"budget:{prep.budget_pct:.2f}"
+    assert prep.decision_path[-1] == "ok"
+    assert prep.history_dicts == branch
+    assert [m["role"] for m in prep.agent_messages] == ["user", "assistant", "tool", "assistant"]
+    tc = prep.agent_messages[1]["tool_calls"][0]
+    assert tc["type"] == "function" and tc["function"]["name"] == "read_file"
+    assert prep.agent_messages[2]["tool_call_id"] == tc["id"]
+    assert prep.summary_id is None
+
+
+def test_prepare_is_incremental(db: DagSessionDB) -> None:
+    est = CountingEstimator()
+    engine = make_engine(db, estimator=est)
+    history = chat_turns(1_000, size=20)
+    for i, m in enumerate(history):
+        m["timestamp"] = float(i)
+    engine.prepare(SYSTEM, "s1", history, "gpt-4o", None)
+    first = est.message_calls
+    assert first >= 2_000
+    history += [user("one more"), assistant("sure")]
+    engine.prepare(SYSTEM, "s1", history, "gpt-4o", None)
+    # the two new messages plus the system prompt, never the 2,000 old ones again
+    assert est.message_calls - first <= 4
+
+
+def test_prepare_uses_provider_usage_after_a_turn(db: DagSessionDB) -> None:
+    engine = make_engine(db)
+    history = chat_turns(5)
+    prep = engine.prepare(SYSTEM, "s2", history, "gpt-4o", None)
+    engine.after_turn("s2", Usage(input_tokens=5_000, output_tokens=50), prep)
+    history = history + [assistant("reply"), user("next")]
+    prep2 = engine.prepare(SYSTEM, "s2", history, "gpt-4o", None)
+    assert prep2.decision_path[0] == "usage:provider"
+    # provider prefix (5,000, which already holds system and tools) + the two new messages
+    assert 5_000 < prep2.budget.input_used < 5_100
+    assert prep2.usage.source == "provider"
+
+
+def test_thresholds_and_decisions(db: DagSessionDB) -> None:
+    engine = make_engine(db, window=10_000)
+    budget = engine.budget_allocator.allocate(10_000, 0, 0, 0).input_budget
+
+    def prep_at(pct: float) -> TurnPrep:
+        size = int(budget * pct)
+        history = [user(filler(size * 38 // 10))]
+        return engine.prepare(None, "s3", history, None, None)
+
+    assert prep_at(0.5).decision_path[-1] == "ok"
+    p = prep_at(0.72)
+    assert p.decision_path[-1] == "recommend" and engine.should_recommend(p) and not engine.should_auto_compact(p)
+    p = prep_at(0.85)
+    assert p.decision_path[-1] == "auto_compact" and engine.should_auto_compact(p)
+    p = prep_at(0.99)
+    assert p.decision_path[-1] == "emergency" and engine.should_auto_compact(p)
+
+
+def test_provider_messages_repair_broken_pairs() -> None:
+    c = call("grep", "ls")
+    r = results(c)
+    history = [user("a"), c, r[0], {"id": "t9", "role": "tool", "tool_call_id": "gone", "name": "cat", "content": "orphan"}]
+    out = to_provider_messages(history)
+    assert out[1]["tool_calls"] == [
+        {"id": c["tool_calls"][0]["id"], "type": "function", "function": {"name": "grep", "arguments": '{"path": "/src/grep.py"}'}}
+    ]
+    assert "called ls(" in out[1]["content"] and "result not in context" in out[1]["content"]
+    assert out[2]["role"] == "tool"
+    assert out[3] == {"role": "user", "content": "[result of tool cat (call gone)]\norphan"}
+    assert to_provider_messages([{"id": "e", "role": "assistant", "content": ""}]) == []
+
+
+# ------------------------------------------------------------------ compact
+
+
+def big_session(db: DagSessionDB, turns: int = 10, tool_size: int = 1_500) -> str:
+    msgs = [user("the original task: migrate the schema"), assistant("understood"), user("use postgres")]
+    for _ in range(turns):
+        msgs += tool_turn(tool_size=tool_size)
+    return stored_session(db, msgs)
+
+
+def test_compact_writes_the_layout_and_reports(db: DagSessionDB) -> None:
+    sid = big_session(db)
+    before = db.get_branch(sid)
+    events: list[tuple[str, dict]] = []
+    engine = make_engine(db)
+    res = engine.compact(SYSTEM, sid, "gpt-4o", lambda n, p: events.append((n, p)), user_initiated=True)
+    assert isinstance(res, CompactResult) and res.ok, res.error
+    assert res.reason == "manual"
+    assert res.tokens_after < res.tokens_before
+    assert res.duration_ms > 0
+    assert res.protected_count == 3 and res.cut_index is not None
+    assert res.kept_count == len(before) - res.cut_index
+    assert res.summarised_count == res.cut_index - 3
+    branch = db.get_branch(sid)
+    assert res.new_head_id == db.get_head(sid) == branch[-1]["id"]
+    assert branch[3]["id"] == res.summary_id
+    assert [m["copied_from"] for m in branch[:3]] == [m["id"] for m in before[:3]]
+    assert [n for n, _ in events] == ["compaction_started", "compaction_finished"]
+    assert events[1][1]["summary_id"] == res.summary_id and events[1][1]["session_id"] == sid
+    prep = engine.prepare(SYSTEM, sid, branch, "gpt-4o", None)
+    assert prep.summary_id == res.summary_id
+    assert prep.agent_messages[3]["role"] == "system"
+    assert prep.agent_messages[3]["content"].startswith("[Previous conversation summary]\n## User intent")
+
+
+def test_chained_summaries_use_update(db: DagSessionDB) -> None:
+    summ, provider = summariser("## User intent\nFIRST SUMMARY")
+    sid = big_session(db)
+    engine = make_engine(db, summarizer=summ)
+    first = engine.compact(SYSTEM, sid, "gpt-4o")
+    assert first.ok and not first.used_previous_summary
+    assert "<previous-summary>" not in provider.calls[0]["messages"][0]["content"]
+    for m in [x for _ in range(6) for x in tool_turn(tool_size=1_500)]:
+        db.append_message(sid, {k: v for k, v in m.items() if k != "id"})
+    second = engine.compact(SYSTEM, sid, "gpt-4o")
+    assert second.ok and second.used_previous_summary and not second.fell_back_to_structural
+    prompt = provider.calls[1]["messages"][0]["content"]
+    assert "<previous-summary>\n## User intent\nFIRST SUMMARY\n</previous-summary>" in prompt
+    assert db.get_extra_meta(sid)["_last_summary_text"] == second.summary_text
+
+
+def test_emergency_goes_straight_to_structural(db: DagSessionDB) -> None:
+    summ, provider = summariser()
+    sid = big_session(db, turns=15)  # about 24.5K tokens of a 24K input budget
+    engine = make_engine(db, summarizer=summ)
+    prep = engine.prepare(SYSTEM, sid, db.get_branch(sid), "gpt-4o", None)
+    assert prep.budget_pct >= 0.95 and prep.decision_path[-1] == "emergency"
+    res = engine.compact(SYSTEM, sid, "gpt-4o")
+    assert res.ok and res.fell_back_to_structural
+    assert res.error.startswith("Emergency: input at")
+    assert provider.calls == []
+    assert "Structural summary of" in res.summary_text
+
+
+def test_keep_recent_tokens_override(db: DagSessionDB) -> None:
+    sid = big_session(db)
+    engine = make_engine(db)
+    res = engine.compact(SYSTEM, sid, "gpt-4o", user_initiated=True, keep_recent_tokens=2_000)
+    assert res.ok
+    branch = db.get_branch(sid)
+    tail = branch[4:]
+    assert sum(engine.estimator.message_tokens(m) for m in tail) < 2_000 + 2 * 1_600
+
+
+def test_nothing_to_cut_disables_auto_and_rearms(db: DagSessionDB) -> None:
+    # the protected head alone is huge: nothing after it can be folded
+    msgs = [user(filler(100_000)), assistant("ok"), user("go")] + chat_turns(2, size=50)
+    sid = stored_session(db, msgs)
+    events: list[str] = []
+    engine = make_engine(db)
+    res = engine.compact(SYSTEM, sid, "gpt-4o", lambda n, p: events.append(n))
+    assert not res.ok and res.disabled_auto
+    assert "nothing to fold" in res.error
+    assert events == ["compaction_started", "compaction_finished"]
+    assert engine.guard_state(sid)["disabled"]
+    branch = db.get_branch(sid)
+    prep = engine.prepare(SYSTEM, sid, branch, "gpt-4o", None)
+    assert prep.decision_path[-1] == "auto_compact_disabled"
+    assert not engine.should_auto_compact(prep)
+    # re-armed once the history grew by rearm_fraction of the input budget
+    grown = branch + chat_turns(20, size=400)
+    prep = engine.prepare(SYSTEM, sid, grown, "gpt-4o", None)
+    assert not engine.guard_state(sid)["disabled"]
+    assert engine.should_auto_compact(prep)
+    # and a manual compaction re-arms at once
+    engine.compact(SYSTEM, sid, "gpt-4o")
+    assert engine.guard_state(sid)["disabled"]
+    engine.compact(SYSTEM, sid, "gpt-4o", user_initiated=True)
+    assert not engine.guard_state(sid)["disabled"]
+
+
+def test_summary_that_does_not_shrink_is_not_written(db: DagSessionDB) -> None:
+    verbose, _ = summariser(filler(200_000))
+    sid = big_session(db, turns=10)  # under the emergency threshold: the LLM summary is used
+    head = db.get_head(sid)
+    engine = make_engine(db, summarizer=verbose)
+    res = engine.compact(SYSTEM, sid, "gpt-4o")
+    assert not res.ok and res.disabled_auto
+    assert res.error.startswith("no progress")
+    assert db.get_head(sid) == head
+
+
+def test_low_savings_twice_disables_auto(db: DagSessionDB) -> None:
+    sid = big_session(db, turns=12)
+    engine = make_engine(db, min_saving=0.99)  # every compaction counts as a low saving
+    first = engine.compact(SYSTEM, sid, "gpt-4o")
+    assert first.ok and not first.disabled_auto
+    for m in [x for _ in range(12) for x in tool_turn(tool_size=1_500)]:
+        db.append_message(sid, {k: v for k, v in m.items() if k != "id"})
+    second = engine.compact(SYSTEM, sid, "gpt-4o")
+    assert second.ok and second.disabled_auto
+    assert "two compactions in a row" in second.error
+    assert engine.guard_state(sid)["disabled"]
+
+
+def test_eight_k_window_compacts_without_looping(db: DagSessionDB) -> None:
+    msgs = [user("small model task"), assistant("ok"), user("details")]
+    for _ in range(14):
+        msgs += tool_turn(tool_size=400)
+    sid = stored_session(db, msgs)
+    engine = make_engine(db, window=8_000)
+    seen = []
+    for _ in range(5):
+        prep = engine.prepare(SYSTEM, sid, db.get_branch(sid), None, None)
+        if not engine.should_auto_compact(prep):
+            break
+        res = engine.compact(SYSTEM, sid, None)
+        seen.append(res)
+        if not res.ok:
+            break
+    assert seen and seen[0].ok
+    prep = engine.prepare(SYSTEM, sid, db.get_branch(sid), None, None)
+    assert prep.budget_pct < 0.8
+    assert len(seen) <= 2
+
+
+def test_compact_without_a_session_db_is_an_error() -> None:
+    engine = DefaultContextEngine(summarizer=summariser()[0])
+    with pytest.raises(EngineError, match="no session_db"):
+        engine.compact(None, "nope", None)
+
+
+def test_after_turn_emits_recommended_once_per_crossing(db: DagSessionDB) -> None:
+    engine = make_engine(db, window=10_000)
+    events: list[tuple[str, dict]] = []
+    history = [user(filler(20_000))]
+    prep = engine.prepare(None, "s9", history, None, None)
+    budget = prep.budget.input_budget
+    engine.after_turn("s9", Usage(input_tokens=int(budget * 0.75)), prep, lambda n, p: events.append((n, p)))
+    engine.after_turn("s9", Usage(input_tokens=int(budget * 0.76)), prep, lambda n, p: events.append((n, p)))
+    assert [n for n, _ in events] == ["compaction_recommended"]
+    assert events[0][1]["budget_pct"] == pytest.approx(0.75, abs=0.01)
+    engine.after_turn("s9", Usage(input_tokens=int(budget * 0.3)), prep, lambda n, p: events.append((n, p)))
+    engine.after_turn("s9", Usage(input_tokens=int(budget * 0.71)), prep, lambda n, p: events.append((n, p)))
+    assert [n for n, _ in events] == ["compaction_recommended"] * 2
+
+
+def test_failing_event_handler_is_contained(db: DagSessionDB) -> None:
+    sid = big_session(db)
+
+    def boom(name, payload):
+        raise RuntimeError("observer bug")
+
+    res = make_engine(db).compact(SYSTEM, sid, "gpt-4o", boom)
+    assert res.ok
+
+
+def test_summary_config_is_used_for_the_cut(db: DagSessionDB) -> None:
+    sid = big_session(db)
+    engine = make_engine(db, config=SummarizerConfig(protect_first_n=1))
+    res = engine.compact(SYSTEM, sid, "gpt-4o")
+    assert res.ok and res.protected_count == 1
+
+
+# ------------------------------------------------------------------ registry
+
+
+class NamedEngine(DefaultContextEngine):
+    pass
+
+
+def test_registry_round_trip() -> None:
+    engine = NamedEngine(name="lab-test-engine")
+    try:
+        assert register_engine(engine) is engine
+        assert get_engine("lab-test-engine") is engine
+        assert CONTEXT_ENGINE_REGISTRY["lab-test-engine"] is engine
+        with pytest.raises(ValueError, match="already registered"):
+            register_engine(NamedEngine(name="lab-test-engine"))
+        register_engine(engine)  # the same engine again is fine
+    finally:
+        unregister_engine("lab-test-engine")
+    with pytest.raises(TypeError):
+        register_engine(object())  # type: ignore[arg-type]
+
+
+def test_unknown_engine_is_an_error_listing_names() -> None:
+    with pytest.raises(EngineError) as info:
+        get_engine("does-not-exist")
+    assert "does-not-exist" in str(info.value) and "default" in str(info.value)
+
+
+def test_default_engine_and_resolution_order() -> None:
+    assert get_engine(None) is default_engine() is get_engine("default")
+    a, b = NamedEngine(name="per-agent"), NamedEngine(name="from-config")
+    register_engine(a)
+    register_engine(b)
+    try:
+        assert resolve_engine_for({"context_engine": "per-agent"}, {"context": {"engine": "from-config"}}) is a
+        assert resolve_engine_for({"name": "x"}, {"context": {"engine": "from-config"}}) is b
+
+        class Cfg:
+            class context:  # noqa: N801 - attribute-style config
+                engine = "from-config"
+
+        assert resolve_engine_for(None, Cfg()) is b
+        assert resolve_engine_for(None) is default_engine()
+        with pytest.raises(EngineError, match="unknown context engine 'typo'"):
+            resolve_engine_for({"context_engine": "typo"})
+    finally:
+        unregister_engine("per-agent")
+        unregister_engine("from-config")
+
+
+class RedactAllButLastTool:
+    """A stand-in TurnAger: redacts every tool result except the last one, on copies."""
+
+    def __init__(self) -> None:
+        self.seen_references = None
+
+    def age(self, history, references):
+        self.seen_references = references
+        tools = [i for i, m in enumerate(history) if m["role"] == "tool"]
+        aged, freed, ids = [], 0, []
+        for i, m in enumerate(history):
+            if i in tools[:-1]:
+                placeholder = "[Old tool result content cleared]"
+                freed += HEURISTIC.message_tokens(m) - HEURISTIC.message_tokens({**m, "content": placeholder})
+                ids.append(m["id"])
+                m = {**m, "content": placeholder}
+            aged.append(m)
+        from opctx.context.types import AgingReport
+
+        return aged, AgingReport(redacted=len(ids), tokens_freed=freed, redacted_ids=ids)
+
+
+def test_aging_feeds_the_budget_and_the_prompt(db: DagSessionDB) -> None:
+    ager = RedactAllButLastTool()
+    engine = DefaultContextEngine(
+        session_db=db, context_window=32_000, estimator=HEURISTIC, ager=ager, summarizer=summariser()[0]
+    )
+    history = [m for _ in range(4) for m in tool_turn(tool_size=1_000)]
+    raw = make_engine(db).prepare(SYSTEM, "aging", history, None, None)
+    prep = engine.prepare(SYSTEM, "aging", history, None, None)
+    assert prep.tool_results_redacted == 3
+    assert prep.decision_path[1] == "aging:redacted=3"
+    assert prep.tokens_freed_by_aging > 2_500
+    assert prep.budget.history == raw.budget.history - prep.tokens_freed_by_aging
+    assert sum(m["content"] == "[Old tool result content cleared]" for m in prep.agent_messages) == 3
+    assert history[2]["content"] != "[Old tool result content cleared]"  # the input was not mutated
+    assert ager.seen_references is not None

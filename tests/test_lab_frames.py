@@ -1,0 +1,126 @@
+"""DataFrames over opctx databases: typed columns, projections, filters, several databases."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from opctx.context.engine import DefaultContextEngine
+from opctx.dag.session_db import DagSessionDB
+from opctx.lab import frames
+from opctx.lab.scenarios import build_scenario_sessions, generate_session
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    path = tmp_path_factory.mktemp("frames") / "lab.db"
+    build_scenario_sessions(path, n=2, n_turns=12)
+    sdb = DagSessionDB(str(path))
+    # one provider usage record and one real compaction, to see them in the frames
+    first_llm = next(m for m in sdb.get_branch("scenario-0001") if m["role"] == "assistant")
+    sdb.update_message("scenario-0001", first_llm["id"], usage={
+        "input_tokens": 100, "output_tokens": 20, "cache_read_tokens": 1000, "cache_write_tokens": 50})
+    engine = DefaultContextEngine(session_db=sdb, context_window=20_000, aging=False)
+    result = engine.compact(None, "scenario-0002", None, user_initiated=True)
+    assert result.ok, result.error
+    sdb.close()
+    return path
+
+
+def test_sessions_df(db):
+    df = frames.sessions_df(db, columns=[*frames.SESSION_COLUMNS[:-1]])
+    assert "n_compactions" not in frames.sessions_df(db).columns  # reads every node: on request
+    assert list(df["session_id"]) == ["scenario-0001", "scenario-0002"]
+    assert isinstance(df["created_at"].dtype, pd.DatetimeTZDtype) and str(df["created_at"].dt.tz) == "UTC"
+    assert df["format"].dtype == "category" and set(df["format"]) == {"scenario"}
+    assert list(df["n_compactions"]) == [0, 1]
+    assert (df["n_nodes"] == df["n_user"] + df["n_llm"] + df["n_code"]).all()
+    extra = frames.sessions_df(db, columns=["session_id", "extra"], session_ids=["scenario-0001"])
+    assert extra.loc[0, "extra"]["scenario"]["seed"] == 1
+
+
+def test_nodes_df_types_kinds_and_projection(db):
+    scenario = generate_session(1, n_turns=12)
+    df = frames.nodes_df(db, session_ids=["scenario-0001"])
+    assert len(df) == len(scenario.messages)
+    assert df["role"].dtype == "category" and list(df["role"].cat.categories) == ["user", "llm", "code"]
+    assert df["kind"].dtype == "category"
+    roles = {"user": "user", "assistant": "assistant", "tool": "tool"}
+    assert list(df["kind"].astype(str)) == [roles[m["role"]] for m in scenario.messages]
+    assert list(df["n_tool_calls"]) == [len(m.get("tool_calls") or ()) for m in scenario.messages]
+    assert isinstance(df["created_at"].dtype, pd.DatetimeTZDtype)
+    assert df["usage_input_tokens"].dtype == "Int64" and df["usage_input_tokens"].notna().sum() == 1
+    assert "data" not in df.columns and "text" not in df.columns  # lazy by default
+    rich = frames.nodes_df(db, columns=["id", "text", "tokens", "data"], session_ids=["scenario-0001"])
+    assert list(rich.columns) == ["id", "text", "tokens", "data"]
+    assert rich.loc[0, "text"].startswith("You are working in a Python repository")
+    assert rich["tokens"].dtype == "int64" and (rich["tokens"] > 0).all()
+    assert isinstance(rich.loc[0, "data"], dict)
+    summary = frames.nodes_df(db, columns=["id", "kind"], session_ids=["scenario-0002"])
+    assert (summary["kind"] == "summary").sum() == 1
+    with pytest.raises(ValueError, match="unknown node column"):
+        frames.nodes_df(db, columns=["nope"])
+    with pytest.raises(ValueError, match="unknown role"):
+        frames.nodes_df(db, roles=["robot"])
+    llm = frames.nodes_df(db, roles=["llm"], columns=["id", "role"])
+    assert set(llm["role"]) == {"llm"}
+
+
+def test_edges_df(db):
+    edges = frames.edges_df(db, session_ids=["scenario-0001"])
+    nodes = frames.nodes_df(db, session_ids=["scenario-0001"], columns=["id", "predecessor"])
+    assert edges["kind"].dtype == "category"
+    pred = edges[edges["kind"] == "predecessor"]
+    assert len(pred) == nodes["predecessor"].notna().sum()
+    assert set(zip(pred["source"], pred["target"], strict=True)) == {
+        (i, p) for i, p in zip(nodes["id"], nodes["predecessor"], strict=True) if pd.notna(p)
+    }
+    only_reads = frames.edges_df(db, kinds=["reads"])
+    assert set(only_reads["kind"].astype(str)) <= {"reads"}
+    with pytest.raises(ValueError, match="unknown edge kind"):
+        frames.edges_df(db, kinds=["parent"])
+
+
+def test_turns_df(db):
+    scenario = generate_session(1, n_turns=12)
+    turns = frames.turns_df(db, session_ids=["scenario-0001"])
+    assert list(turns["turn"]) == list(range(1, 13))
+    user_idx = [i for i, m in enumerate(scenario.messages) if m["role"] == "user"]
+    bounds = user_idx + [len(scenario.messages)]
+    expected_msgs = [b - a for a, b in zip(bounds, bounds[1:], strict=False)]
+    assert list(turns["messages"]) == expected_msgs
+    assert turns["tool_calls"].sum() == sum(len(m.get("tool_calls") or ()) for m in scenario.messages)
+    assert turns["tool_results"].sum() == sum(m["role"] == "tool" for m in scenario.messages)
+    # provider usage: input + cache reads + cache writes, missing elsewhere (not 0)
+    assert turns.loc[0, "provider_input_tokens_sum"] == 1150
+    assert turns.loc[0, "cache_read_tokens"] == 1000
+    assert turns["provider_input_tokens_sum"].isna().sum() == 11
+    assert isinstance(turns["started_at"].dtype, pd.DatetimeTZDtype)
+    # a compacted session: copies and the summary are not counted again
+    t2 = frames.turns_df(db, session_ids=["scenario-0002"])
+    s2 = generate_session(2, n_turns=12)
+    assert t2["messages"].sum() == len(s2.messages)
+
+
+def test_compactions_df(db):
+    df = frames.compactions_df(db, with_text=True)
+    assert len(df) == 1
+    row = df.iloc[0]
+    assert row["session_id"] == "scenario-0002" and not row["recorded"]
+    assert row["reason"] == "manual" and row["folded"] > 0 and row["fell_back_to_structural"]
+    assert row["summary_text"].startswith("[Previous conversation summary]")
+    assert row["pre_tokens"] > row["tokens_after"]
+
+
+def test_several_databases_get_a_db_column(db, tmp_path):
+    other = tmp_path / "other.db"
+    build_scenario_sessions(other, n=1, first_seed=5, n_turns=3)
+    df = frames.sessions_df([db, other])
+    assert df["db"].dtype == "category" and list(df["db"].cat.categories) == [str(db), str(other)]
+    assert list(df["session_id"]) == ["scenario-0001", "scenario-0002", "scenario-0005"]
+    nodes = frames.nodes_df([db, other], columns=["id"], session_ids=["scenario-0005"])
+    assert set(nodes["db"].astype(str)) == {str(other)}
+    with pytest.raises(FileNotFoundError):
+        frames.sessions_df(tmp_path / "missing.db")
+    with pytest.raises(ValueError, match="no database"):
+        frames.sessions_df([])

@@ -1,0 +1,77 @@
+"""Sweeps: one row per (session, configuration), identical whatever the executor."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pandas as pd
+import pytest
+
+from opctx.lab.history import SessionSpec
+from opctx.lab.scenarios import build_scenario_sessions, generate_session
+from opctx.lab.sweep import expand_grid, sweep
+
+GRID = {"preset": ["none", "default", "observation-masking"], "context_window": [30_000]}
+
+
+@pytest.fixture(scope="module")
+def specs(tmp_path_factory):
+    path = tmp_path_factory.mktemp("sweep") / "sweep.db"
+    ids = build_scenario_sessions(path, n=2, n_turns=10)
+    return [SessionSpec(str(path), sid) for sid in ids]
+
+
+def test_expand_grid():
+    configs = expand_grid({"preset": ["a", "b"], "x": [1, 2, 3]})
+    assert len(configs) == 6 and configs[0] == {"preset": "a", "x": 1} and configs[-1] == {"preset": "b", "x": 3}
+    assert expand_grid([{"preset": "none"}]) == [{"preset": "none"}]
+    with pytest.raises(TypeError):
+        expand_grid({"preset": "none"})
+
+
+@pytest.fixture(scope="module")
+def serial(specs):
+    return sweep(specs, GRID, progress=False, configs_per_task=2)
+
+
+def test_serial_sweep_rows_and_columns(serial):
+    df = serial
+    assert len(df) == 2 * 3
+    assert list(df["session_index"]) == [0] * 3 + [1] * 3
+    assert list(df["config_index"]) == list(range(3)) * 2
+    assert df["error"].isna().all(), df["error"].dropna().tolist()
+    none_rows = df[df["preset"] == "none"]
+    assert (none_rows["tokens_saved"] == 0).all() and (none_rows["compactions"] == 0).all()
+    small_default = df[(df["preset"] == "default") & (df["param_context_window"] == 30_000)]
+    assert (small_default["compactions"] > 0).all()
+    assert (df["broken_pairs_introduced"] == 0).all()
+
+
+def test_dask_local_cluster_gives_the_identical_frame(specs, serial):
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+        with distributed.Client(cluster) as client:
+            parallel = sweep(specs, GRID, executor=client.get_executor(), progress=False, configs_per_task=2)
+    pd.testing.assert_frame_equal(serial, parallel)
+
+
+def test_thread_pool_and_message_lists(specs):
+    sessions = [generate_session(3, n_turns=4).messages, generate_session(4, n_turns=3).messages]
+    grid = [{"preset": "none"}, {"preset": "hermes", "label": "hermes-like"}]
+    serial = sweep(sessions, grid, progress=False)
+    with ThreadPoolExecutor(2) as pool:
+        threaded = sweep(sessions, grid, executor=pool, progress=False, configs_per_task=1)
+    pd.testing.assert_frame_equal(serial, threaded)
+    assert list(serial["config"].astype(str)) == ["none", "hermes-like"] * 2
+    assert serial.loc[0, "session"] == "messages-0"
+
+
+def test_errors_are_recorded_or_raised(specs):
+    grid = [{"preset": "none"}, {"preset": "no-such-preset"}]
+    df = sweep(specs[:1], grid, progress=False)
+    assert df.loc[0, "error"] is None or pd.isna(df.loc[0, "error"])
+    assert "unknown preset" in df.loc[1, "error"]
+    with pytest.raises(RuntimeError, match="no-such-preset"):
+        sweep(specs[:1], grid, progress=False, errors="raise")
+    with pytest.raises(ValueError, match="no configurations"):
+        sweep(specs, [], progress=False)

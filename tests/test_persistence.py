@@ -1,0 +1,124 @@
+"""Persister: the compaction layout of docs/ARCHITECTURE.md, exactly."""
+
+from __future__ import annotations
+
+import pytest
+from _compaction_fixtures import assistant, call, chat_turns, results, user
+
+from opctx.context.persistence import LAST_SUMMARY_KEY, Persister, PersistError
+from opctx.dag.session_db import DagSessionDB
+
+
+@pytest.fixture
+def db() -> DagSessionDB:
+    return DagSessionDB(":memory:")
+
+
+def store_history(db: DagSessionDB, msgs: list[dict]) -> tuple[str, list[dict]]:
+    sid = db.create_session(title="persist")
+    for m in msgs:
+        db.append_message(sid, {k: v for k, v in m.items() if k != "id"})
+    return sid, db.get_branch(sid)
+
+
+def test_layout(db: DagSessionDB) -> None:
+    c = call("read")
+    sid, history = store_history(db, [user("task"), assistant("ok"), user("more"), *chat_turns(5), user("go"), c, *results(c), assistant("done")])
+    snapshot = {m["id"]: dict(m) for m in db.get_messages(sid)}
+    p, cut = 3, 9
+    res = Persister(db).insert_summary_node(
+        sid, "SUMMARY", cut, history, p, reason="manual", pre_tokens=1000, tokens_after=400
+    )
+    branch = db.get_branch(sid)
+    n = len(history)
+    assert len(branch) == p + 1 + (n - cut)
+    assert db.get_head(sid) == res.new_head_id == branch[-1]["id"]
+    # protected head copies, verbatim, first one is the root
+    assert branch[0]["parent_id"] is None
+    for copy_, orig in zip(branch[:p], history[:p], strict=True):
+        assert copy_["id"].startswith("k_") and copy_["copied_from"] == orig["id"]
+        assert copy_["content"] == orig["content"] and copy_["role"] == orig["role"]
+    # the summary node
+    s = branch[p]
+    assert s["id"] == res.summary_id and s["id"].startswith("summary_")
+    assert s["role"] == "system" and s["type"] == "compactionSummary" and s["source"] == "compaction"
+    assert s["content"] == "[Previous conversation summary]\nSUMMARY"
+    assert s["extra"] == {"compaction": True}
+    assert s["parent_id"] == branch[p - 1]["id"]
+    meta = s["compaction"]
+    assert meta["folded_ids"] == [m["id"] for m in history[p:cut]]
+    assert meta["folded_range"] == [history[p]["id"], history[cut - 1]["id"]]
+    assert meta["protected_ids"] == [m["id"] for m in history[:p]]
+    assert meta["kept_ids"] == [m["id"] for m in history[cut:]]
+    assert meta["reason"] == "manual" and meta["pre_tokens"] == 1000 and meta["tokens_after"] == 400
+    assert meta["recorded"] is False and meta["fell_back_to_structural"] is False
+    assert s["timestamp"] < branch[p + 1]["timestamp"]
+    # kept tail copies, tool pairing preserved
+    for copy_, orig in zip(branch[p + 1 :], history[cut:], strict=True):
+        assert copy_["copied_from"] == orig["id"]
+        assert copy_.get("tool_calls") == orig.get("tool_calls")
+        assert copy_.get("tool_call_id") == orig.get("tool_call_id")
+    # nothing on the new branch points into the folded range
+    folded_ids = set(meta["folded_ids"])
+    assert not any(m["parent_id"] in folded_ids for m in branch)
+    # originals untouched and reachable
+    for mid, before in snapshot.items():
+        assert db.get_message(sid, mid) == before
+    reachable = {m["id"] for m in db.get_descendants(sid, history[0]["id"])}
+    assert {m["id"] for m in history[1:]} <= reachable
+    assert db.get_extra_meta(sid)[LAST_SUMMARY_KEY] == "SUMMARY"
+    assert res.protected_copy_ids == [m["id"] for m in branch[:p]]
+    assert res.kept_copy_ids == [m["id"] for m in branch[p + 1 :]]
+
+
+def test_no_protected_head_makes_the_summary_the_root(db: DagSessionDB) -> None:
+    sid, history = store_history(db, chat_turns(6))
+    Persister(db).insert_summary_node(sid, "S", 4, history, 0)
+    branch = db.get_branch(sid)
+    assert branch[0]["type"] == "compactionSummary" and branch[0]["parent_id"] is None
+
+
+def test_second_compaction_chains(db: DagSessionDB) -> None:
+    sid, history = store_history(db, chat_turns(10))
+    persister = Persister(db)
+    persister.insert_summary_node(sid, "FIRST", 8, history, 3)
+    branch = db.get_branch(sid)
+    for m in chat_turns(4):
+        db.append_message(sid, {k: v for k, v in m.items() if k != "id"})
+    branch = db.get_branch(sid)
+    persister.insert_summary_node(sid, "SECOND", 8, branch, 3)
+    final = db.get_branch(sid)
+    assert final[3]["content"].endswith("SECOND")
+    assert final[3]["compaction"]["folded_ids"][0] == branch[3]["id"]  # the first summary was folded
+    assert persister.last_summary_text(sid) == "SECOND"
+    assert [m["copied_from"] for m in final[:3]] == [m["id"] for m in branch[:3]]
+
+
+def test_bad_ranges_raise_clear_errors(db: DagSessionDB) -> None:
+    sid, history = store_history(db, chat_turns(3))
+    persister = Persister(db)
+    with pytest.raises(PersistError, match="invalid compaction range"):
+        persister.insert_summary_node(sid, "S", 2, history, 3)
+    with pytest.raises(PersistError, match="nothing to fold"):
+        persister.insert_summary_node(sid, "S", 3, history, 3)
+    with pytest.raises(PersistError, match="without an id"):
+        persister.insert_summary_node(sid, "S", 4, [{"role": "user", "content": "x"}] * 6, 1)
+    with pytest.raises(PersistError, match="no session_db"):
+        Persister().insert_summary_node(sid, "S", 4, history, 1)
+
+
+def test_failed_write_leaves_the_session_as_it_was(db: DagSessionDB) -> None:
+    sid, history = store_history(db, chat_turns(6))
+    head_before = db.get_head(sid)
+
+    class Failing:
+        def __getattr__(self, name):
+            return getattr(db, name)
+
+        def append_messages(self, session_id, msgs):
+            raise OSError("disk full")
+
+    with pytest.raises(PersistError, match="writing the compacted branch failed: OSError: disk full"):
+        Persister(Failing()).insert_summary_node(sid, "S", 8, history, 2)
+    assert db.get_head(sid) == head_before
+    assert [m["id"] for m in db.get_branch(sid)] == [m["id"] for m in history]

@@ -1,0 +1,536 @@
+"""GraphStore: schema and migrations, append/seq/HEAD, update, load, search, bad input."""
+
+from __future__ import annotations
+
+import copy
+import math
+import pickle
+import sqlite3
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from opctx.dag import store as store_mod
+from opctx.dag.nodes import Call, FunctionCall, Graph, ModelCall, UserMessage
+from opctx.dag.store import (
+    FTS_TEXT_LIMIT,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    GraphStore,
+    NodeNotFound,
+    SessionNotFound,
+    StoreError,
+    connect,
+    fts_text,
+    literal_fts_query,
+    search_across_sessions,
+)
+
+
+@pytest.fixture
+def store(db_path):
+    s = GraphStore(db_path, "s1", title="test")
+    yield s
+    s.close()
+
+
+def _fts_row_count(store: GraphStore) -> int:
+    return store.connection.execute(
+        "SELECT COUNT(*) FROM nodes_fts WHERE session_id = ?", (store.session_id,)
+    ).fetchone()[0]
+
+
+# -- schema and migrations -----------------------------------------------------------------
+
+
+def test_schema_tables_pragmas_and_recorded_migrations(db_path):
+    conn = connect(db_path)
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table')")}
+    assert {"sessions", "nodes", "nodes_fts", "schema_migrations"} <= names
+    cols = [r[1] for r in conn.execute("PRAGMA table_info(nodes)")]
+    assert cols == ["pk", "id", "session_id", "type", "predecessor", "caller", "created_at", "seq", "data_json"]
+    scols = [r[1] for r in conn.execute("PRAGMA table_info(sessions)")]
+    for c in ("id", "title", "created_at", "updated_at", "model", "agent_id", "source", "extra_json", "last_node_id"):
+        assert c in scols
+    applied = conn.execute("SELECT version, name FROM schema_migrations ORDER BY version").fetchall()
+    assert [v for v, _ in applied] == list(range(1, SCHEMA_VERSION + 1))
+    assert [n for _, n in applied] == [f"{i:04d}_{name}" for i, (name, _) in enumerate(MIGRATIONS, 1)]
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] >= 5000
+    indexes = {r[1] for r in conn.execute("PRAGMA index_list(nodes)")}
+    assert {"nodes_caller", "nodes_predecessor"} <= indexes
+    conn.close()
+    # reopening applies nothing twice
+    conn = connect(db_path)
+    assert conn.execute("SELECT COUNT(*) FROM schema_migrations").fetchone()[0] == SCHEMA_VERSION
+    conn.close()
+
+
+def test_a_failing_migration_leaves_nothing_behind(db_path, monkeypatch):
+    connect(db_path).close()
+
+    def broken(conn):
+        conn.execute("CREATE TABLE half_done (x)")
+        raise sqlite3.OperationalError("boom in the middle")
+
+    monkeypatch.setattr(store_mod, "MIGRATIONS", [*MIGRATIONS, ("broken", broken)])
+    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", len(MIGRATIONS) + 1)
+    with pytest.raises(StoreError, match="boom in the middle"):
+        connect(db_path)
+    monkeypatch.undo()
+    conn = connect(db_path)
+    assert conn.execute("SELECT name FROM sqlite_master WHERE name = 'half_done'").fetchone() is None
+    assert conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0] == SCHEMA_VERSION
+    conn.close()
+
+
+def test_a_database_from_a_newer_opctx_is_refused(db_path):
+    conn = connect(db_path)
+    conn.execute("INSERT INTO schema_migrations VALUES (?, 'future', 0)", (SCHEMA_VERSION + 1,))
+    conn.close()
+    with pytest.raises(StoreError, match="newer than this opctx"):
+        connect(db_path)
+
+
+def test_migration_four_backfills_next_seq_on_an_old_database(db_path):
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    conn.execute(
+        "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+    )
+    for version, (name, fn) in enumerate(MIGRATIONS[:3], 1):
+        fn(conn)
+        conn.execute("INSERT INTO schema_migrations VALUES (?, ?, 0)", (version, name))
+    conn.execute("INSERT INTO sessions(id, created_at, updated_at) VALUES ('old', 0, 0)")
+    conn.execute(
+        "INSERT INTO nodes(id, session_id, type, created_at, seq, data_json) VALUES ('a', 'old', 'user', 0, 7, '{}')"
+    )
+    conn.close()
+    s = GraphStore(db_path, "old", create=False)
+    assert s.append(UserMessage("next")).seq == 8
+    s.close()
+
+
+# -- bad files ---------------------------------------------------------------------------
+
+
+def test_a_file_that_is_not_sqlite_is_a_clear_error_naming_it(tmp_path):
+    bad = tmp_path / "notes.db"
+    bad.write_text("these are my notes, not a database\n" * 50)
+    with pytest.raises(StoreError, match=r"notes\.db.*not an SQLite database"):
+        GraphStore(bad, "s")
+    assert bad.read_text().startswith("these are my notes"), "the file must not be touched"
+
+
+def test_a_damaged_sqlite_file_is_a_clear_error(tmp_path):
+    bad = tmp_path / "damaged.db"
+    bad.write_bytes(b"SQLite format 3\x00" + b"\xff" * 4096)
+    with pytest.raises(StoreError, match=r"damaged\.db"):
+        GraphStore(bad, "s")
+
+
+def test_directory_and_unreachable_paths_are_clear_errors(tmp_path):
+    with pytest.raises(StoreError, match="is a directory"):
+        connect(tmp_path)
+    with pytest.raises(StoreError, match="cannot open"):
+        connect(tmp_path / "no" / "such" / "dir" / "x.db")
+
+
+# -- append, seq, HEAD --------------------------------------------------------------------
+
+
+def test_append_assigns_seq_and_persists_every_field(store, db_path):
+    u = store.append(UserMessage("hi", created_at=1.0))
+    m = store.append(ModelCall("gpt", reads=[u.id], output="yo", predecessor=u.id, metadata={"usage": {"input_tokens": 3}}))
+    f = store.append(FunctionCall("grep", {"p": "x"}, ["l1"], called_by=m.id, predecessor=m.id))
+    assert [u.seq, m.seq, f.seq] == [0, 1, 2]
+    again = GraphStore(db_path, "s1", create=False)
+    assert again.get(m.id) == m and again.get(f.id) == f and again.get(u.id) == u
+    assert again.get("missing") is None
+    assert again.count() == 3
+    row = again.connection.execute("SELECT type, predecessor, caller FROM nodes WHERE id = ?", (f.id,)).fetchone()
+    assert row == ("code", m.id, m.id)
+    again.close()
+
+
+def test_duplicate_ids_are_refused_clearly_and_nothing_is_written(store):
+    a = store.append(UserMessage("a", id="same"))
+    with pytest.raises(StoreError, match=r"duplicate node id 'same'.*already in session 's1'"):
+        store.append(UserMessage("b", id="same"))
+    fresh = UserMessage("c", id="fresh")
+    with pytest.raises(StoreError, match="duplicate node id 'same'"):
+        store.append_many([fresh, UserMessage("d", id="same")])
+    assert fresh.seq == -1, "a failed append leaves the caller's Call as it was"
+    with pytest.raises(StoreError, match="duplicate node id 'x' within one append"):
+        store.append_many([UserMessage("1", id="x"), UserMessage("2", id="x")])
+    assert store.count() == 1 and _fts_row_count(store) == 1
+    assert store.get("same") == a
+
+
+@pytest.mark.parametrize(
+    ("field", "kwargs"),
+    [
+        ("output", {"output": object()}),
+        ("input", {"input": {"when": {1, 2}}}),
+        ("metadata", {"metadata": {"blob": b"bytes"}}),
+        ("output", {"output": math.nan}),
+    ],
+)
+def test_values_that_are_not_json_are_refused_naming_node_and_field(store, field, kwargs):
+    node = Call(id="bad1", role="code", **kwargs)
+    with pytest.raises(StoreError, match=rf"node 'bad1': field '{field}' is not JSON-serialisable"):
+        store.append(node)
+    with pytest.raises(StoreError, match="bad1"):
+        store.append_many([UserMessage("fine"), node])
+    assert store.count() == 0
+
+
+def test_head_moves_only_when_an_append_extends_it(store):
+    a = store.append(UserMessage("a"))
+    assert store.head() == a.id, "the first node of a session becomes HEAD"
+    b = store.append(ModelCall("m", predecessor=a.id))
+    assert store.head() == b.id
+    sibling = store.append(ModelCall("m", predecessor=a.id))  # a retry: a fork
+    assert store.head() == b.id
+    store.append(UserMessage("new root"))
+    store.append(FunctionCall("nested", called_by=b.id))
+    assert store.head() == b.id
+    c = store.append(UserMessage("c", predecessor=b.id))
+    assert store.head() == c.id
+    store.set_head(sibling.id)
+    d = store.append(UserMessage("d", predecessor=sibling.id))
+    assert store.head() == d.id
+    with pytest.raises(NodeNotFound, match="nope"):
+        store.set_head("nope")
+    store.set_head(None)
+    assert store.head() is None
+
+
+def test_a_batch_moves_head_along_the_chain_it_extends(store):
+    a = store.append(UserMessage("a"))
+    b1 = UserMessage("b1", predecessor=a.id)
+    b2 = ModelCall("m", predecessor=b1.id)
+    side = ModelCall("m", predecessor=a.id)
+    store.append_many([b1, side, b2])
+    assert store.head() == b2.id
+
+
+def test_follow_head_attaches_to_head_inside_the_transaction(store):
+    a = store.append(UserMessage("a"))
+    b = store.append(UserMessage("b"), follow_head=True)
+    assert b.predecessor == a.id and store.head() == b.id
+    root = store.append(UserMessage("explicit root"))
+    assert root.predecessor is None and store.head() == b.id
+
+
+def test_seq_rules_keep_larger_replace_smaller_and_never_reuse(store):
+    a = store.append(Call(role="user", seq=10))
+    assert a.seq == 10
+    b = store.append(Call(role="user", seq=3, predecessor=a.id))
+    assert b.seq == 11
+    c = store.append(Call(role="user", predecessor=b.id))
+    assert c.seq == 12
+    assert store.delete_subtree(b.id) == [b.id, c.id]
+    assert store.append(Call(role="user")).seq == 13, "deleted seqs are not handed out again"
+
+
+def test_update_has_graph_update_semantics_and_refreshes_search(store):
+    a = store.append(UserMessage("a"))
+    f = store.append(FunctionCall("tool", {"q": 1}, None, metadata={"status": "running", "doc": "d"}, predecessor=a.id))
+    store.append(UserMessage("b", predecessor=f.id))
+    head = store.head()
+    assert store.search("zanzibar") == []
+    updated = store.update(f.id, output="zanzibar result", status="ok", metadata={"expose": "full"})
+    assert updated.output == "zanzibar result"
+    assert updated.metadata == {"status": "ok", "doc": "d", "expose": "full"}
+    assert store.get(f.id) == updated
+    assert [h.node_id for h in store.search("zanzibar")] == [f.id]
+    store.update(f.id, output="something else")
+    assert store.search("zanzibar") == []
+    assert _fts_row_count(store) == 3
+    assert store.head() == head
+    store.update(f.id, called_by=a.id)
+    assert store.get(f.id).caller == a.id
+    for key in ("id", "seq", "role"):
+        with pytest.raises(ValueError, match=key):
+            store.update(f.id, **{key: "x"})
+    with pytest.raises(NodeNotFound):
+        store.update("missing", output=1)
+    with pytest.raises(StoreError, match="'output' is not JSON"):
+        store.update(f.id, output=object())
+    assert store.get(f.id).output == "something else"
+
+
+def test_unknown_session_without_create(db_path):
+    with pytest.raises(SessionNotFound, match="no session 'ghost'") as info:
+        GraphStore(db_path, "ghost", create=False)
+    assert isinstance(info.value, KeyError)
+    assert str(info.value).startswith("no session")
+
+
+def test_session_fields_are_validated_and_stored(db_path):
+    with pytest.raises(TypeError, match="colour"):
+        GraphStore(db_path, "s", colour="red")
+    s = GraphStore(db_path, "s", title="T", model="m", agent_id="ag", source="src", extra_meta={"k": 1})
+    row = s.connection.execute("SELECT title, model, agent_id, source, extra_json FROM sessions").fetchone()
+    assert row == ("T", "m", "ag", "src", '{"k":1}')
+    s.close()
+
+
+def test_memory_database_and_a_shared_connection():
+    conn = connect(":memory:")
+    a = GraphStore(conn, "a")
+    b = GraphStore(conn, "b")
+    a.append(UserMessage("in a"))
+    b.append(UserMessage("in b"))
+    assert a.count() == 1 and b.count() == 1
+    a.close()  # does not close the shared connection
+    assert b.load().last.output == "in b"
+    assert len(search_across_sessions(conn, "in")) == 2
+    solo = GraphStore(":memory:", "x")
+    solo.append(UserMessage("alone"))
+    assert solo.load().last.output == "alone"
+    solo.close()
+
+
+# -- chain, descendants, delete ---------------------------------------------------------------
+
+
+def test_chain_descendants_and_delete_subtree(store):
+    a = store.append(UserMessage("a"))
+    b = store.append(ModelCall("m", predecessor=a.id))
+    tool = store.append(FunctionCall("t", called_by=b.id))  # a callee, no predecessor
+    c = store.append(UserMessage("c", predecessor=b.id))
+    b2 = store.append(ModelCall("m", predecessor=a.id))
+    assert store.chain_ids(c.id) == [a.id, b.id, c.id]
+    assert store.descendant_ids(a.id) == [b.id, c.id, b2.id]
+    with pytest.raises(NodeNotFound):
+        store.chain_ids("missing")
+    assert store.head() == c.id
+    assert store.delete_subtree(b.id) == [b.id, tool.id, c.id]
+    assert store.head() == a.id, "HEAD falls back to the deleted node's predecessor"
+    assert store.count() == 2 and _fts_row_count(store) == 2
+    assert store.delete_subtree(a.id) == [a.id, b2.id]
+    assert store.head() is None and store.count() == 0
+    with pytest.raises(NodeNotFound):
+        store.delete_subtree(a.id)
+
+
+def test_deleting_a_root_moves_head_to_the_newest_remaining_leaf(store):
+    r1 = store.append(UserMessage("r1"))
+    x = store.append(UserMessage("x", predecessor=r1.id))
+    r2 = store.append(UserMessage("r2"))
+    y = store.append(UserMessage("y", predecessor=r2.id))
+    assert store.head() == x.id
+    store.delete_subtree(r1.id)
+    assert store.head() == y.id
+
+
+# -- load ---------------------------------------------------------------------------------------
+
+
+def test_load_lazy_and_eager_give_equal_graphs_with_correct_indexes(store):
+    a = store.append(UserMessage("a", metadata={"k": [1]}))
+    b = store.append(ModelCall("m", output={"x": "é中"}, predecessor=a.id, reads=[a.id]))
+    store.append(FunctionCall("f", {"p": 1}, "r", called_by=b.id, predecessor=b.id))
+    lazy, eager = store.load(), store.load(lazy=False)
+    assert [n.to_dict() for n in lazy] == [n.to_dict() for n in eager]
+    rebuilt = Graph(n.copy() for n in eager)
+    for g in (lazy, eager):
+        assert g._seqs == rebuilt._seqs and g.next_seq == rebuilt.next_seq
+        assert g._children == rebuilt._children and g._callees == rebuilt._callees
+        assert g.last.id == rebuilt.last.id
+    assert len(Graph()) == 0 and len(GraphStore(store.connection, "empty").load()) == 0
+
+
+def test_a_lazily_loaded_call_behaves_like_any_call(store):
+    stored = store.append(ModelCall("m", output="out", input={"system": "s"}, metadata={"a": 1}, reads=["r"]))
+    g = store.load()
+    node = g[stored.id]
+    assert isinstance(node, Call) and node == stored
+    assert pickle.loads(pickle.dumps(store.load()[stored.id])) == stored
+    assert copy.deepcopy(store.load()[stored.id]) == stored
+    assert store.load()[stored.id].copy(id="k") .name == "m"
+    fresh = store.load()[stored.id]
+    fresh.output = "changed before any read"
+    assert (fresh.name, fresh.metadata, fresh.reads, fresh.output) == ("m", {"a": 1}, ["r"], "changed before any read")
+    g.update(stored.id, status="ok")
+    assert g[stored.id].metadata == {"a": 1, "status": "ok"}
+    assert "out" in repr(store.load()[stored.id])
+
+
+_json_leaf = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=30)
+_json = st.recursive(
+    _json_leaf,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=10,
+)
+
+
+@st.composite
+def graphs(draw):
+    g = Graph()
+    n = draw(st.integers(0, 25))
+    ids: list[str] = []
+    for i in range(n):
+        role = draw(st.sampled_from(["user", "llm", "code"]))
+        pred = draw(st.none() | st.sampled_from(ids)) if ids else None
+        caller = draw(st.none() | st.sampled_from(ids)) if ids else None
+        reads = draw(st.lists(st.sampled_from(ids), max_size=3)) if ids else []
+        node = Call(
+            id=f"n{i}_" + draw(st.text("abc", max_size=3)),
+            role=role,
+            name=draw(st.text(max_size=10)),
+            input=draw(_json),
+            output=draw(_json),
+            caller=caller,
+            predecessor=pred,
+            reads=reads,
+            metadata=draw(st.dictionaries(st.text(min_size=1, max_size=6), _json, max_size=3)),
+            created_at=draw(st.floats(0, 2e9, allow_nan=False)),
+        )
+        gap = draw(st.integers(0, 3))
+        node.seq = g.next_seq + gap
+        g.add(node)
+        ids.append(node.id)
+    return g
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs())
+def test_any_graph_survives_store_then_load_unchanged(graph):
+    conn = connect(":memory:")
+    s = GraphStore(conn, "prop")
+    s.append_many(n.copy() for n in graph)
+    for loaded in (s.load(), s.load(lazy=False)):
+        assert [n.to_dict() for n in loaded] == [n.to_dict() for n in graph]
+        for node in graph:
+            assert [c.id for c in loaded.children(node.id)] == [c.id for c in graph.children(node.id)]
+            assert [c.id for c in loaded.callees(node.id)] == [c.id for c in graph.callees(node.id)]
+        assert loaded.next_seq == graph.next_seq
+    conn.close()
+
+
+# -- search -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def searchable(store):
+    docs = {
+        "and": 'Rock AND roll, said the "quoted" band',
+        "near": "call NEAR(x, y) with care",
+        "paren": "an (unbalanced paren in the text",
+        "minus": "use -v for verbose and foo-bar here",
+        "star": "foobar is not foo",
+        "foo": "just foo",
+        "cjk": "我们讨论上下文管理的设计",
+        "code": "def parse_tool_call(text): return None",
+    }
+    for nid, text in docs.items():
+        store.append(UserMessage(text, id=nid))
+    return store
+
+
+def _ids(hits):
+    return sorted(h.node_id for h in hits)
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ('"quoted', ["and"]),
+        ("AND", ["and", "minus"]),
+        ("rock AND", ["and"]),
+        ("NEAR(", ["near"]),
+        ("NEAR(x", ["near"]),
+        ("(unbalanced", ["paren"]),
+        ("paren)", ["paren"]),
+        ("-v", ["minus"]),
+        ("foo*", ["foo", "minus", "star"]),  # not a prefix search: "foobar" alone is no hit
+        ("foo-bar", ["minus"]),
+        ("上下文", ["cjk"]),
+        ("下文管", ["cjk"]),
+        ("parse_tool_call", ["code"]),
+        ("roll said", ["and"]),
+        ("OR foo", []),  # literal: OR is a word, and no document has both
+        ("", []),
+        ('" * - ( ) :', []),
+    ],
+)
+def test_literal_search_treats_operators_as_text(searchable, query, expected):
+    assert _ids(searchable.search(query)) == expected
+
+
+def test_literal_query_text_is_quoted_for_fts5():
+    assert literal_fts_query('say "hi" NEAR(') == '"say" """hi""" "NEAR("'
+    assert literal_fts_query("*** ---") == ""
+
+
+def test_raw_search_is_opt_in_and_syntax_errors_are_store_errors(searchable):
+    assert _ids(searchable.search("foo*", raw=True)) == ["foo", "minus", "star"]
+    assert "star" in _ids(searchable.search("foob*", raw=True))
+    assert _ids(searchable.search("rock OR verbose", raw=True)) == ["and", "minus"]
+    for bad in ('"unbalanced', "NEAR(", "foo AND", "(x"):
+        with pytest.raises(StoreError, match="invalid FTS5 query"):
+            searchable.search(bad, raw=True)
+
+
+def test_hits_carry_snippet_rank_and_are_best_first(store):
+    a = store.append(UserMessage("needle " * 30))
+    b = store.append(UserMessage("one needle among hay " + "hay " * 200))
+    hits = store.search("needle")
+    assert [h.node_id for h in hits] == [a.id, b.id]
+    assert hits[0].rank <= hits[1].rank
+    assert "«needle»" in hits[1].snippet and hits[1].seq == b.seq and hits[1].role == "user"
+    assert hits[1].name == "user" and hits[1].session_id == "s1"
+    assert len(store.search("needle", limit=1)) == 1
+    assert store.search("needle", limit=0) == []
+
+
+def test_search_is_scoped_to_the_session_and_search_across_sessions_is_not(db_path):
+    one = GraphStore(db_path, "one")
+    two = GraphStore(db_path, "two")
+    one.append(UserMessage("shared word alpha"))
+    two.append(UserMessage("shared word beta"))
+    assert [h.session_id for h in one.search("shared")] == ["one"]
+    assert sorted(h.session_id for h in search_across_sessions(db_path, "shared")) == ["one", "two"]
+    assert search_across_sessions(db_path, "beta")[0].session_id == "two"
+    with pytest.raises(StoreError):
+        search_across_sessions(db_path, "(", raw=True)
+    one.close()
+    two.close()
+
+
+def test_fts_text_is_bounded_and_the_node_is_stored_whole(store):
+    huge = "headword " + ("filler " * 200_000) + "tailword"
+    node = store.append(FunctionCall("bash", {"cmd": "cat big.log"}, huge))
+    text = store.connection.execute("SELECT text FROM nodes_fts").fetchone()[0]
+    assert len(text) <= FTS_TEXT_LIMIT + 16
+    assert [h.node_id for h in store.search("headword")] == [node.id]
+    assert store.search("tailword") == []
+    assert [h.node_id for h in store.search("bash")] == [node.id], "the name stays searchable"
+    assert store.get(node.id).output == huge
+
+
+def test_fts_text_covers_tool_calls_and_blocks_but_not_the_system_prompt():
+    llm = ModelCall(
+        "gpt", output="", system_prompt="SYSTEMSECRET instructions",
+        metadata={"tool_calls": [{"id": "c", "name": "grep", "arguments": {"pattern": "needleword"}}],
+                  "extra": {"blocks": [{"type": "tool_use", "name": "read", "input": {"path": "x.py"}},
+                                       {"type": "text", "text": "blocktext"}]}},
+    )
+    text = fts_text(llm)
+    assert "needleword" in text and "grep" in text and "blocktext" in text and "x.py" in text
+    assert "SYSTEMSECRET" not in text
+    code = FunctionCall("ls", {"dir": "srcdir"}, "a.py")
+    assert "srcdir" in fts_text(code) and "a.py" in fts_text(code)
+    assert "\u200b" in fts_text(UserMessage("中文"))
+
+
+def test_closed_or_vanished_session_errors_are_clear(db_path):
+    s = GraphStore(db_path, "gone")
+    s.connection.execute("DELETE FROM sessions WHERE id = 'gone'")
+    with pytest.raises(SessionNotFound, match="no longer exists"):
+        s.append(UserMessage("x"))
+    s.close()

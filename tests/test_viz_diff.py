@@ -1,0 +1,133 @@
+"""opctx.viz.diff: one compaction, before and after, as rows, HTML and a coloured graph."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from opctx.dag.nodes import Call, Graph, ModelCall, UserMessage
+from opctx.viz.diff import (
+    DIFF_COLUMNS,
+    branch_diff,
+    compare_compaction,
+    diff_graph,
+    diff_html,
+    list_compactions,
+)
+from opctx.viz.synthetic import synthetic_session
+
+
+def _session():
+    return synthetic_session(90, compact_every=30, protect_first_n=2, keep_last=4, seed=3)
+
+
+def test_rows_follow_the_compaction_layout():
+    graph, _ = _session()
+    summaries = list_compactions(graph)
+    assert len(summaries) >= 2 and list(summaries["index"]) == list(range(len(summaries)))
+    first = summaries.iloc[0]
+    rows = branch_diff(graph, compaction=0)
+    assert list(rows.columns) == DIFF_COLUMNS
+    before = rows[rows.side == "before"]
+    after = rows[rows.side == "after"]
+    assert list(before.status.value_counts()[["protected", "folded", "kept"]]) == [
+        first.protected, first.folded, first.kept]
+    # after = copies of the protected head, the summary, copies of the kept tail, in order
+    assert list(after.status.astype(str)) == (
+        ["protected"] * first.protected + ["summary"] + ["kept"] * first.kept)
+    assert after[after.status == "summary"].copy_id.item() == first.summary_id
+    # every protected/kept original is paired with its copy; folded ones have none
+    for _, r in before.iterrows():
+        if r.status == "folded":
+            assert r.copy_id is None
+        else:
+            copy = graph[r.copy_id]
+            assert copy.metadata["copied_from"] == r.original_id
+            assert copy.output == graph[r.original_id].output
+    assert before.seq.is_monotonic_increasing
+
+
+def test_compaction_selectors():
+    graph, _ = _session()
+    summaries = list_compactions(graph)
+    latest = summaries.iloc[-1].summary_id
+    assert compare_compaction(graph).summary.id == latest
+    assert compare_compaction(graph, compaction=-1).summary.id == latest
+    assert compare_compaction(graph, compaction=latest).summary.id == latest
+    with pytest.raises(IndexError, match="out of range"):
+        compare_compaction(graph, compaction=99)
+    with pytest.raises(ValueError, match="not a compaction summary"):
+        compare_compaction(graph, compaction=next(iter(graph)).id)
+    with pytest.raises(ValueError, match="no compaction"):
+        compare_compaction(Graph([UserMessage("hi")]))
+
+
+def test_recorded_compaction_without_tail_or_ids():
+    """A recording (Codex-style) gives only folded_range and keeps no tail."""
+    g = Graph()
+    for i in range(4):
+        g.add(UserMessage(f"old {i}", id=f"o{i}", predecessor=f"o{i-1}" if i else None))
+    g.add(Call(role="llm", id="S", name="compaction", output="[Previous conversation summary]\nx",
+               metadata={"role": "system", "compaction": {
+                   "folded_range": ["o0", "o3"], "kept_ids": [], "protected_ids": [],
+                   "recorded": True, "format": "codex"}}))
+    g.add(UserMessage("continues", id="n1", predecessor="S"))
+    rows = branch_diff(g, compaction="S")
+    assert list(rows[rows.side == "before"].original_id) == ["o0", "o1", "o2", "o3"]
+    assert list(rows[rows.side == "after"].status.astype(str)) == ["summary"]
+    frame = list_compactions(g)
+    assert frame.recorded.item() and frame.folded.item() == 4 and frame.format.item() == "codex"
+    assert "continues" not in diff_html(rows)  # later conversation is not part of the diff
+
+
+def test_html_aligns_copies_and_spans_the_folded_run():
+    graph, _ = _session()
+    d = compare_compaction(graph, compaction=0)
+    html = diff_html(d.rows, summary=d.summary)
+    n_before = int((d.rows.side == "before").sum())
+    n_folded = int(((d.rows.side == "before") & (d.rows.status == "folded")).sum())
+    assert html.count("<tr>") == 1 + n_before
+    assert f'rowspan="{n_folded}"' in html
+    assert html == d._repr_html_()
+
+
+def test_reads_from_a_database(tmp_path):
+    from opctx.dag.store import GraphStore
+
+    graph, _ = _session()
+    db = tmp_path / "s.db"
+    store = GraphStore(db, "sess", title="t")
+    try:
+        store.append_many([n.copy() for n in graph])
+    finally:
+        store.close()
+    from_db = branch_diff(db, "sess", compaction=0)
+    in_memory = branch_diff(graph, compaction=0)
+    assert from_db.drop(columns=["tokens"]).equals(in_memory.drop(columns=["tokens"]))
+    with pytest.raises(FileNotFoundError):
+        branch_diff(tmp_path / "missing.db", "sess")
+
+
+def test_graph_is_coloured_like_the_table():
+    graph, _ = _session()
+    d = compare_compaction(graph, compaction=0)
+    view = diff_graph(graph, diff=d)
+    data = json.loads(re.search(r'type="application/json">(.*?)</script>', view.html, re.S).group(1))
+    assert len(data["nodes"]) == len(d.rows)  # one drawn node per row: originals and copies
+    borders = {n["color"]["border"] for n in data["nodes"]}
+    from opctx.viz.graph import COMPACTION_COLORS
+
+    for status in ("protected", "folded", "summary", "kept"):
+        assert COMPACTION_COLORS[status] in borders
+
+
+def test_model_call_summary_message_roles():
+    g = Graph()
+    g.add(UserMessage("q", id="a"))
+    g.add(ModelCall("m", output="r", predecessor="a", id="b"))
+    g.add(Call(role="llm", id="S", output="s", metadata={
+        "role": "system", "compaction": {"folded_ids": ["a", "b"]}}))
+    rows = branch_diff(g)
+    assert list(rows.role) == ["user", "assistant", "system"]

@@ -1,0 +1,196 @@
+"""opctx.viz.graph: networkx export, compaction membership, the offline vis-network page."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import networkx as nx
+import pytest
+
+from opctx.dag.nodes import Call, FunctionCall, Graph, ModelCall, UserMessage
+from opctx.viz.graph import (
+    GraphView,
+    compaction_membership,
+    load_session,
+    node_infos,
+    render_graph,
+    to_networkx,
+    to_pyvis,
+    vis_network_js,
+)
+from opctx.viz.synthetic import synthetic_session
+
+
+def _small_graph() -> Graph:
+    """user -> llm (tool call) -> code, plus an agentic frame with a nested llm call."""
+    g = Graph()
+    u = g.add(UserMessage("hello", id="u1"))
+    m = g.add(ModelCall("gpt-4o", reads=["u1"], output="calling", predecessor=u.id, id="m1",
+                        metadata={"tool_calls": [{"id": "t1", "name": "ls", "arguments": {}}]}))
+    c = g.add(FunctionCall("ls", {"path": "."}, "a.py", called_by=m.id, predecessor=m.id, id="c1",
+                           metadata={"tool_call_id": "t1"}))
+    f = g.add(FunctionCall("analyse", {"x": 1}, "done", predecessor=c.id, id="f1",
+                           metadata={"status": "ok"}))
+    g.add(ModelCall("gpt-4o-mini", reads=["f1"], output="inner", caller=f.id, id="m2"))
+    g.add(ModelCall("gpt-4o", reads=["u1", "m1", "c1", "f1"], output="bye", predecessor=f.id,
+                    id="m3"))
+    return g
+
+
+def _data(html: str) -> dict:
+    match = re.search(r'<script id="opctx-data" type="application/json">(.*?)</script>', html, re.S)
+    assert match, "the page embeds its data in one JSON script element"
+    return json.loads(match.group(1))
+
+
+def test_to_networkx_edges_and_attributes():
+    g = to_networkx(_small_graph())
+    assert isinstance(g, nx.MultiDiGraph)
+    assert g.number_of_nodes() == 6
+    edges = {(u, v, d["kind"]) for u, v, d in g.edges(data=True) if d["kind"] != "reads"}
+    # every edge points forward in time, from the referred-to node to the referring one
+    assert edges == {
+        ("u1", "m1", "predecessor"),
+        ("m1", "c1", "caller"),
+        ("m1", "c1", "predecessor"),
+        ("c1", "f1", "predecessor"),
+        ("f1", "m2", "caller"),
+        ("f1", "m3", "predecessor"),
+    }
+    assert g.has_edge("c1", "f1", key="predecessor")
+    reads_into_m3 = {u for u, v, d in g.in_edges("m3", data=True) if d["kind"] == "reads"}
+    assert reads_into_m3 == {"u1", "m1", "c1", "f1"}
+    attrs = g.nodes["c1"]
+    assert attrs["role"] == "code" and attrs["display_role"] == "tool"
+    assert g.nodes["f1"]["display_role"] == "function" and g.nodes["f1"]["status"] == "ok"
+    assert g.nodes["m2"]["depth"] == 1 and g.nodes["m2"]["branch"] == g.nodes["f1"]["branch"]
+    assert [g.nodes[n]["seq"] for n in ("u1", "m1", "c1")] == [0, 1, 2]
+    assert all(g.nodes[n]["tokens"] > 0 for n in g)
+
+
+def test_to_networkx_edge_selection_and_bad_kind():
+    g = to_networkx(_small_graph(), edges=("predecessor",))
+    assert {d["kind"] for *_, d in g.edges(data=True)} == {"predecessor"}
+    with pytest.raises(ValueError, match="unknown edge kind"):
+        to_networkx(_small_graph(), edges=("parent",))
+
+
+def test_branches_number_forks_in_seq_order():
+    g = Graph()
+    g.add(UserMessage("a", id="a"))
+    g.add(ModelCall("m", output="b", predecessor="a", id="b"))
+    g.add(ModelCall("m", output="c", predecessor="a", id="c"))  # fork from a
+    g.add(UserMessage("d", predecessor="c", id="d"))
+    infos = {i.id: i for i in node_infos(g, head="d")}
+    assert infos["a"].branch == infos["b"].branch == 0
+    assert infos["c"].branch == infos["d"].branch == 1
+    assert infos["d"].on_head_branch and infos["a"].on_head_branch and not infos["b"].on_head_branch
+
+
+def test_compaction_membership_follows_the_layout():
+    graph, head = synthetic_session(70, compact_every=30, keep_last=4, protect_first_n=2)
+    membership = compaction_membership(graph)
+    summaries = [n for n in graph if isinstance(n.metadata.get("compaction"), dict)
+                 and not n.metadata.get("copied_from")]
+    assert len(summaries) >= 1
+    latest = summaries[-1]
+    comp = latest.metadata["compaction"]
+    assert membership[latest.id] == ("summary", latest.id)
+    for nid in comp["folded_ids"]:
+        assert membership[nid] == ("folded", latest.id)
+    for nid in comp["protected_ids"]:
+        assert membership[nid] == ("protected", latest.id)
+    for nid in comp["kept_ids"]:
+        assert membership[nid] == ("kept", latest.id)
+    # the copies on the newest branch that no later compaction touched are "copy"
+    copies = [n.id for n in graph.chain(head) if n.metadata.get("copied_from")]
+    assert copies and all(membership[c][0] == "copy" for c in copies)
+
+
+def test_folded_range_alone_is_expanded_by_walking_predecessors():
+    g = Graph()
+    for i in range(5):
+        g.add(UserMessage(f"m{i}", id=f"m{i}", predecessor=f"m{i-1}" if i else None))
+    g.add(Call(role="llm", id="S", output="sum", metadata={
+        "role": "system", "compaction": {"folded_range": ["m1", "m3"], "recorded": True}}))
+    membership = compaction_membership(g)
+    assert [membership.get(f"m{i}", (None,))[0] for i in range(5)] == [
+        None, "folded", "folded", "folded", None]
+
+
+def test_render_is_offline_and_self_contained(tmp_path):
+    view = render_graph(_small_graph())
+    html = view.html
+    assert isinstance(view, GraphView)
+    # no external resource of any kind: no src/href to a URL, no CDN, no Bootstrap
+    assert not re.search(r'(src|href)\s*=\s*["\']?(https?:)?//', html)
+    assert "cdn" not in html.lower().replace("cdnjs", "")
+    assert "bootstrap" not in html.lower()
+    assert "default-src 'none'" in html  # CSP forbids fetching even by accident
+    assert vis_network_js()[:200] in html  # the vis build pyvis ships is inlined
+    data = _data(html)
+    assert len(data["nodes"]) == 6
+    # physics is off, so positions are final: x follows seq order
+    xs = [n["x"] for n in data["nodes"]]
+    assert xs == sorted(xs)
+    out = view.save_html(tmp_path / "g.html")
+    assert out.read_text(encoding="utf-8") == html
+
+
+def test_reads_are_shipped_as_index_ranges_for_the_selected_node():
+    data = _data(render_graph(_small_graph()).html)
+    labels = {n["id"]: n["label"] for n in data["nodes"]}
+    m3 = next(i for i, label in labels.items() if label.startswith("5 "))
+    ranges = data["reads"][str(m3)]
+    read = {j for a, b in ranges for j in range(a, b + 1)}
+    assert {labels[j].split()[0] for j in read} == {"0", "1", "2", "3"}
+
+
+def test_notebook_display_is_an_escaped_sandboxed_srcdoc_iframe():
+    view = render_graph(_small_graph())
+    frame = view._repr_html_()
+    assert frame.startswith("<iframe") and 'sandbox="allow-scripts"' in frame
+    assert "allow-same-origin" not in frame
+    srcdoc = re.search(r'srcdoc="([^"]*)"', frame).group(1)
+    assert "<" not in srcdoc and "&lt;!DOCTYPE html&gt;" in srcdoc
+
+
+def test_large_session_is_capped_and_collapsed():
+    graph, head = synthetic_session(3000, compact_every=250)
+    full = render_graph(graph, head=head, collapse=False, max_nodes=500)
+    assert full.stats["drawn_nodes"] == 500
+    assert full.stats["truncated"] == len(graph) - 499
+    data = _data(full.html)
+    assert data["nodes"][0]["label"].startswith("\u2026")  # the "older nodes" group comes first
+    collapsed = render_graph(graph, head=head, max_nodes=500)  # auto-collapse kicks in
+    assert collapsed.stats["collapsed"] > 0
+    assert collapsed.stats["drawn_nodes"] <= 500
+    # every edge points at nodes that exist in the page
+    data = _data(collapsed.html)
+    ids = {n["id"] for n in data["nodes"]}
+    assert all(e["from"] in ids and e["to"] in ids for e in data["edges"])
+
+
+def test_collapse_true_folds_frames_into_their_node():
+    view = render_graph(_small_graph(), collapse=True)
+    data = _data(view.html)
+    assert len(data["nodes"]) == 5  # m2 is inside the frame f1
+    assert any("(+1)" in n["label"] for n in data["nodes"])
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="max_nodes"):
+        render_graph(_small_graph(), max_nodes=1)
+    with pytest.raises(ValueError, match="collapse"):
+        render_graph(_small_graph(), collapse="yes")
+    with pytest.raises(TypeError, match="cannot make a Graph"):
+        render_graph(42)
+    with pytest.raises(ValueError, match="session_id"):
+        load_session("some.db")
+
+
+def test_to_pyvis_escapes_titles():
+    g = Graph([UserMessage("<b>bold</b>", id="x")])
+    net = to_pyvis(g)
+    assert "<b>" not in net.nodes[0]["title"] and "&lt;b&gt;" in net.nodes[0]["title"]

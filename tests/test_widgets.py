@@ -1,0 +1,269 @@
+"""opctx.widgets: the tuner, the cut-point explorer and the diff viewer, driven from Python."""
+
+from __future__ import annotations
+
+import asyncio
+import types
+
+import pandas as pd
+import pytest
+
+from opctx.context.summarize import SummarizerConfig, find_cut_index
+from opctx.widgets._common import Debouncer, html_table
+from opctx.widgets.cutpoints import CutPointExplorer, cut_rows
+from opctx.widgets.diffview import BranchDiffViewer
+from opctx.widgets.tuner import CompactionTuner, control_for
+
+
+def _messages(n_turns: int = 12) -> list[dict]:
+    msgs: list[dict] = []
+    t = 1_700_000_000.0
+    for turn in range(n_turns):
+        msgs.append({"id": f"u{turn}", "role": "user", "content": f"turn {turn}: fix bug {turn}",
+                     "timestamp": t})
+        msgs.append({"id": f"a{turn}", "role": "assistant", "content": "", "timestamp": t + 1,
+                     "tool_calls": [{"id": f"c{turn}", "name": "read", "arguments": {"p": "x"}}]})
+        msgs.append({"id": f"t{turn}", "role": "tool", "name": "read", "tool_call_id": f"c{turn}",
+                     "content": "line of code\n" * 150, "timestamp": t + 2})
+        msgs.append({"id": f"f{turn}", "role": "assistant", "content": f"fixed bug {turn}",
+                     "timestamp": t + 3})
+        t += 10
+    return msgs
+
+
+# -- Debouncer -----------------------------------------------------------------------------
+
+
+def test_debouncer_runs_once_after_the_last_trigger_on_a_loop():
+    calls = []
+    deb = Debouncer(lambda: calls.append(asyncio.get_running_loop().time()), delay=0.05)
+
+    async def burst():
+        for _ in range(5):
+            deb.trigger()
+            await asyncio.sleep(0.01)
+        assert calls == []  # still within the quiet period
+        await asyncio.sleep(0.15)
+
+    asyncio.run(burst())
+    assert len(calls) == 1 and deb.calls == 1
+
+
+def test_debouncer_without_a_loop_is_synchronous():
+    calls = []
+    deb = Debouncer(lambda: calls.append(1), delay=0.2)
+    deb.trigger()
+    deb.trigger()
+    assert calls == [1, 1]
+
+
+def test_html_table_escapes_cells_headers_and_caption():
+    out = html_table(["<th>"], [["<script>x</script>"]], caption="<b>", row_classes=['"x'])
+    assert "<script>" not in out and "&lt;script&gt;" in out
+    assert "<th>&lt;th&gt;</th>" in out and "&lt;b&gt;" in out and 'class="&quot;x"' in out
+
+
+# -- CutPointExplorer -------------------------------------------------------------------------
+
+
+def test_cut_point_explorer_matches_find_cut_index():
+    msgs = _messages()
+    w = CutPointExplorer(msgs, context_window=8192, debounce_ms=0)
+    assert w.step.max == len(msgs) and w.step.value == len(msgs)
+    cfg = w.current_config()
+    expected = find_cut_index(msgs, 8192, cfg)
+    got = w.cut()
+    assert (got.index, got.ok, got.protected_head) == (expected.index, expected.ok,
+                                                      expected.protected_head)
+    assert expected.ok, expected.reason
+    assert f"Cut index <b>{expected.index}</b>" in w.summary.value
+    folded = expected.index - expected.protected_head
+    assert f"folds <b>{folded}</b> messages" in w.summary.value
+
+
+def test_cut_point_explorer_reacts_to_every_control():
+    w = CutPointExplorer(_messages(), context_window=8192, debounce_ms=0)
+    seen = {w.table.value}
+    w.step.value = 20
+    seen.add(w.table.value)
+    assert "Active context: <b>20</b> messages" in w.summary.value
+    w.protect_first_n.value = 0
+    seen.add(w.table.value)
+    w.window.value = 4096
+    seen.add(w.table.value)
+    assert len(seen) == 4
+
+
+def test_cut_rows_statuses_and_elision():
+    msgs = _messages(30)
+    cut = find_cut_index(msgs, 16384, SummarizerConfig())
+    tokens = [1] * len(msgs)
+    rows, classes = cut_rows(msgs, cut, tokens, max_rows=30)
+    statuses = [c for c in classes if not c.startswith("gap")]
+    assert statuses == sorted(statuses, key=["protected", "folded", "kept"].index)
+    assert len(rows) <= 30 + 3
+    gaps = [r for r, c in zip(rows, classes, strict=True) if c.startswith("gap")]
+    hidden = sum(int(r[2].split()[0]) for r in gaps)
+    assert len(rows) - len(gaps) + hidden == len(msgs)  # nothing lost, only elided
+    # indices of shown rows are exactly the message positions
+    shown = [r[0] for r, c in zip(rows, classes, strict=True) if not c.startswith("gap")]
+    assert shown == sorted(shown) and shown[0] == 0 and shown[-1] == len(msgs) - 1
+
+
+def test_cut_point_explorer_refuses_an_empty_session():
+    with pytest.raises(ValueError, match="no messages"):
+        CutPointExplorer([])
+
+
+# -- CompactionTuner (with a fake replay: the widget logic alone) -------------------------------
+
+
+class FakeReplay:
+    """Records calls; the result's shape is that of opctx.lab.replay.ReplayResult."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, history, preset, *, context_window=None, keep_contexts=True, **params):
+        self.calls.append((preset, context_window, dict(params)))
+        trigger = params.get("trigger_pct", 0.8)
+        n = 10
+        steps = pd.DataFrame({
+            "step": range(n),
+            "tokens": [1000 * (i + 1) for i in range(n)],
+            "tokens_none": [1000 * (i + 1) for i in range(n)],
+            "budget_pct": [min(0.1 * (i + 1), trigger) for i in range(n)],
+            "compacted": [abs(0.1 * (i + 1) - trigger) < 1e-9 for i in range(n)],
+        })
+        comps = pd.DataFrame([{
+            "step": int(trigger * 10), "turn": 1, "reason": "auto", "tokens_before": 8000,
+            "tokens_after": int(8000 * trigger / 2), "folded": int(trigger * 10), "kept": 2,
+            "protected": 1, "fell_back_to_structural": True, "ok": True,
+            "cut_index": int(trigger * 10), "summary_chars": 10,
+        }])
+        return types.SimpleNamespace(steps_df=steps, compactions_df=lambda: comps,
+                                     context_window=context_window or 10_000)
+
+
+CATALOGUE = {
+    "default": {"trigger_pct": 0.8, "keep_min_tokens": 8000, "protect_first_n": 3,
+                "aging": True, "reserve_policy": "cap", "note": None},
+    "hermes": {"trigger_pct": 0.5, "keep_min_tokens": 4000, "protect_first_n": 3,
+               "aging": False, "reserve_policy": "cap", "note": None},
+}
+
+
+def test_controls_follow_the_default_types():
+    import ipywidgets as widgets
+
+    assert isinstance(control_for("trigger_pct", 0.8), widgets.FloatSlider)
+    assert isinstance(control_for("aging", True), widgets.Checkbox)
+    big = control_for("keep_min_tokens", 8000)
+    assert isinstance(big, widgets.IntSlider) and big.max == 32000 and big.step == 100
+    assert isinstance(control_for("protect_first_n", 3), widgets.IntSlider)
+    assert isinstance(control_for("reserve_policy", "cap"), widgets.Dropdown)
+    assert control_for("note", None) is None
+
+
+def test_tuner_replays_on_change_and_redraws():
+    fake = FakeReplay()
+    t = CompactionTuner(_messages(), presets=CATALOGUE, replay=fake, debounce_ms=0,
+                        context_window=10_000)
+    assert set(t.controls) == {"trigger_pct", "keep_min_tokens", "protect_first_n", "aging",
+                               "reserve_policy"}
+    assert fake.calls == [("default", 10_000, {})]
+    plot0, table0 = t.plot.value, t.table.value
+    assert plot0.startswith('<img alt="plot"') and "data:image/png;base64," in plot0
+    t.controls["trigger_pct"].value = 0.6
+    assert fake.calls[-1] == ("default", 10_000, {"trigger_pct": 0.6})
+    assert t.plot.value != plot0 and t.table.value != table0
+    # going back is served from the cache
+    t.controls["trigger_pct"].value = 0.8
+    assert len(fake.calls) == 2 and t.table.value == table0
+
+
+def test_tuner_preset_switch_resets_controls_with_one_replay():
+    fake = FakeReplay()
+    t = CompactionTuner(_messages(), presets=CATALOGUE, replay=fake, debounce_ms=0)
+    t.preset.value = "hermes"
+    assert len(fake.calls) == 2 and fake.calls[-1] == ("hermes", None, {})
+    assert t.controls["trigger_pct"].value == 0.5 and t.controls["aging"].value is False
+
+
+def test_tuner_reports_replay_errors_and_keeps_the_last_picture():
+    fake = FakeReplay()
+    t = CompactionTuner(_messages(), presets=CATALOGUE, replay=fake, debounce_ms=0)
+    good = t.plot.value
+
+    def broken(*a, **k):
+        raise ValueError("keep_min_tokens <b>exceeds</b> keep_max_tokens")
+
+    t._replay = broken
+    t.controls["keep_min_tokens"].value = 9000
+    assert "replay failed" in t.status.value and "&lt;b&gt;exceeds" in t.status.value
+    assert t.plot.value == good
+
+
+def test_tuner_rejects_unknown_preset():
+    with pytest.raises(ValueError, match="unknown preset"):
+        CompactionTuner(_messages(), presets=CATALOGUE, replay=FakeReplay(), preset="nope")
+
+
+# -- BranchDiffViewer ------------------------------------------------------------------------
+
+
+def test_branch_diff_viewer_switches_compactions():
+    from opctx.viz.synthetic import synthetic_session
+
+    graph, _ = synthetic_session(120, compact_every=30, seed=5)
+    w = BranchDiffViewer(graph, show_graph=False)
+    options = w.choice.options
+    assert len(options) >= 2 and w.choice.value == options[-1][1]
+    latest = w.table.value
+    w.choice.value = options[0][1]
+    assert w.table.value != latest and w.diff.summary.id == w.compactions.summary_id.iloc[0]
+    assert "tick 'graph'" in w.picture.value
+    w.with_graph.value = True
+    assert w.picture.value.startswith("<iframe")
+
+
+def test_branch_diff_viewer_without_compactions():
+    from opctx.dag.nodes import Graph, UserMessage
+
+    w = BranchDiffViewer(Graph([UserMessage("hi")]))
+    assert w.choice.disabled and "no compaction" in w.table.value
+
+
+def test_tuner_keeps_thresholds_ordered():
+    catalogue = {"default": {"recommend_pct": 0.7, "auto_compact_pct": 0.8, "emergency_pct": 0.95}}
+    fake = FakeReplay()
+    t = CompactionTuner(_messages(), presets=catalogue, replay=fake, debounce_ms=0)
+    t.controls["auto_compact_pct"].value = 0.5
+    assert t.controls["recommend_pct"].value == 0.5 and t.controls["emergency_pct"].value == 0.95
+    assert fake.calls[-1][2] == {"recommend_pct": 0.5, "auto_compact_pct": 0.5}
+    t.controls["auto_compact_pct"].value = 0.97
+    assert t.controls["emergency_pct"].value == 0.97
+    assert len(fake.calls) == 3  # one replay per user move, none for the pushed sliders
+
+
+def test_tuner_with_the_real_presets_and_replay():
+    from opctx.lab.presets import PRESETS
+    from opctx.lab.scenarios import generate_session
+
+    session = generate_session(7, n_turns=6, max_tools_per_turn=3)
+    t = CompactionTuner(session.messages, context_window=8192, debounce_ms=0)
+    assert list(t.preset.options) == list(PRESETS)
+    # every engine and summariser parameter has a control on the default preset
+    for name in ("recommend_pct", "auto_compact_pct", "emergency_pct", "keep_ratio",
+                 "keep_min_tokens", "protect_first_n", "protect_last_n", "aging",
+                 "output_reserve", "reserve_policy", "tail_budget_share", "min_saving"):
+        assert name in t.controls, name
+    assert "replay failed" not in t.status.value
+    assert len(t.result.steps_df) == session.meta["n_messages"] - sum(
+        1 for m in session.messages if m["role"] != "assistant")
+    before = t.table.value
+    t.controls["auto_compact_pct"].value = 0.3
+    assert "replay failed" not in t.status.value
+    assert t.result.params is not None and t.table.value != before
+    t.preset.value = "observation-masking"
+    assert set(t.controls) == {"keep_last", "output_reserve", "reserve_policy"}
