@@ -5,6 +5,7 @@ assistant message with a tool call (read / grep / ls / bash, JSON arguments), th
 result (source lines, listings, grep hits, logs with hashes and numbers), and now and
 then an assistant explanation citing identifiers, paths and ids seen earlier. Message
 sizes: user 50-300 chars, assistant 80-800, tool results 200-4,000 (skewed small).
+Half of the tool results end with a fresh build path and id that nothing cites later.
 
 ``make_history(n, seed)`` returns opctx message dicts (``extra.blocks`` tool traffic,
 Anthropic style, half of the sessions OpenAI style via ``style="openai"``), with ids,
@@ -33,20 +34,21 @@ class _Vocab:
         self.rng = rng
         self.idents = [
             "".join(rng.sample(_HUMPS, rng.randint(2, 3))) + rng.choice(["", "", "V2", "Error", "Impl"])
-            for _ in range(2_000)
+            for _ in range(20_000)
         ]
         self.funcs = [
             "_".join(rng.choice(_WORDS) for _ in range(rng.randint(2, 3))) + "_" + rng.choice(_HUMPS).lower()
-            for _ in range(1_500)
+            for _ in range(15_000)
         ]
         self.paths = [
             "/".join(rng.choice(_DIRS) for _ in range(rng.randint(1, 4)))
             + "/"
             + rng.choice(self.funcs)
             + rng.choice(_EXTS)
-            for _ in range(600)
+            for _ in range(8_000)
         ]
         self.hashes = [f"{rng.getrandbits(160):040x}" for _ in range(300)]
+        self.fresh = 0
 
     def sentence(self, n: int) -> str:
         r = self.rng
@@ -101,7 +103,13 @@ def _tool_output(v: _Vocab, tool: str) -> str:
             f"{v.sentence(r.randint(3, 8))} id={r.choice(v.hashes)[:12]}"
             for _ in range(max(2, size // 80))
         )
-    return text[:size] if len(text) > size else text
+    text = text[:size] if len(text) > size else text
+    if r.random() < 0.5:
+        # output that nothing later refers to: a fresh run directory and build id, as real
+        # tool output has (about half of real tool results are never cited again)
+        v.fresh += 1
+        text += f"\nwrote build/run_{v.fresh:06d}/artifact_{r.getrandbits(32):08x}.log build={r.getrandbits(48):012x}"
+    return text
 
 
 def make_history(n: int, seed: int = 0, style: str = "anthropic", start: float = 1_700_000_000.0) -> list[dict]:

@@ -45,12 +45,12 @@ _export("opctx.dag.session_db", "DagSessionDB", "SessionDB")
 _export(
     "opctx.dag.providers",
     "Reply", "Usage", "ToolCall", "ScriptedProvider", "ReplayProvider",
-    "OpenAICompatProvider", "ProviderError",
+    "OpenAICompatProvider", "ProviderError", "ProviderHTTPError", "ProviderTimeoutError",
 )
 _export("opctx.dag.render", "render_dag_messages")
 _export("opctx.dag.runtime", "DagRuntime")
-_export("opctx.dag.chat", "chat_turn", "parse_tool_call")
-_export("opctx.dag.agentic", "agentic_function", "Runtime")
+_export("opctx.dag.chat", "chat_turn", "parse_tool_call", "ChatResult")
+_export("opctx.dag.agentic", "agentic_function", "Runtime", "use_store")
 _export(
     "opctx.context.types",
     "UsageState", "BudgetAllocation", "ReferenceMap", "TurnPrep", "CompactResult",
@@ -74,6 +74,11 @@ _export(
     "resolve_engine_for", "default_engine",
 )
 _export("opctx.context.turn", "process_user_turn", "trigger_compaction")
+_export(
+    "opctx.importers",
+    "import_path", "import_paths", "parse_path", "detect", "export_openai", "export_jsonl",
+    "TranscriptError", "UnknownFormatError",
+)
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
 

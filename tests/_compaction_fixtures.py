@@ -20,12 +20,9 @@ _WORDS = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod 
 def filler(chars: int, seed: str = "") -> str:
     """About ``chars`` characters of plain words (no long runs of one character: those are
     pathological for BPE tokenizers and for substring indexes alike)."""
-    text = seed
-    i = 0
-    while len(text) < chars:
-        text += _WORDS[i % len(_WORDS)] + " "
-        i += 1
-    return text[:chars]
+    sentence = " ".join(_WORDS) + " "
+    repeats = max(0, chars - len(seed)) // len(sentence) + 1
+    return (seed + sentence * repeats)[:chars]
 
 
 def char_tokens(msg: dict) -> int:

@@ -84,9 +84,19 @@ def lab_server(tmp_path):
     shutil.copytree(ROOT / "notebooks", work / "notebooks",
                     ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
     (work / "data").symlink_to(ROOT / "data", target_is_directory=True)
-    dirs = {name: tmp_path / name for name in ("runtime", "config", "jdata", "ipython")}
+    dirs = {name: tmp_path / name for name in ("runtime", "config", "jdata", "ipython", "settings")}
     for d in dirs.values():
         d.mkdir()
+    # user settings: start the notebook's kernel without asking, never fetch news
+    for plugin, values in {
+        "@jupyterlab/notebook-extension/tracker": {"autoStartDefaultKernel": True},
+        "@jupyterlab/apputils-extension/notification": {"fetchNews": "false",
+                                                         "checkForUpdates": False},
+    }.items():
+        package, name = plugin.rsplit("/", 1)
+        target = dirs["settings"] / package
+        target.mkdir(parents=True, exist_ok=True)
+        (target / f"{name}.jupyterlab-settings").write_text(json.dumps(values))
     port, token = _free_port(), os.urandom(16).hex()
     env = {
         **os.environ,
@@ -109,6 +119,8 @@ def lab_server(tmp_path):
         "--LabApp.news_url=None",
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         "--LabApp.extension_manager=readonly",
+        f"--LabApp.user_settings_dir={dirs['settings']}",
+        f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}",
     ]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")  # containers and CI runners often run as root
@@ -180,9 +192,14 @@ def test_tuner_in_jupyterlab_offline(lab_server):
             page.goto(f"{base}/lab/tree/{NOTEBOOK}?token={token}", wait_until="domcontentloaded")
             page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
             page.wait_for_function("() => window.jupyterapp !== undefined", timeout=60_000)
-            # wait for the kernel to be ready, then run everything
-            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']",
-                                   timeout=120_000)
+            # wait until the notebook's kernel is connected and idle, then run everything
+            page.wait_for_function(
+                """() => { const w = window.jupyterapp.shell.currentWidget;
+                    const k = w && w.sessionContext && w.sessionContext.session
+                              && w.sessionContext.session.kernel;
+                    return k && k.connectionStatus === 'connected' && k.status === 'idle'; }""",
+                timeout=120_000,
+            )
             # fire and forget: the command's promise settles only when every cell has run
             page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
             page.wait_for_function(
@@ -194,12 +211,14 @@ def test_tuner_in_jupyterlab_offline(lab_server):
             before = _tuner_state(page)
             assert before["table"] and before["plot"].startswith("data:image/png")
 
-            # move the trigger slider all the way down: the engine compacts more, earlier
-            slider = page.locator(".opctx-tuner .widget-slider", has_text="trigger_pct").first
+            # move the trigger slider from 0.80 down to 0.50 with the keyboard, as a user
+            # would: the engine compacts earlier and more often
+            slider = page.locator(".opctx-tuner .widget-slider", has_text="auto_compact_pct").first
             handle = slider.locator(".noUi-handle").first
             handle.scroll_into_view_if_needed()
             handle.focus()
-            page.keyboard.press("Home")
+            for _ in range(30):
+                page.keyboard.press("ArrowLeft")
             page.wait_for_function(
                 """(old) => { const t = document.querySelector('.opctx-tuner .opctx-cut-table');
                     const i = document.querySelector('.opctx-tuner .opctx-budget-plot img');

@@ -50,7 +50,7 @@ tool_round = st.fixed_dictionaries(
 turn = st.fixed_dictionaries(
     {
         "kind": st.sampled_from(["ascii", "cjk", "mixed"]),
-        "size": st.integers(5, 3_000),
+        "size": st.integers(5, 1_500),
         "rounds": st.lists(tool_round, max_size=3),
         "final": st.booleans(),
     }
@@ -89,7 +89,10 @@ def build(turns: list[dict]) -> list[dict]:
                 for k, i in enumerate(ids):
                     msgs.append({
                         "role": "tool", "name": "read", "tool_call_id": i, "is_error": r["errors"][k],
-                        "content": ("Error: " if r["errors"][k] else "") + text_of(t["kind"], r["sizes"][k] * 3),
+                        # CJK output is kept short: the store's FTS segmentation of CJK text is
+                        # slow enough to dominate the test; huge outputs are ASCII
+                        "content": ("Error: " if r["errors"][k] else "")
+                        + text_of(t["kind"] if r["sizes"][k] <= 200 else "ascii", r["sizes"][k] * 3),
                     })
         if t["final"]:
             msgs.append({"role": "assistant", "content": text_of(t["kind"], t["size"] // 2 + 5)})

@@ -187,6 +187,16 @@ def test_provider_messages_repair_broken_pairs() -> None:
     assert out[2]["role"] == "tool"
     assert out[3] == {"role": "user", "content": "[result of tool cat (call gone)]\norphan"}
     assert to_provider_messages([{"id": "e", "role": "assistant", "content": ""}]) == []
+    # ids reused turn after turn (some local models) pair with the nearest open call
+    reused = []
+    for _ in range(2):
+        c = call("step")
+        c["tool_calls"][0]["id"] = "call_0"
+        reused += [user("go"), c, *results(c)]
+    reused.append({"id": "t_extra", "role": "tool", "tool_call_id": "call_0", "name": "step", "content": "dup"})
+    out = to_provider_messages(reused)
+    assert [m["role"] for m in out] == ["user", "assistant", "tool", "user", "assistant", "tool", "user"]
+    assert out[-1]["content"] == "[result of tool step (call call_0)]\ndup"
 
 
 # ------------------------------------------------------------------ compact

@@ -139,3 +139,32 @@ def test_branch_diff_viewer_escapes():
     assert_no_raw_payload(w.table.value)
     assert_no_raw_payload(w.picture.value)
     assert "&lt;img src=x" in w.table.value
+
+
+def test_compaction_tuner_escapes(hostile_messages):
+    """Preset names, replay errors and compaction rows all reach the page escaped."""
+    import types
+
+    import pandas as pd
+
+    from opctx.widgets.tuner import CompactionTuner
+
+    def fake_replay(history, preset, **kwargs):
+        if kwargs.get("trigger_pct") == 0.5:
+            raise ValueError(f"bad value {IMG}")
+        steps = pd.DataFrame({"step": [0, 1], "tokens": [10, 20], "budget_pct": [0.1, 0.2],
+                              "compacted": [False, True]})
+        comps = pd.DataFrame([{"step": 1, "turn": 0, "reason": SCRIPT, "tokens_before": 20,
+                               "tokens_after": 10, "folded": 1, "kept": 1, "protected": 0,
+                               "cut_index": 1, "fell_back_to_structural": True}])
+        return types.SimpleNamespace(steps_df=steps, compactions_df=lambda: comps,
+                                     context_window=100)
+
+    t = CompactionTuner(hostile_messages, presets={SCRIPT: {"trigger_pct": 0.8}},
+                        preset=SCRIPT, replay=fake_replay, debounce_ms=0)
+    for value in (t.status.value, t.table.value, t.plot.value):
+        assert_no_raw_payload(value)
+    assert "&lt;script&gt;" in t.table.value and "&lt;script&gt;" in t.status.value
+    t.controls["trigger_pct"].value = 0.5
+    assert_no_raw_payload(t.status.value)
+    assert "&lt;img src=x" in t.status.value

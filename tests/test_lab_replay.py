@@ -80,7 +80,9 @@ def test_provider_summaries_are_used(scenario):
         seen.append(messages[0]["content"])
         return "LLM SUMMARY: the user asked to fix tests."
 
-    r = replay(scenario.messages, "default", context_window=40_000, summaries=provider)
+    # aging off: with aging the engine's compact() judges the un-aged branch and may take
+    # the emergency (structural) path even when prepare() said "auto"
+    r = replay(scenario.messages, "default", context_window=40_000, summaries=provider, aging=False)
     assert r.compactions and seen
     assert all(c.summary_text == "LLM SUMMARY: the user asked to fix tests." for c in r.compactions)
     assert not any(c.fell_back_to_structural for c in r.compactions)
@@ -165,3 +167,12 @@ def test_property_compaction_never_breaks_tool_pairs_and_always_shrinks(seed, wi
         assert c.tokens_after < c.tokens_before
         # nothing after the cut is lost: kept + folded + protected cover the branch
         assert c.folded_ids
+
+
+def test_messages_without_ids_or_timestamps(scenario):
+    msgs = [{k: v for k, v in m.items() if k not in ("id", "parent_id", "timestamp")} for m in scenario.messages]
+    r = replay(msgs, "default", context_window=30_000)
+    assert r.compactions and len(r.steps_df) == sum(m["role"] == "assistant" for m in msgs)
+    last = r.context(len(r.steps_df) - 1)
+    assert all(r.origin_of(m) is not None for m in last if m.get("type") != "compactionSummary")
+    assert any(str(m["id"]).startswith("replay_") for m in r.context(0))

@@ -43,7 +43,7 @@ def test_serial_sweep_rows_and_columns(serial):
     none_rows = df[df["preset"] == "none"]
     assert (none_rows["tokens_saved"] == 0).all() and (none_rows["compactions"] == 0).all()
     small_default = df[(df["preset"] == "default") & (df["param_context_window"] == 30_000)]
-    assert (small_default["compactions"] > 0).all()
+    assert (small_default["tokens_saved"] > 0).all()  # aging and/or compaction
     assert (df["broken_pairs_introduced"] == 0).all()
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -159,19 +158,31 @@ def test_delete_branch_tail_removes_only_that_subtree(db):
     assert db.get_session(sid)["message_count"] == 3
 
 
-def test_token_stats_per_role_with_and_without_the_context_estimator(db, monkeypatch):
+def test_token_stats_per_role_default_and_injected_estimator(db):
     sid = db.create_session()
     _chat(db, sid, "x" * 400, "y" * 40)
     stats = db.get_branch_token_stats(sid)
-    assert stats["message_count"] == 2 and set(stats["by_role"]) == {"user", "assistant"}
-    assert stats["by_role"]["user"]["count"] == 1
-    assert stats["total_tokens"] == sum(r["tokens"] for r in stats["by_role"].values()) > 0
-    monkeypatch.setitem(sys.modules, "opctx.context.tokens", None)  # import now fails
-    fallback = db.get_branch_token_stats(sid)
-    assert fallback["estimator"] == "len/4"
-    assert fallback["by_role"] == {"user": {"count": 1, "tokens": 100}, "assistant": {"count": 1, "tokens": 10}}
+    assert stats["estimator"] == "len/4"
+    assert stats["message_count"] == 2
+    assert stats["by_role"] == {"user": {"count": 1, "tokens": 100}, "assistant": {"count": 1, "tokens": 10}}
+    assert stats["total_tokens"] == 110
+
+    from opctx.context.tokens import estimate_message_tokens
+
+    real = db.get_branch_token_stats(sid, token_estimator=estimate_message_tokens)
+    assert real["estimator"] == "estimate_message_tokens"
+    assert real["total_tokens"] == sum(r["tokens"] for r in real["by_role"].values()) > 0
+    assert real["total_tokens"] != stats["total_tokens"]  # tiktoken compresses repeated letters
     empty = db.create_session()
     assert db.get_branch_token_stats(empty)["total_tokens"] == 0
+
+
+def test_token_estimator_set_on_the_constructor(tmp_path):
+    db = DagSessionDB(tmp_path / "e.db", token_estimator=lambda msg: 7)
+    sid = db.create_session()
+    _chat(db, sid, "a", "b", "c")
+    assert db.get_branch_token_stats(sid)["total_tokens"] == 21
+    db.close()
 
 
 def test_search_messages_is_literal_and_scoped(db):

@@ -131,3 +131,30 @@ def test_model_call_summary_message_roles():
         "role": "system", "compaction": {"folded_ids": ["a", "b"]}}))
     rows = branch_diff(g)
     assert list(rows.role) == ["user", "assistant", "system"]
+
+
+def test_an_opctx_compaction_through_the_engine():
+    """The real persister's layout, read back from a DagSessionDB(":memory:")."""
+    from opctx.context.turn import trigger_compaction
+    from opctx.dag.session_db import DagSessionDB
+    from opctx.lab.presets import build_engine
+    from opctx.lab.scenarios import generate_session
+
+    scenario = generate_session(11, n_turns=8, max_tools_per_turn=3)
+    db = DagSessionDB(":memory:")
+    sid = db.create_session(title="scenario", model=scenario.model)
+    db.append_messages(sid, scenario.messages)
+    engine = build_engine("default", session_db=db, context_window=8192, model=scenario.model)
+    result = trigger_compaction(db, sid, engine=engine, model=scenario.model)
+    assert result.ok, result.error
+    d = compare_compaction(db, sid)
+    assert d.summary.id == result.summary_id
+    counts = d.rows.groupby(["side", "status"], observed=True).size().to_dict()
+    assert counts[("before", "folded")] == result.summarised_count
+    assert counts[("before", "kept")] == counts[("after", "kept")] == result.kept_count
+    assert counts[("before", "protected")] == counts[("after", "protected")] == result.protected_count
+    after = d.rows[d.rows.side == "after"]
+    assert list(after.status.astype(str)) == (
+        ["protected"] * result.protected_count + ["summary"] + ["kept"] * result.kept_count)
+    # the new branch is what the session's head now shows
+    assert list(after.copy_id) == [m["id"] for m in db.get_branch(sid)][: len(after)]

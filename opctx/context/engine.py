@@ -112,6 +112,7 @@ from __future__ import annotations
 
 import json
 import logging
+import operator
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -298,7 +299,6 @@ def _convert(msg: dict) -> list[dict]:
                     "role": "tool",
                     "tool_call_id": msg.get("tool_call_id") or "",
                     "content": text,
-                    "_name": msg.get("name") or "",
                 }
             )
         for b in blocks(msg):
@@ -317,7 +317,6 @@ def _convert(msg: dict) -> list[dict]:
                     "role": "tool",
                     "tool_call_id": b.get("tool_use_id") or "",
                     "content": text,
-                    "_name": "",
                 }
             )
         return out
@@ -364,13 +363,30 @@ class _ProviderCache:
     """Per-message conversions, keyed like ``MessageFacts`` (id, role, content length)."""
 
     def __init__(self, max_entries: int = 100_000):
-        self._cache: dict[tuple, list[dict]] = {}
+        self._cache: dict[tuple, _Entry] = {}
         self.max_entries = max_entries
+        self._last_msgs: list[dict] = []
+        self._last_conv: list[_Entry] = []
 
-    def get(self, msg: dict) -> list[dict]:
+    def convert_all(self, history: Sequence[dict]) -> list[_Entry]:
+        """Conversions of every message; messages that are the very objects seen last
+        time are not looked at again (an identity check at C speed), so an append-only
+        history costs O(new or re-aged messages)."""
+        k = min(len(self._last_msgs), len(history))
+        conv = self._last_conv[:k]
+        if k:
+            same = list(map(operator.is_, history[:k], self._last_msgs[:k]))
+            for i in [i for i, hit in enumerate(same) if not hit]:
+                conv[i] = self.get(history[i])
+        get = self.get
+        conv.extend(get(m) for m in history[k:])
+        self._last_msgs, self._last_conv = list(history), conv
+        return conv
+
+    def get(self, msg: dict) -> _Entry:
         mid = msg.get("id")
         if not mid:
-            return _convert(msg)
+            return _convert_entry(msg)
         content = msg.get("content")
         key = (
             mid,
@@ -382,7 +398,7 @@ class _ProviderCache:
         if hit is None:
             if len(self._cache) >= self.max_entries:
                 self._cache.clear()
-            hit = self._cache[key] = _convert(msg)
+            hit = self._cache[key] = _convert_entry(msg)
         return hit
 
 
@@ -394,38 +410,77 @@ def _redacted_marker(msg: dict) -> int:
     return sum(1 for b in extra.get("blocks") or () if isinstance(b, dict) and b.get("_redacted"))
 
 
+# (provider messages, call ids, result ids, tool name of the results)
+_Entry = tuple[list[dict], tuple[str, ...], tuple[str, ...], str]
+
+
+def _convert_entry(msg: dict) -> _Entry:
+    messages = _convert(msg)
+    calls: tuple[str, ...] = ()
+    results: tuple[str, ...] = ()
+    for m in messages:
+        if m["role"] == "assistant" and "tool_calls" in m:
+            calls += tuple(tc["id"] for tc in m["tool_calls"])
+        elif m["role"] == "tool":
+            results += (m["tool_call_id"],)
+    return messages, calls, results, str(msg.get("name") or "") if results else ""
+
+
 def to_provider_messages(
     history: Sequence[dict], cache: _ProviderCache | None = None
 ) -> list[dict]:
     """OpenAI chat messages for ``history``, with tool pairing repaired.
 
-    A tool call whose result is not in the history is removed from its assistant
-    message (which becomes a short text if nothing else is left); a result whose
-    call is not in the history becomes a user message naming the tool and call.
+    A result pairs with the most recent earlier call of its id that is still
+    unanswered. A call left without a result is removed from its assistant message
+    (which gets a short note naming it instead); a result without a call becomes a
+    user message naming the tool and the call id. When every call and result pair
+    up (the normal case, and always after an opctx compaction) the messages are
+    returned as converted, without a second pass.
     """
-    get = cache.get if cache is not None else _convert
-    converted = [m for msg in history for m in get(msg)]
-    call_ids: set[str] = set()
-    result_ids: set[str] = set()
-    for m in converted:
-        role = m["role"]
-        if role == "assistant" and "tool_calls" in m:
-            call_ids.update(tc["id"] for tc in m["tool_calls"])
-        elif role == "tool":
-            result_ids.add(m["tool_call_id"])
+    entries = (
+        cache.convert_all(history) if cache is not None else [_convert_entry(m) for m in history]
+    )
+    pending: dict[str, int] = {}
+    orphan = False
+    for _msgs, calls, results, _name in [e for e in entries if e[1] or e[2]]:
+        for rid in results:
+            if pending.get(rid):
+                pending[rid] -= 1
+            else:
+                orphan = True
+        for cid in calls:
+            pending[cid] = pending.get(cid, 0) + 1
+    if not orphan and not any(pending.values()):
+        return [m for e in entries for m in e[0]]
+    return _repair(entries)
+
+
+def _repair(entries: Sequence[_Entry]) -> list[dict]:
+    flat = [(m, e[3]) for e in entries for m in e[0]]
+    open_calls: dict[str, list[int]] = {}
+    answered: set[tuple[int, str]] = set()
+    matched: set[int] = set()
+    for i, (m, _name) in enumerate(flat):
+        if m["role"] == "assistant" and "tool_calls" in m:
+            for tc in m["tool_calls"]:
+                open_calls.setdefault(tc["id"], []).append(i)
+        elif m["role"] == "tool":
+            stack = open_calls.get(m["tool_call_id"])
+            if stack:
+                answered.add((stack.pop(), m["tool_call_id"]))
+                matched.add(i)
     out: list[dict] = []
-    answered: set[str] = set()
-    for m in converted:
-        role = m["role"]
-        if role == "assistant" and "tool_calls" in m:
-            kept = [tc for tc in m["tool_calls"] if tc["id"] in result_ids]
+    for i, (m, name) in enumerate(flat):
+        if m["role"] == "assistant" and "tool_calls" in m:
+            kept = [tc for tc in m["tool_calls"] if (i, tc["id"]) in answered]
             if len(kept) == len(m["tool_calls"]):
                 out.append(m)
                 continue
             fixed = {k: v for k, v in m.items() if k != "tool_calls"}
             if kept:
                 fixed["tool_calls"] = kept
-            dropped = [tc for tc in m["tool_calls"] if tc["id"] not in result_ids]
+            dropped = [tc for tc in m["tool_calls"] if (i, tc["id"]) not in answered]
             note = "; ".join(
                 f"called {tc['function']['name']}({tc['function']['arguments']})" for tc in dropped
             )
@@ -433,16 +488,14 @@ def to_provider_messages(
                 (m.get("content") or "") + f"\n[{note}; result not in context]"
             ).strip()
             out.append(fixed)
-        elif role == "tool":
-            tid = m["tool_call_id"]
-            if tid in call_ids and tid not in answered:
-                answered.add(tid)
-                out.append({"role": "tool", "tool_call_id": tid, "content": m["content"]})
-            else:
-                label = f"tool {m.get('_name')}".strip() if m.get("_name") else "tool"
-                out.append(
-                    {"role": "user", "content": f"[result of {label} (call {tid})]\n{m['content']}"}
-                )
+        elif m["role"] == "tool" and i not in matched:
+            label = f"tool {name}" if name else "tool"
+            out.append(
+                {
+                    "role": "user",
+                    "content": f"[result of {label} (call {m['tool_call_id']})]\n{m['content']}",
+                }
+            )
         else:
             out.append(m)
     return out
@@ -472,6 +525,8 @@ class _SessionState:
     system_tokens: int = 0
     tools_tokens: int = 0
     input_budget: int = 0
+    # one prepare/compact at a time per session: the caches above are extended in place
+    lock: Any = field(default_factory=threading.RLock)
 
 
 def _agent_attr(agent: Any, name: str, default: Any = None) -> Any:
@@ -546,7 +601,9 @@ class DefaultContextEngine(ContextEngine):
             session_db, clock=clock, estimator=self.estimator
         )
         self.budget_allocator = budget_allocator or BudgetAllocator(estimator=self.estimator)
-        self.ager = ager if ager is not None else (_default_ager(clock) if aging else None)
+        self.ager = (
+            ager if ager is not None else (_default_ager(clock, self.estimator) if aging else None)
+        )
         self.summarizer = summarizer or Summarizer(None, config=self.config)
         self.persister = persister or Persister(session_db, clock=clock)
         self._references = references
@@ -620,81 +677,84 @@ class DefaultContextEngine(ContextEngine):
     ) -> TurnPrep:
         sid = _session_id(session)
         state = self._state(sid)
-        history = list(history)
-        path: list[str] = []
-        window = self.window_for(model)
-        # 1. system prompt
-        system_prompt = self.system_prompt_for(agent)
-        # 2. references (incremental on an append-only history)
-        refmap = (
-            state.references.update(history)
-            if history
-            else ReferenceMap(last_built_at=self.clock())
-        )
-        # 3. aging, on copies
-        aged, report = self._age(history, refmap)
-        # 4. usage: provider prefix + appended estimate, or the local estimate
-        table = state.facts.table(history)
-        usage_state = self.usage_tracker.get(sid)
-        raw_system = (
-            self.estimator.message_tokens({"role": "system", "content": system_prompt})
-            if system_prompt
-            else 0
-        )
-        raw_tools = self.estimator.tools_tokens(list(tools)) if tools else 0
-        system_tokens, tools_tokens = raw_system, raw_tools
-        history_tokens = max(0, table.total_tokens - report.tokens_freed)
-        source = "estimate"
-        if usage_state.source == "provider" and 0 < usage_state.last_history_len <= len(history):
-            hybrid = self.usage_tracker.hybrid_estimate(sid, aged, system_prompt, tools, model)
-            if hybrid.source == "provider":
-                source = "provider"
-                system_tokens, tools_tokens, history_tokens = (
-                    hybrid.system,
-                    hybrid.tools,
-                    hybrid.history,
-                )
-        path.append(f"usage:{source}")
-        path.append(f"aging:redacted={report.redacted}")
-        # 5. budget
-        budget = self.budget_allocator.allocate(
-            window, system_tokens, history_tokens, tools_tokens, model
-        )
-        pct = budget.input_used_pct
-        path.append(f"budget:{pct:.2f}")
-        # 6. assemble and decide
-        agent_messages = to_provider_messages(aged, state.provider_cache)
-        self._maybe_rearm(state, table.total_tokens, budget.input_budget)
-        guard = state.guard
-        if pct >= self.auto_compact_pct and guard.disabled:
-            path.append("auto_compact_disabled")
-        elif pct >= self.emergency_pct:
-            path.append("emergency")
-        elif pct >= self.auto_compact_pct:
-            path.append("auto_compact")
-        elif pct >= self.recommend_pct:
-            path.append("recommend")
-        else:
-            path.append("ok")
-        prep = TurnPrep(
-            system_prompt=system_prompt,
-            agent_messages=agent_messages,
-            history_dicts=aged,
-            budget=budget,
-            usage=usage_state,
-            tool_results_redacted=report.redacted,
-            tokens_freed_by_aging=report.tokens_freed,
-            references_protected=report.references_protected,
-            summary_id=_summary_id(history),
-            decision_path=path,
-            budget_pct=pct,
-            context_window=window,
-        )
-        with self._lock:
-            state.last_prep = prep
-            state.system_tokens, state.tools_tokens = raw_system, raw_tools
-            state.input_budget = budget.input_budget
-        return prep
+        with state.lock:
+            history = list(history)
+            path: list[str] = []
+            window = self.window_for(model)
+            # 1. system prompt
+            system_prompt = self.system_prompt_for(agent)
+            # 2. references (incremental on an append-only history)
+            refmap = (
+                state.references.update(history)
+                if history
+                else ReferenceMap(last_built_at=self.clock())
+            )
+            # 3. aging, on copies
+            aged, report = self._age(history, refmap)
+            # 4. usage: provider prefix + appended estimate, or the local estimate
+            table = state.facts.table(history)
+            usage_state = self.usage_tracker.get(sid)
+            raw_system = (
+                self.estimator.message_tokens({"role": "system", "content": system_prompt})
+                if system_prompt
+                else 0
+            )
+            raw_tools = self.estimator.tools_tokens(list(tools)) if tools else 0
+            system_tokens, tools_tokens = raw_system, raw_tools
+            history_tokens = max(0, table.total_tokens - report.tokens_freed)
+            source = "estimate"
+            if usage_state.source == "provider" and 0 < usage_state.last_history_len <= len(
+                history
+            ):
+                hybrid = self.usage_tracker.hybrid_estimate(sid, aged, system_prompt, tools, model)
+                if hybrid.source == "provider":
+                    source = "provider"
+                    system_tokens, tools_tokens, history_tokens = (
+                        hybrid.system,
+                        hybrid.tools,
+                        hybrid.history,
+                    )
+            path.append(f"usage:{source}")
+            path.append(f"aging:redacted={report.redacted}")
+            # 5. budget
+            budget = self.budget_allocator.allocate(
+                window, system_tokens, history_tokens, tools_tokens, model
+            )
+            pct = budget.input_used_pct
+            path.append(f"budget:{pct:.2f}")
+            # 6. assemble and decide
+            agent_messages = to_provider_messages(aged, state.provider_cache)
+            self._maybe_rearm(state, table.total_tokens, budget.input_budget)
+            guard = state.guard
+            if pct >= self.auto_compact_pct and guard.disabled:
+                path.append("auto_compact_disabled")
+            elif pct >= self.emergency_pct:
+                path.append("emergency")
+            elif pct >= self.auto_compact_pct:
+                path.append("auto_compact")
+            elif pct >= self.recommend_pct:
+                path.append("recommend")
+            else:
+                path.append("ok")
+            prep = TurnPrep(
+                system_prompt=system_prompt,
+                agent_messages=agent_messages,
+                history_dicts=aged,
+                budget=budget,
+                usage=usage_state,
+                tool_results_redacted=report.redacted,
+                tokens_freed_by_aging=report.tokens_freed,
+                references_protected=report.references_protected,
+                summary_id=_summary_id(history),
+                decision_path=path,
+                budget_pct=pct,
+                context_window=window,
+            )
+            with self._lock:
+                state.last_prep = prep
+                state.system_tokens, state.tools_tokens = raw_system, raw_tools
+                state.input_budget = budget.input_budget
+            return prep
 
     def _age(self, history: list[dict], refmap: ReferenceMap) -> tuple[list[dict], AgingReport]:
         if self.ager is None or not history:
@@ -723,26 +783,31 @@ class DefaultContextEngine(ContextEngine):
         anchor = history[-1].get("id") if history else None
         new_state = self.usage_tracker.record(session_id, usage, len(history), anchor_id=anchor)
         state = self._state(session_id)
-        budget = prep.budget.input_budget or 1
-        pct = prep.budget_pct
-        if usage is not None and new_state.source == "provider" and new_state.last_prompt_tokens:
-            pct = new_state.last_prompt_tokens / budget
-        if pct >= self.recommend_pct:
-            if not state.recommended:
-                state.recommended = True
-                emit(
-                    on_event,
-                    "compaction_recommended",
-                    {
-                        "session_id": session_id,
-                        "budget_pct": pct,
-                        "threshold": self.recommend_pct,
-                        "auto_compact_disabled": state.guard.disabled,
-                        "reason": state.guard.reason,
-                    },
-                )
-        else:
-            state.recommended = False
+        with state.lock:
+            budget = prep.budget.input_budget or 1
+            pct = prep.budget_pct
+            if (
+                usage is not None
+                and new_state.source == "provider"
+                and new_state.last_prompt_tokens
+            ):
+                pct = new_state.last_prompt_tokens / budget
+            if pct >= self.recommend_pct:
+                if not state.recommended:
+                    state.recommended = True
+                    emit(
+                        on_event,
+                        "compaction_recommended",
+                        {
+                            "session_id": session_id,
+                            "budget_pct": pct,
+                            "threshold": self.recommend_pct,
+                            "auto_compact_disabled": state.guard.disabled,
+                            "reason": state.guard.reason,
+                        },
+                    )
+            else:
+                state.recommended = False
 
     # ------------------------------------------------------------------ compaction
     def compact(
@@ -772,184 +837,189 @@ class DefaultContextEngine(ContextEngine):
                 f"context engine {self.name!r} has no session_db: pass session_db=... to compact"
             )
         state = self._state(session_id)
-        if user_initiated and state.guard.disabled:
-            state.guard = _Guard()  # a manual compaction re-arms auto-compaction
-        emit(
-            on_event,
-            "compaction_started",
-            {"session_id": session_id, "reason": why, "trigger": trigger},
-        )
-
-        history = db.get_branch(session_id)
-        window = self.window_for(model)
-        system_prompt = (
-            self.system_prompt_for(agent) if agent is not None or state.last_prep is None else None
-        )
-        if system_prompt is not None:
-            system_tokens = (
-                self.estimator.message_tokens({"role": "system", "content": system_prompt})
-                if system_prompt
-                else 0
+        with state.lock:
+            if user_initiated and state.guard.disabled:
+                state.guard = _Guard()  # a manual compaction re-arms auto-compaction
+            emit(
+                on_event,
+                "compaction_started",
+                {"session_id": session_id, "reason": why, "trigger": trigger},
             )
-        else:
-            system_tokens = state.system_tokens
-        tools_tokens = self.estimator.tools_tokens(list(tools)) if tools else state.tools_tokens
-        table = state.facts.table(history)
-        tokens_before = system_tokens + tools_tokens + table.total_tokens
-        budget = self.budget_allocator.allocate(
-            window, system_tokens, table.total_tokens, tools_tokens, model
-        )
-        pct = budget.input_used_pct
 
-        def finish(result: CompactResult) -> CompactResult:
-            result.duration_ms = (time.perf_counter() - started) * 1000
-            emit(on_event, "compaction_finished", {"session_id": session_id, **asdict(result)})
-            if result.error and not result.ok:
-                logger.info(
-                    "context engine %r: compaction of %s did not run: %s",
-                    self.name,
-                    session_id,
-                    result.error,
+            history = db.get_branch(session_id)
+            window = self.window_for(model)
+            system_prompt = (
+                self.system_prompt_for(agent)
+                if agent is not None or state.last_prep is None
+                else None
+            )
+            if system_prompt is not None:
+                system_tokens = (
+                    self.estimator.message_tokens({"role": "system", "content": system_prompt})
+                    if system_prompt
+                    else 0
                 )
-            return result
-
-        room = max(1, budget.input_budget - system_tokens - tools_tokens)
-        max_tail = (
-            None if keep_recent_tokens is not None else max(1, int(room * self.tail_budget_share))
-        )
-        cut = find_cut_index(
-            history,
-            window,
-            self.config,
-            keep_recent_tokens,
-            facts=state.facts,
-            max_tail_tokens=max_tail,
-        )
-        if not cut.ok:
-            disabled = self._no_progress(
-                state, why, table.total_tokens, f"no compaction possible: {cut.reason}"
-            )
-            return finish(
-                CompactResult(
-                    ok=False,
-                    reason=why,
-                    error=cut.reason,
-                    tokens_before=tokens_before,
-                    tokens_after=tokens_before,
-                    cut_index=None,
-                    protected_count=cut.protected_head,
-                    disabled_auto=disabled,
-                )
-            )
-
-        head_n, cut_idx = cut.protected_head, cut.index
-        folded = history[head_n:cut_idx]
-        if previous_summary is None:
-            previous_summary = _latest_summary_text(folded)
-        force = None
-        if pct >= self.emergency_pct:
-            force = (
-                f"Emergency: input at {pct:.0%} of the budget (>= {self.emergency_pct:.0%}); "
-                "no room for an LLM summary call"
-            )
-        output_room = min(self.config.summary_output_tokens, window // 4)
-        max_prompt = window - output_room
-        summarizer = self.summarizer
-        if getattr(summarizer, "provider_call", True) is None and provider_call is not None:
-            # no summariser provider configured: summarise with the agent's own provider
-            summarizer = Summarizer(
-                provider_call, model, self.config, count_tokens=summarizer.count_tokens
-            )
-        summary = summarizer.summarise(
-            folded,
-            previous_summary,
-            cancel_event,
-            None,
-            max_prompt_tokens=max_prompt,
-            force_structural=force,
-            estimate=state.facts.tokens,
-        )
-        summary_tokens = self._estimate(
-            {"role": "system", "content": f"{SUMMARY_PREFIX}\n{summary.text}"}
-        )
-        head_tokens = table.prefix_tokens[head_n]
-        tail_tokens = table.tail_tokens(cut_idx)
-        tokens_after = system_tokens + tools_tokens + head_tokens + summary_tokens + tail_tokens
-        base = dict(
-            summary_text=summary.text,
-            summarised_count=summary.summarised_count,
-            summarised_tokens=summary.summarised_tokens,
-            tokens_before=tokens_before,
-            used_previous_summary=summary.used_previous_summary,
-            reason=why,
-            fell_back_to_structural=summary.fell_back_to_structural,
-            cut_index=cut_idx,
-            kept_count=len(history) - cut_idx,
-            protected_count=head_n,
-        )
-        if tokens_after >= tokens_before:
-            msg = (
-                f"no progress: the summary ({summary_tokens} tokens) would not shrink the input "
-                f"({tokens_before} -> {tokens_after} tokens); nothing was written"
-            )
-            disabled = self._no_progress(state, why, table.total_tokens, msg)
-            return finish(
-                CompactResult(
-                    ok=False,
-                    tokens_after=tokens_before,
-                    error=msg,
-                    disabled_auto=disabled,
-                    **{**base, "summary_text": ""},
-                )
-            )
-
-        persisted = self.persister.insert_summary_node(
-            session_id,
-            summary.text,
-            cut_idx,
-            history,
-            head_n,
-            reason=why,
-            trigger=trigger,
-            pre_tokens=tokens_before,
-            tokens_after=tokens_after,
-            fell_back_to_structural=summary.fell_back_to_structural,
-            session_db=db,
-        )
-        self.usage_tracker.record_compaction(session_id)
-        saved = (tokens_before - tokens_after) / tokens_before if tokens_before else 0.0
-        error = summary.error
-        disabled = False
-        with self._lock:
-            guard = state.guard
-            if saved < self.min_saving:
-                guard.low_saving_streak += 1
-                if guard.low_saving_streak >= 2 and why != "manual":
-                    msg = (
-                        f"auto-compaction disabled: two compactions in a row saved under "
-                        f"{self.min_saving:.0%} ({saved:.1%} this time)"
-                    )
-                    self._disable(state, msg, tokens_after - system_tokens - tools_tokens)
-                    disabled = True
-                    error = f"{error}; {msg}" if error else msg
             else:
-                guard.low_saving_streak = 0
-            # the new branch has new ids: start the per-session caches afresh
-            state.facts = MessageFacts(self._estimate)
-            state.references = self._new_references()
-            state.provider_cache = _ProviderCache()
-            state.recommended = False
-        return finish(
-            CompactResult(
-                ok=True,
-                summary_id=persisted.summary_id,
-                tokens_after=tokens_after,
-                error=error,
-                new_head_id=persisted.new_head_id,
-                disabled_auto=disabled,
-                **base,
+                system_tokens = state.system_tokens
+            tools_tokens = self.estimator.tools_tokens(list(tools)) if tools else state.tools_tokens
+            table = state.facts.table(history)
+            tokens_before = system_tokens + tools_tokens + table.total_tokens
+            budget = self.budget_allocator.allocate(
+                window, system_tokens, table.total_tokens, tools_tokens, model
             )
-        )
+            pct = budget.input_used_pct
+
+            def finish(result: CompactResult) -> CompactResult:
+                result.duration_ms = (time.perf_counter() - started) * 1000
+                emit(on_event, "compaction_finished", {"session_id": session_id, **asdict(result)})
+                if result.error and not result.ok:
+                    logger.info(
+                        "context engine %r: compaction of %s did not run: %s",
+                        self.name,
+                        session_id,
+                        result.error,
+                    )
+                return result
+
+            room = max(1, budget.input_budget - system_tokens - tools_tokens)
+            max_tail = (
+                None
+                if keep_recent_tokens is not None
+                else max(1, int(room * self.tail_budget_share))
+            )
+            cut = find_cut_index(
+                history,
+                window,
+                self.config,
+                keep_recent_tokens,
+                facts=state.facts,
+                max_tail_tokens=max_tail,
+            )
+            if not cut.ok:
+                disabled = self._no_progress(
+                    state, why, table.total_tokens, f"no compaction possible: {cut.reason}"
+                )
+                return finish(
+                    CompactResult(
+                        ok=False,
+                        reason=why,
+                        error=cut.reason,
+                        tokens_before=tokens_before,
+                        tokens_after=tokens_before,
+                        cut_index=None,
+                        protected_count=cut.protected_head,
+                        disabled_auto=disabled,
+                    )
+                )
+
+            head_n, cut_idx = cut.protected_head, cut.index
+            folded = history[head_n:cut_idx]
+            if previous_summary is None:
+                previous_summary = _latest_summary_text(folded)
+            force = None
+            if pct >= self.emergency_pct:
+                force = (
+                    f"Emergency: input at {pct:.0%} of the budget (>= {self.emergency_pct:.0%}); "
+                    "no room for an LLM summary call"
+                )
+            output_room = min(self.config.summary_output_tokens, window // 4)
+            max_prompt = window - output_room
+            summarizer = self.summarizer
+            if getattr(summarizer, "provider_call", True) is None and provider_call is not None:
+                # no summariser provider configured: summarise with the agent's own provider
+                summarizer = Summarizer(
+                    provider_call, model, self.config, count_tokens=summarizer.count_tokens
+                )
+            summary = summarizer.summarise(
+                folded,
+                previous_summary,
+                cancel_event,
+                None,
+                max_prompt_tokens=max_prompt,
+                force_structural=force,
+                estimate=state.facts.tokens,
+            )
+            summary_tokens = self._estimate(
+                {"role": "system", "content": f"{SUMMARY_PREFIX}\n{summary.text}"}
+            )
+            head_tokens = table.prefix_tokens[head_n]
+            tail_tokens = table.tail_tokens(cut_idx)
+            tokens_after = system_tokens + tools_tokens + head_tokens + summary_tokens + tail_tokens
+            base = dict(
+                summary_text=summary.text,
+                summarised_count=summary.summarised_count,
+                summarised_tokens=summary.summarised_tokens,
+                tokens_before=tokens_before,
+                used_previous_summary=summary.used_previous_summary,
+                reason=why,
+                fell_back_to_structural=summary.fell_back_to_structural,
+                cut_index=cut_idx,
+                kept_count=len(history) - cut_idx,
+                protected_count=head_n,
+            )
+            if tokens_after >= tokens_before:
+                msg = (
+                    f"no progress: the summary ({summary_tokens} tokens) would not shrink the input "
+                    f"({tokens_before} -> {tokens_after} tokens); nothing was written"
+                )
+                disabled = self._no_progress(state, why, table.total_tokens, msg)
+                return finish(
+                    CompactResult(
+                        ok=False,
+                        tokens_after=tokens_before,
+                        error=msg,
+                        disabled_auto=disabled,
+                        **{**base, "summary_text": ""},
+                    )
+                )
+
+            persisted = self.persister.insert_summary_node(
+                session_id,
+                summary.text,
+                cut_idx,
+                history,
+                head_n,
+                reason=why,
+                trigger=trigger,
+                pre_tokens=tokens_before,
+                tokens_after=tokens_after,
+                fell_back_to_structural=summary.fell_back_to_structural,
+                session_db=db,
+            )
+            self.usage_tracker.record_compaction(session_id)
+            saved = (tokens_before - tokens_after) / tokens_before if tokens_before else 0.0
+            error = summary.error
+            disabled = False
+            with self._lock:
+                guard = state.guard
+                if saved < self.min_saving:
+                    guard.low_saving_streak += 1
+                    if guard.low_saving_streak >= 2 and why != "manual":
+                        msg = (
+                            f"auto-compaction disabled: two compactions in a row saved under "
+                            f"{self.min_saving:.0%} ({saved:.1%} this time)"
+                        )
+                        self._disable(state, msg, tokens_after - system_tokens - tools_tokens)
+                        disabled = True
+                        error = f"{error}; {msg}" if error else msg
+                else:
+                    guard.low_saving_streak = 0
+                # the new branch has new ids: start the per-session caches afresh
+                state.facts = MessageFacts(self._estimate)
+                state.references = self._new_references()
+                state.provider_cache = _ProviderCache()
+                state.recommended = False
+            return finish(
+                CompactResult(
+                    ok=True,
+                    summary_id=persisted.summary_id,
+                    tokens_after=tokens_after,
+                    error=error,
+                    new_head_id=persisted.new_head_id,
+                    disabled_auto=disabled,
+                    **base,
+                )
+            )
 
     def _disable(self, state: _SessionState, reason: str, history_tokens: int) -> None:
         state.guard.disabled = True
@@ -1003,12 +1073,10 @@ def _run_ager(
     return list(aged), report
 
 
-def _default_ager(clock: Callable[[], float]) -> Any:
-    try:
-        from .aging import TurnAger
-    except ImportError:  # pragma: no cover - aging ships with opctx
-        return None
-    return TurnAger(clock=clock)
+def _default_ager(clock: Callable[[], float], estimator: Estimator) -> Any:
+    from .aging import TurnAger
+
+    return TurnAger(clock=clock, estimator=estimator)
 
 
 def _summary_id(history: Sequence[dict]) -> str | None:

@@ -42,12 +42,16 @@ verified with ``s in text`` (C speed), so there are never false positives. The a
 a string is chosen by tier:
 
 1. **An interior word** of ``s`` (a word bounded inside ``s`` by non-alphanumeric
-   characters on both sides; among several, the one with the fewest strings filed under
-   it, then the longest). Wherever ``s`` occurs, that word occurs as a *complete* word,
-   because the characters around it belong to ``s``. Lookup key: the words of the new
-   text. **Exact.** (Most paths and multi-word snippets.)
+   characters on both sides), or a pair of consecutive interior words when there are
+   two or more (a pair is far more selective than ``src`` or ``main``); among several
+   candidates, the one with the fewest strings filed under it, then the longest. Wherever ``s`` occurs, that word occurs as a *complete* word,
+   because the characters around it belong to ``s`` (and two interior words occur as
+   consecutive words). Lookup keys: the words of the new text and the pairs of
+   consecutive words. **Exact.** (Most paths and multi-word snippets.)
 2. **The first camel hump** of a CamelCase string with at least two humps
-   (``Behavior`` for ``BehaviorMatch``). Such a string can only occur inside a CamelCase
+   (``Behavior`` for ``BehaviorMatch``), or the pair of its first two humps when it has
+   three or more (``("Parse", "Config")`` for ``ParseConfigError``: the second hump is
+   interior, so it is split the same way wherever the string occurs). Such a string can only occur inside a CamelCase
    match of the later text (the regex starts at every capital and runs to the end of the
    alphanumeric run, and the string itself satisfies its look-aheads), and the hump
    tokeniser splits that match at the same place (a capital followed by lower-case
@@ -204,41 +208,59 @@ def extract_distinctive(text: str, limit: int = MAX_DISTINCTIVE) -> list[str]:
 # ------------------------------------------------------------------------------ anchors
 
 
-def _anchor(s: str, bucket_size: Callable[[str], int] | None = None) -> str | None:
+Anchor = str | tuple[str, str]
+
+
+def _anchor(s: str, rarity: Callable[[Anchor], int] | None = None) -> Anchor | None:
     """The lookup key a string is filed under (module docstring, tiers 1-4).
 
-    Among tier-1 candidates (interior words) the one with the fewest strings already filed
-    under it wins (``bucket_size``), then the longest: a rare word keeps the candidate
-    list of each lookup short.
+    Tier 1 candidates are the pairs of consecutive interior words when there are two or
+    more interior words (far more selective than one word), else the interior word. The
+    candidate with the fewest strings already filed under it wins (``rarity``), then the
+    longest: this spreads strings over many small buckets and keeps the candidate list
+    of each lookup short.
     """
     words = list(_WORD.finditer(s))
     if not words:
         return None
     interior = [w.group(0) for w in words if w.start() > 0 and w.end() < len(s)]
     if interior:  # tier 1: exact
-        if bucket_size is None or len(interior) == 1:
-            return max(interior, key=len)
-        return min(interior, key=lambda w: (bucket_size(w), -len(w)))
+        candidates: list[Anchor] = list(zip(interior, interior[1:], strict=False)) or interior
+        if rarity is None or len(candidates) == 1:
+            return max(candidates, key=_anchor_length)
+        return min(candidates, key=lambda a: (rarity(a), -_anchor_length(a)))
     if _CAMEL.fullmatch(s):
         hump = _FIRST_HUMP.match(s)
         if hump and hump.end() < len(s):  # tier 2: exact
+            # with a third hump the second is interior too: the pair is far more selective
+            humps = list(_HUMP.finditer(s, hump.end()))
+            if len(humps) >= 2:
+                return (hump.group(0), humps[0].group(0))
             return hump.group(0)
     if _HEX_FULL.fullmatch(s):  # tier 3: the string itself
         return s
     return max((w.group(0) for w in words), key=len)  # tier 4: longest edge word
 
 
-def _words(text: str) -> set[str]:
+def _anchor_length(anchor: Anchor) -> int:
+    return len(anchor) if isinstance(anchor, str) else len(anchor[0]) + len(anchor[1])
+
+
+def _words(text: str) -> list[str]:
     if text.isascii():
-        return set(text.translate(_ASCII_SEPARATORS).split())
-    return set(_WORD.findall(text))
+        return text.translate(_ASCII_SEPARATORS).split()
+    return _WORD.findall(text)
 
 
-def _lookup_keys(text: str, tok: _Tokens) -> set[str]:
+def _lookup_keys(text: str, tok: _Tokens) -> set[Anchor]:
     """Every key under which a string occurring in ``text`` can be filed."""
-    keys = _words(text)
+    words = _words(text)
+    keys: set[Anchor] = set(words)
+    keys.update(zip(words, words[1:], strict=False))
     for camel in set(tok.camels):
-        keys.update(_HUMP.findall(camel))
+        humps = _HUMP.findall(camel)
+        keys.update(humps)
+        keys.update(zip(humps, humps[1:], strict=False))
     for run in set(tok.hexes):
         # the run itself is a word or part of one; add its prefixes and suffixes (>= 6)
         n = len(run)
@@ -260,7 +282,7 @@ class _Source:
 @dataclass
 class _State:
     # anchor -> distinctive string -> the uncited messages holding it (oldest first)
-    index: dict[str, dict[str, list[_Source]]] = field(default_factory=dict)
+    index: dict[Anchor, dict[str, list[_Source]]] = field(default_factory=dict)
     # strings with no ASCII word at all (e.g. a CJK backtick snippet): checked directly
     unanchored: dict[str, list[_Source]] = field(default_factory=dict)
     keys: list[str] = field(default_factory=list)
@@ -294,7 +316,7 @@ class ReferenceTracker:
 
     def reset(self) -> None:
         self._state = _State()
-        self._anchor_cache: dict[str, str | None] = {}
+        self._anchor_cache: dict[str, Anchor | None] = {}
         self.map = ReferenceMap(last_built_at=self.clock())
 
     @property
@@ -353,7 +375,7 @@ class ReferenceTracker:
             bucket = state.unanchored if anchor is None else state.index.setdefault(anchor, {})
             bucket.setdefault(s, []).append(source)
 
-    def _bucket_size(self, anchor: str) -> int:
+    def _bucket_size(self, anchor: Anchor) -> int:
         bucket = self._state.index.get(anchor)
         return len(bucket) if bucket else 0
 

@@ -41,7 +41,10 @@ Semantics, where the specification is open:
   ``preview`` (first 120 characters of its text), ``timestamp``, ``seq``,
   ``is_head`` (the leaf is HEAD) and ``contains_head`` (HEAD lies on it).
 * ``get_branch_token_stats(sid, head_msg_id=None)``: counts and token estimates
-  per role over the branch, from ``opctx.context.tokens.estimate_message_tokens``
+  per role over the branch. The substrate does not import the context layer
+  (imports point downward), so the estimator is injected: pass
+  ``token_estimator=`` to the constructor or the call (for example
+  ``opctx.context.tokens.estimate_message_tokens``); without one, len/4
   when importable, else ``ceil(len(text) / 4)``; the dict says which.
 * ``search_messages(query, session_id=None, limit=20, raw=False)``: literal FTS5
   search (``GraphStore.search``), best first; each hit is the message dict plus
@@ -57,7 +60,7 @@ import math
 import os
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .messages import as_text, call_to_message, message_text, message_to_call
@@ -102,7 +105,14 @@ def _message_role(call: Call) -> str:
 class DagSessionDB:
     """The message-tree API (spec §0.4) over ``GraphStore``; see the module docstring."""
 
-    def __init__(self, db_path: str | os.PathLike | sqlite3.Connection, *, clock: Clock = time.time):
+    def __init__(
+        self,
+        db_path: str | os.PathLike | sqlite3.Connection,
+        *,
+        clock: Clock = time.time,
+        token_estimator: Callable[[dict], int] | None = None,
+    ):
+        self.token_estimator = token_estimator
         self.manager = DagSessionManager(db_path, clock=clock)
         self._conn = self.manager.connection
         self.db_path = self.manager.db_path
@@ -344,11 +354,20 @@ class DagSessionDB:
         return out
 
     def get_branch_token_stats(
-        self, session_id: str, head_msg_id: str | None = None, model: str | None = None
+        self,
+        session_id: str,
+        head_msg_id: str | None = None,
+        *,
+        token_estimator: Callable[[dict], int] | None = None,
     ) -> dict[str, Any]:
-        """Message counts and token estimates per role along a branch (default HEAD's)."""
+        """Message counts and token estimates per role along a branch (default HEAD's).
+
+        ``token_estimator`` (here or on the constructor) maps a message dict to a
+        token count; without one the substrate's own len/4 estimate is used.
+        """
         branch = self.get_branch(session_id, head_msg_id)
-        estimate, estimator = _token_estimator(model)
+        estimate = token_estimator or self.token_estimator or _len4_estimate
+        estimator = "len/4" if estimate is _len4_estimate else getattr(estimate, "__qualname__", repr(estimate))
         by_role: dict[str, dict[str, int]] = {}
         total = 0
         for msg in branch:
@@ -392,22 +411,10 @@ class DagSessionDB:
         return out
 
 
-def _token_estimator(model: str | None) -> tuple[Any, str]:
-    """``estimate_message_tokens`` from the context layer, or a len/4 fallback."""
-    try:
-        from opctx.context.tokens import estimate_message_tokens
-    except ImportError:
-
-        def fallback(msg: dict) -> int:
-            text = message_text(msg) or as_text(msg.get("content"))
-            return math.ceil(len(text) / 4)
-
-        return fallback, "len/4"
-
-    def estimate(msg: dict) -> int:
-        return int(estimate_message_tokens(msg, model))
-
-    return estimate, "opctx.context.tokens.estimate_message_tokens"
+def _len4_estimate(msg: dict) -> int:
+    """The substrate's dependency-free estimate: a token per four characters."""
+    text = message_text(msg) or as_text(msg.get("content"))
+    return math.ceil(len(text) / 4)
 
 
 SessionDB = DagSessionDB

@@ -11,14 +11,17 @@ Laziness
 --------
 Columns are SQL projections over the documented schema (docs/ARCHITECTURE.md:
 ``sessions``, ``nodes(id, session_id, type, predecessor, caller, created_at,
-seq, data_json)``); values inside ``data_json`` come from ``json_extract``, so
-SQLite reads each row once and Python never parses a node's full JSON unless a
-column needs it. Only three columns parse JSON in Python: ``data`` (the whole
-``{name, input, output, reads, metadata}`` dict), ``text`` (the message text, via
-``opctx.dag.messages.message_text``) and ``tokens`` (the estimate of that text);
-they are computed only when asked for. ``nodes_df`` defaults to the cheap
-columns. Databases are opened read-only (``mode=ro`` URI), so a frame never
-migrates, locks or creates a file.
+seq, data_json)``). Values inside ``data_json`` come from *one* multi-path
+``json_extract`` call per row (SQLite 3.40 has no JSON parse cache, so one call
+per column would parse each row as many times as there are columns); ``kind``
+and ``n_tool_calls`` use substring tests on the stored JSON text, which is
+compact JSON where a quote inside a string is always escaped, so a key such as
+``"type":"tool_result"`` cannot be faked by message text. Python never parses a
+node's full JSON unless a column needs it: ``data`` (the whole ``{name, input,
+output, reads, metadata}`` dict), ``text`` (``opctx.dag.messages.message_text``)
+and ``tokens`` (the estimate of that text) are computed only when asked for.
+Databases are opened read-only (``mode=ro`` URI), so a frame never migrates,
+locks or creates a file.
 
 Types
 -----
@@ -89,52 +92,68 @@ EDGE_KINDS = ("caller", "predecessor", "reads")
 
 DbArg = str | os.PathLike | Sequence[str | os.PathLike]
 
-_KIND_SQL = (
-    "CASE"
-    " WHEN json_type(n.data_json, '$.metadata.compaction') IS NOT NULL THEN 'summary'"
-    " WHEN n.type = 'code' THEN 'tool'"
-    " WHEN n.type = 'llm' AND json_extract(n.data_json, '$.metadata.role') = 'system' THEN 'system'"
-    " WHEN n.type = 'llm' THEN 'assistant'"
-    " WHEN (json_type(n.data_json, '$.output') IS NULL"
-    "       OR (json_type(n.data_json, '$.output') = 'text'"
-    "           AND trim(json_extract(n.data_json, '$.output')) = ''))"
-    "      AND instr(COALESCE(json_extract(n.data_json, '$.metadata.extra.blocks'), ''),"
-    "                '\"tool_result\"') > 0 THEN 'tool_result'"
-    " ELSE 'user' END"
+# Substring tests on the stored JSON text. The store writes compact JSON (",", ":"), and a
+# quote inside a JSON string is escaped, so these keys cannot be faked by message text.
+_HAS_COMPACTION = "instr(n.data_json, '\"compaction\":{') > 0"
+_HAS_TOOL_RESULT = "instr(n.data_json, '\"type\":\"tool_result\"') > 0"
+_EMPTY_OUTPUT = "(instr(n.data_json, '\"output\":\"\"') > 0 OR instr(n.data_json, '\"output\":null') > 0)"
+_TOOL_USE = '\"type\":\"tool_use\"'
+_N_TOOL_USE = (
+    f"((length(n.data_json) - length(replace(n.data_json, '{_TOOL_USE}', ''))) / {len(_TOOL_USE.replace(chr(92), ''))})"
 )
 
-# name -> SQL expression over `nodes n`; all cheap (no Python JSON parsing)
-_NODE_SQL: dict[str, str] = {
+# plain columns of the nodes table
+_NODE_PLAIN: dict[str, str] = {
     "session_id": "n.session_id",
     "id": "n.id",
     "seq": "n.seq",
     "created_at": "n.created_at",
     "role": "n.type",
-    "kind": _KIND_SQL,
-    "name": "json_extract(n.data_json, '$.name')",
     "predecessor": "n.predecessor",
     "caller": "n.caller",
-    "n_reads": "COALESCE(json_array_length(n.data_json, '$.reads'), 0)",
-    "output_chars": "COALESCE(length(CASE json_type(n.data_json, '$.output')"
-    " WHEN 'text' THEN json_extract(n.data_json, '$.output')"
-    " ELSE json_extract(n.data_json, '$.output') END), 0)",
     "data_chars": "length(n.data_json)",
-    "n_tool_calls": "COALESCE(json_array_length(n.data_json, '$.metadata.tool_calls'), 0)"
-    " + (SELECT count(*) FROM json_each(n.data_json, '$.metadata.extra.blocks') b"
-    "    WHERE json_extract(b.value, '$.type') = 'tool_use')",
-    "tool_call_id": "json_extract(n.data_json, '$.metadata.tool_call_id')",
-    "is_error": "COALESCE(json_extract(n.data_json, '$.metadata.is_error'), 0)",
-    "usage_input_tokens": "json_extract(n.data_json, '$.metadata.usage.input_tokens')",
-    "usage_output_tokens": "json_extract(n.data_json, '$.metadata.usage.output_tokens')",
-    "usage_cache_read_tokens": "json_extract(n.data_json, '$.metadata.usage.cache_read_tokens')",
-    "usage_cache_write_tokens": "json_extract(n.data_json, '$.metadata.usage.cache_write_tokens')",
-    "copied_from": "json_extract(n.data_json, '$.metadata.copied_from')",
-    "source": "json_extract(n.data_json, '$.metadata.source')",
-    "model": "CASE WHEN n.type = 'llm' THEN json_extract(n.data_json, '$.name') END",
 }
-_NODE_PYTHON = ("data", "text", "tokens")  # computed in Python from data_json
-NODE_COLUMNS: tuple[str, ...] = tuple(_NODE_SQL) + _NODE_PYTHON
-_NODE_DEFAULT = tuple(c for c in _NODE_SQL if c != "data_chars")
+# values inside data_json: all requested paths come from ONE json_extract call per row
+# (SQLite 3.40 has no JSON parse cache: one call per column would parse the row N times)
+_NODE_PATHS: dict[str, str] = {
+    "name": "$.name",
+    "tool_call_id": "$.metadata.tool_call_id",
+    "is_error": "$.metadata.is_error",
+    "usage_input_tokens": "$.metadata.usage.input_tokens",
+    "usage_output_tokens": "$.metadata.usage.output_tokens",
+    "usage_cache_read_tokens": "$.metadata.usage.cache_read_tokens",
+    "usage_cache_write_tokens": "$.metadata.usage.cache_write_tokens",
+    "copied_from": "$.metadata.copied_from",
+    "source": "$.metadata.source",
+    "model": "$.name",
+    "n_reads": "$.reads",
+    "n_tool_calls": "$.metadata.tool_calls",
+    "kind": "$.metadata.role",
+}
+_NODE_EXTRA_SQL: dict[str, str] = {
+    "output_chars": "COALESCE(length(json_extract(n.data_json, '$.output')), 0)",
+}
+_NODE_ORDER = (
+    "session_id", "id", "seq", "created_at", "role", "kind", "name", "predecessor", "caller",
+    "n_reads", "output_chars", "data_chars", "n_tool_calls", "tool_call_id", "is_error",
+    "usage_input_tokens", "usage_output_tokens", "usage_cache_read_tokens",
+    "usage_cache_write_tokens", "copied_from", "source", "model",
+)
+_NODE_PYTHON = ("data", "text", "tokens")  # computed in Python from the whole data_json
+NODE_COLUMNS: tuple[str, ...] = _NODE_ORDER + _NODE_PYTHON
+_NODE_DEFAULT = tuple(c for c in _NODE_ORDER if c not in ("data_chars", "output_chars"))
+
+
+def _node_kind(role: str, meta_role: Any, compaction: int, empty: int, tool_result: int) -> str:
+    """The ``kind`` of a node (module docstring), from cheap per-row facts."""
+    if compaction:
+        return "summary"
+    if role == "code":
+        return "tool"
+    if role == "llm":
+        return "system" if meta_role == "system" else "assistant"
+    return "tool_result" if (empty and tool_result) else "user"
+
 
 _SESSION_SQL: dict[str, str] = {
     "session_id": "s.id",
@@ -229,7 +248,7 @@ def _type_columns(df: pd.DataFrame) -> pd.DataFrame:
         elif col in ("seq", "n_reads", "output_chars", "data_chars", "n_tool_calls") or col.startswith("n_"):
             df[col] = pd.to_numeric(df[col], errors="coerce").fillna(0).astype("int64")
         elif col == "is_error":
-            df[col] = df[col].fillna(0).astype(bool)
+            df[col] = df[col].fillna(False).astype(bool)
     return df
 
 
@@ -271,25 +290,37 @@ def nodes_df(
 ) -> pd.DataFrame:
     """One row per node, ordered by session and ``seq``. Columns: ``NODE_COLUMNS``.
 
-    ``text`` and ``tokens`` (estimated with ``opctx.context.tokens``, for ``model``)
-    and ``data`` parse the node's JSON in Python; the other columns are SQL.
+    The default leaves out ``output_chars`` and ``data_chars`` (the former parses
+    each row once more). ``text`` and ``tokens`` (estimated with
+    ``opctx.context.tokens``, for ``model``) and ``data`` parse the node's whole
+    JSON in Python; the other columns come from SQL.
     """
     cols = _pick(columns, NODE_COLUMNS, _NODE_DEFAULT, "node")
-    sql_cols = [c for c in cols if c in _NODE_SQL]
-    need_json = any(c in _NODE_PYTHON for c in cols)
-    select = [f"{_NODE_SQL[c]} AS {c}" for c in sql_cols]
-    if need_json:
-        select += ["n.type AS _type", "n.id AS _id", "n.predecessor AS _pred", "n.created_at AS _at", "n.data_json AS _data"]
-    if not select:
-        select = ["n.id AS _id"]
     role_list = list(roles) if roles is not None else None
     if role_list is not None:
         bad = [r for r in role_list if r not in ROLES]
         if bad:
             raise ValueError(f"unknown role(s) {bad}; a node's role is one of {', '.join(ROLES)}")
-    paths, multi = _as_paths(db)
+    need_json = any(c in _NODE_PYTHON for c in cols)
+    plain = [c for c in cols if c in _NODE_PLAIN]
+    paths = [c for c in cols if c in _NODE_PATHS]
+    extra = [c for c in cols if c in _NODE_EXTRA_SQL]
+    select = [f"{_NODE_PLAIN[c]} AS {c}" for c in plain]
+    select += ["n.type AS _type"]
+    if paths:
+        # >= 2 paths so that json_extract always returns an array
+        path_list = [_NODE_PATHS[c] for c in paths] + ["$.name"]
+        select.append("json_extract(n.data_json, " + ", ".join(f"'{p}'" for p in path_list) + ") AS _bundle")
+    if "n_tool_calls" in cols:
+        select.append(f"{_N_TOOL_USE} AS _n_tool_use")
+    if "kind" in cols:
+        select += [f"{_HAS_COMPACTION} AS _compaction", f"{_EMPTY_OUTPUT} AS _empty", f"{_HAS_TOOL_RESULT} AS _tool_result"]
+    select += [f"{_NODE_EXTRA_SQL[c]} AS {c}" for c in extra]
+    if need_json:
+        select += ["n.id AS _id", "n.predecessor AS _pred", "n.created_at AS _at", "n.data_json AS _data"]
+    paths_db, multi = _as_paths(db)
     frames = []
-    for path in paths:
+    for path in paths_db:
         where, params = _session_filter("n", session_ids)
         if role_list is not None:
             where += " AND n.type IN (SELECT value FROM json_each(?))"
@@ -299,11 +330,36 @@ def nodes_df(
             cur = conn.execute(sql, params)
             names = [d[0] for d in cur.description]
             df = pd.DataFrame(cur.fetchall(), columns=names)
+        if paths:
+            _unbundle(df, paths)
         if need_json:
             _add_python_columns(df, cols, model)
-        df = df[[c for c in cols]] if cols else df.iloc[:, :0]
+        df = df[list(cols)] if cols else df.iloc[:, :0]
         frames.append(_type_columns(df))
-    return _concat(frames, paths, multi, cols)
+    return _concat(frames, paths_db, multi, list(cols))
+
+
+def _unbundle(df: pd.DataFrame, paths: list[str]) -> None:
+    bundles = [json.loads(b) if b else [None] * (len(paths) + 1) for b in df["_bundle"]]
+    for k, name in enumerate(paths):
+        values = [b[k] for b in bundles]
+        if name == "n_reads":
+            values = [len(v) if isinstance(v, list) else 0 for v in values]
+        elif name == "n_tool_calls":
+            values = [
+                (len(v) if isinstance(v, list) else 0) + int(n or 0)
+                for v, n in zip(values, df["_n_tool_use"], strict=True)
+            ]
+        elif name == "model":
+            values = [v if t == "llm" else None for v, t in zip(values, df["_type"], strict=True)]
+        elif name == "kind":
+            values = [
+                _node_kind(t, v, c, e, r)
+                for t, v, c, e, r in zip(df["_type"], values, df["_compaction"], df["_empty"], df["_tool_result"], strict=True)
+            ]
+        elif name == "is_error":
+            values = [bool(v) for v in values]
+        df[name] = values
 
 
 def _row_message(node_type: str, node_id: str, pred: str | None, created_at: float, data: dict) -> dict:

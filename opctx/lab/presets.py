@@ -594,9 +594,14 @@ class EngineDriver:
         self.flush()
         return self.db.get_branch(self.session_id)
 
-    def append(self, msg: dict, parent: str | None, now: float) -> dict:
-        """Add a recorded message to the session (buffered; see ``flush``)."""
+    def append(self, msg: dict, parent: str | None, now: float, index: int = 0) -> dict:
+        """Add a recorded message to the session (buffered; see ``flush``).
+
+        A message without an id gets ``replay_<index>`` (deterministic).
+        """
         stored = dict(msg)
+        if not stored.get("id"):
+            stored["id"] = f"replay_{index:06d}"
         stored["parent_id"] = parent
         if stored.get("timestamp") is None:
             stored["timestamp"] = now

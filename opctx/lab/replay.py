@@ -238,7 +238,11 @@ def replay(
     then its clock and database are its own (not reproducible, documented).
     ``params`` go to the preset (e.g. ``trigger_pct=0.6``, ``keep_last=5``).
     ``context_window``: default the window the recording reported (Codex), else
-    the model's (``opctx.context.tokens.real_context_window``).
+    the model's (``opctx.context.tokens.real_context_window``). ``model``:
+    default the recording's majority model. ``system_prompt`` / ``tools`` /
+    ``agent``: what the engine counts besides the history (transcripts rarely
+    hold them; ``agent`` wins over ``system_prompt``). ``keep_contexts`` and
+    ``feed_usage``: see the module docstring.
     """
     from opctx.context.tokens import Estimator, real_context_window
     from opctx.dag.session_db import DagSessionDB
@@ -298,6 +302,12 @@ def replay(
     recorded = list(history.compactions)
     next_recorded = 0
     stream_tokens_sum = 0
+    # per stream message, once per history and estimator method: every replay of a
+    # sweep over this history shares it
+    stream_tokens = history.derived(
+        ("tokens", getattr(estimator, "method", "auto")),
+        lambda: [estimator.message_tokens(m) for m in messages],
+    )
     turn = 0
     prev_ctx: list[dict] = []
     prev_cum: list[int] = [0]
@@ -401,10 +411,12 @@ def replay(
             if feed_usage and usage and not (diverged or recording_diverged):
                 driver.after_turn(usage, prep)
             prev_ctx, prev_cum, prev_total = ctx, cum, int(tokens)
-        stored = driver.append(msg, parent=active[-1]["id"] if active else None, now=clock.now)
+        stored = driver.append(msg, parent=active[-1]["id"] if active else None, now=clock.now, index=index)
         origin_ids[stored["id"]] = index
         active.append(stored)
-        stream_tokens_sum += est(stored)
+        # the stored copy has the recorded message's tokens: seed the cache, skip the estimate
+        token_cache[id(stored)] = (stored, stream_tokens[index])
+        stream_tokens_sum += stream_tokens[index]
 
     steps_df = _steps_frame(rows)
     elapsed = time.perf_counter() - started

@@ -30,9 +30,11 @@ Errors: with ``errors="record"`` (default) a failing replay yields a row whose
 sweep carries on; ``errors="raise"`` re-raises the first failure.
 
 Columns: ``session`` (label), ``session_index``, ``config_index``, ``config``
-(label), ``preset``, every configuration key that appears in the grid, the
-metrics of ``opctx.lab.metrics.summarize``, ``context_window``, ``model``,
-``messages``, ``error``.
+(label), ``preset``, every configuration key that appears in the grid (the
+requested ``context_window`` / ``model`` as ``param_context_window`` /
+``param_model``, since ``context_window`` and ``model`` report what the replay
+actually used), the metrics of ``opctx.lab.metrics.summarize``, ``messages``,
+``error``.
 """
 
 from __future__ import annotations

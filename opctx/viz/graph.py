@@ -437,9 +437,14 @@ def to_networkx(
 
 
 def _vis_dir() -> Path:
-    import pyvis
+    import importlib.util
 
-    base = Path(pyvis.__file__).resolve().parent
+    # locate pyvis without importing it: its import pulls jinja2, IPython and networkx
+    # (about 2 s cold), and only its bundled files are needed here
+    spec = importlib.util.find_spec("pyvis")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("pyvis is not installed; it ships the vis-network build")
+    base = Path(next(iter(spec.submodule_search_locations))).resolve()
     candidates = sorted((base / "lib").glob("vis-*/vis-network.min.js")) + sorted(
         (base / "templates" / "lib").glob("vis-*/vis-network.min.js")
     )

@@ -62,11 +62,11 @@ def synthetic_session(
     clock = [start_time]
 
     def add(role: str, **kw) -> Call:
+        """Append a node to the active branch (its predecessor is the branch's end)."""
         clock[0] += rng.uniform(0.5, 4.0)
-        pred = branch[-1] if branch and kw.pop("chain", True) else kw.pop("predecessor", None)
+        pred = branch[-1] if branch else None
         node = graph.add(Call(role=role, created_at=clock[0], predecessor=pred, **kw))
-        if pred is not None or not branch:
-            branch.append(node.id)
+        branch.append(node.id)
         return node
 
     turn = 0

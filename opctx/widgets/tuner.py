@@ -151,7 +151,10 @@ def control_for(name: str, default: Any, *, width: str = "480px") -> widgets.Wid
         if default != default or default in (float("inf"), float("-inf")):
             return None  # an "off" threshold has no meaningful range
         if 0.0 <= default <= 1.0:
-            return widgets.FloatSlider(value=default, min=0.0, max=1.0, step=0.01, **common)
+            # a threshold of 0 means "compact before every request": the engine refuses it
+            low = 0.05 if name.endswith("_pct") else 0.0
+            return widgets.FloatSlider(value=default, min=min(low, default), max=1.0, step=0.01,
+                                       **common)
         hi = max(default * 4, 1.0)
         return widgets.FloatSlider(value=default, min=0.0, max=hi, step=hi / 200, **common)
     if isinstance(default, int):
@@ -313,8 +316,16 @@ class CompactionTuner(widgets.VBox):
             f"\u2248{peak:,} tokens, window {escape_text(f'{result.context_window:,}')}; "
             f"replayed in {elapsed * 1000:.0f} ms</div>"
         )
+        # the lines are the thresholds this replay used, not the specification's defaults
+        thresholds = {
+            label: float(self.controls[name].value)
+            for label, name in (("recommend", "recommend_pct"), ("trigger", "auto_compact_pct"),
+                                ("emergency", "emergency_pct"))
+            if name in self.controls and float(self.controls[name].value) <= 2.0
+        }
         fig = budget_timeline(
             steps,
+            thresholds=thresholds or {},
             title=f"{self.preset.value}: input budget used per request",
         )
         self.plot.value = figure_html(fig)

@@ -1,0 +1,107 @@
+"""ReferenceTracker against the specification's quadratic scan (spec §3.3).
+
+Prints, on the synthetic coding-agent history of ``_synthetic_history.py``:
+
+* build time of ``ReferenceTracker`` over N messages (median of ``--repeat`` runs) for
+  N in ``--sizes`` (default up to 10,000; target < 0.5 s at 10,000);
+* one incremental ``add`` after a 10,000-message build (median and p95 over 200
+  new messages; target < 5 ms);
+* ``_quadratic_reference_scan`` timed beside it where affordable (``--quadratic-max``,
+  default 3,000 messages) and the ratio quadratic / tracker;
+* agreement: cited messages found by both / found by the quadratic scan;
+* the same on the real corpus (every Claude Code / Codex session with provider usage,
+  read at run time through the reader of ``estimator_accuracy.py``, concatenated), where
+  far fewer messages are cited than in the synthetic history, which is the case where
+  the quadratic scan's early exit helps least.
+
+Run:  .venv/bin/python benchmarks/references.py [--sizes 1000,3000,10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _synthetic_history import make_history  # noqa: E402
+
+from opctx.context.references import ReferenceTracker, _quadratic_reference_scan  # noqa: E402
+from opctx.dag.messages import message_text  # noqa: E402
+
+
+def timed(fn, repeat: int) -> tuple[float, object]:
+    times, result = [], None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--sizes", default="1000,3000,10000")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--quadratic-max", type=int, default=3000)
+    args = ap.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    biggest = make_history(max(sizes) + 200, seed=0)
+    chars = sum(len(message_text(m)) for m in biggest[: max(sizes)]) / max(sizes)
+    print(f"synthetic history: {chars:.0f} text characters per message on average")
+    print(f"{'messages':>9}{'tracker s':>11}{'quadratic s':>13}{'ratio':>8}{'cited':>8}{'agreement':>11}")
+    for n in sizes:
+        history = biggest[:n]
+        fast_s, fast = timed(lambda h=history: ReferenceTracker().build(h), args.repeat)
+        if n <= args.quadratic_max:
+            slow_s, slow = timed(lambda h=history: _quadratic_reference_scan(h), 1)
+            both = len(fast.cited_message_ids & slow.cited_message_ids)
+            agree = f"{both / max(1, len(slow.cited_message_ids)):.4f}"
+            print(f"{n:>9}{fast_s:>11.3f}{slow_s:>13.3f}{slow_s / fast_s:>8.1f}{len(fast.cited_message_ids):>8}{agree:>11}")
+        else:
+            print(f"{n:>9}{fast_s:>11.3f}{'-':>13}{'-':>8}{len(fast.cited_message_ids):>8}{'-':>11}")
+    corpus = ROOT.parent / "shared" / "corpus"
+    if (corpus / "manifest.json").is_file():
+        from estimator_accuracy import load_sessions
+
+        real: list[dict] = []
+        for k, session in enumerate(load_sessions(corpus)):
+            for req in session.requests:
+                for msg in req.appended:
+                    m = dict(msg, id=f"s{k}-{len(real)}")
+                    if isinstance(m.get("content"), list):
+                        m["extra"] = {"blocks": m.pop("content")}
+                        m["content"] = ""
+                    real.append(m)
+        chars = sum(len(message_text(m)) for m in real) / len(real)
+        fast_s, fast = timed(lambda: ReferenceTracker().build(real), args.repeat)
+        slow_s, slow = timed(lambda: _quadratic_reference_scan(real), 1)
+        both = len(fast.cited_message_ids & slow.cited_message_ids)
+        print(
+            f"real corpus, {len(real)} messages ({chars:.0f} chars each): tracker {fast_s:.3f} s, "
+            f"quadratic {slow_s:.3f} s, ratio {slow_s / fast_s:.1f}, cited {len(fast.cited_message_ids)}/"
+            f"{len(slow.cited_message_ids)}, agreement {both / max(1, len(slow.cited_message_ids)):.4f}"
+        )
+    n = max(sizes)
+    tracker = ReferenceTracker()
+    tracker.build(biggest[:n])
+    per_add = []
+    for msg in biggest[n : n + 200]:
+        start = time.perf_counter()
+        tracker.add(msg)
+        per_add.append((time.perf_counter() - start) * 1000)
+    per_add.sort()
+    print(
+        f"incremental add after {n} messages: median {statistics.median(per_add):.3f} ms, "
+        f"p95 {per_add[int(0.95 * len(per_add))]:.3f} ms (200 adds)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

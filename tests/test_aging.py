@@ -1,0 +1,204 @@
+"""TurnAger (spec §3.1-3.2): three gates, size threshold, protect_first_n, idempotence, no mutation."""
+
+from __future__ import annotations
+
+import copy
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from opctx.context.aging import TurnAger, placeholder_text
+from opctx.context.tokens import Estimator
+from opctx.context.types import ReferenceMap
+from opctx.dag.messages import is_tool_result, message_to_call
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from _synthetic_history import make_history  # noqa: E402
+
+BIG = "row of plain output without identifiers\n" * 400  # ~4,000 tokens by heuristic
+SMALL = "tiny output"
+T0 = 1_000_000.0
+
+
+def _ager(**kw):
+    kw.setdefault("clock", lambda: T0 + 10_000)
+    return TurnAger(estimator=Estimator("heuristic"), **kw)
+
+
+def _history(result=BIG, style="anthropic", turns_after=5, ts_step=100.0):
+    """user, user, assistant(tool call), tool result, then `turns_after` assistant turns."""
+    h = [
+        {"id": "u0", "role": "user", "content": "task", "timestamp": T0},
+        {"id": "u1", "role": "user", "content": "more detail", "timestamp": T0 + 1},
+    ]
+    if style == "anthropic":
+        h.append({"id": "a2", "role": "assistant", "content": "", "timestamp": T0 + 2,
+                  "extra": {"blocks": [{"type": "tool_use", "id": "t1", "name": "run", "input": {}}]}})
+        h.append({"id": "r3", "role": "user", "content": "", "timestamp": T0 + 3,
+                  "extra": {"blocks": [{"type": "tool_result", "tool_use_id": "t1", "content": result}]}})
+    else:
+        h.append({"id": "a2", "role": "assistant", "content": "", "timestamp": T0 + 2,
+                  "tool_calls": [{"id": "t1", "name": "run", "arguments": {}}]})
+        h.append({"id": "r3", "role": "tool", "tool_call_id": "t1", "name": "run", "content": result, "timestamp": T0 + 3})
+    for k in range(turns_after):
+        h.append({"id": f"a{4 + k}", "role": "assistant", "content": f"step {k}", "timestamp": T0 + 4 + k * ts_step})
+    return h
+
+
+def _result_content(msg):
+    if msg.get("role") == "tool":
+        return msg["content"]
+    return msg["extra"]["blocks"][0]["content"]
+
+
+@pytest.mark.parametrize("style", ["anthropic", "openai"])
+def test_old_large_uncited_result_is_cleared(style):
+    history = _history(style=style)
+    aged, report = _ager().age(history, ReferenceMap())
+    content = _result_content(aged[3])
+    assert content.startswith("[Old tool result content cleared (was ") and content.endswith(" tokens)]")
+    assert report.redacted == 1 and report.redacted_ids == ["t1"]
+    n = int(content.split("was ")[1].split(" ")[0])
+    assert n >= 800
+    assert report.tokens_freed == n - Estimator("heuristic").text_tokens(placeholder_text(n))
+    flagged = aged[3] if style == "openai" else aged[3]["extra"]["blocks"][0]
+    assert flagged["_redacted"] is True
+    assert is_tool_result(aged[3])
+
+
+def test_input_is_never_mutated_and_untouched_messages_are_shared():
+    history = _history()
+    snapshot = copy.deepcopy(history)
+    aged, _ = _ager().age(history, ReferenceMap())
+    assert history == snapshot
+    assert aged is not history
+    assert all(aged[i] is history[i] for i in range(len(history)) if i != 3)
+
+
+def test_turn_gate():
+    aged, report = _ager(keep_recent_turns=4).age(_history(turns_after=3), ReferenceMap())
+    assert report.redacted == 0 and _result_content(aged[3]) == BIG
+    assert _ager(keep_recent_turns=4).age(_history(turns_after=4), ReferenceMap())[1].redacted == 1
+
+
+def test_wall_clock_gate_uses_injected_clock():
+    history = _history()
+    recent = _ager(clock=lambda: T0 + 30)  # result is 27 s old
+    assert recent.age(history, ReferenceMap())[1].redacted == 0
+    assert _ager(clock=lambda: T0 + 63).age(history, ReferenceMap())[1].redacted == 1
+    # an explicit `now` (replay) overrides the clock
+    assert recent.age(history, ReferenceMap(), now=T0 + 63)[1].redacted == 1
+
+
+def test_missing_timestamp_passes_the_clock_gate():
+    history = _history()
+    history[3] = {k: v for k, v in history[3].items() if k != "timestamp"}
+    assert _ager(clock=lambda: T0).age(history, ReferenceMap())[1].redacted == 1
+
+
+def test_citation_gate_by_tool_use_id_and_message_id():
+    history = _history()
+    report = _ager().age(history, ReferenceMap(cited_tool_use_ids={"t1"}))[1]
+    assert report.redacted == 0 and report.references_protected == 1
+    report = _ager().age(history, ReferenceMap(cited_message_ids={"r3"}))[1]
+    assert report.redacted == 0 and report.references_protected == 1
+
+
+def test_builds_its_own_references_when_none_given():
+    history = _history(result=BIG + "written to build/out/artifact_v2.bin\n")
+    history.append({"id": "a99", "role": "assistant", "content": "the file build/out/artifact_v2.bin is ready", "timestamp": T0 + 999})
+    aged, report = _ager().age(history)
+    assert report.redacted == 0 and report.references_protected == 1
+    assert _result_content(aged[3]).startswith("row of plain output")
+
+
+def test_size_threshold():
+    assert _ager().age(_history(result=SMALL), ReferenceMap())[1].redacted == 0
+    assert _ager(min_tokens=1).age(_history(result=SMALL), ReferenceMap())[1].redacted == 1
+
+
+def test_protect_first_n():
+    history = _history()
+    assert _ager(protect_first_n=4).age(history, ReferenceMap())[1].redacted == 0
+    assert _ager(protect_first_n=3).age(history, ReferenceMap())[1].redacted == 1
+
+
+def test_idempotent():
+    ager = _ager()
+    once, first = ager.age(_history(), ReferenceMap())
+    twice, second = ager.age(once, ReferenceMap())
+    assert first.redacted == 1 and second.redacted == 0
+    assert twice == once
+
+
+def test_list_content_blocks_are_aged_too():
+    history = _history()
+    history[3] = {"id": "r3", "role": "user", "timestamp": T0 + 3,
+                  "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": BIG}]}]}
+    aged, report = _ager().age(history, ReferenceMap())
+    assert report.redacted == 1 and aged[3]["content"][0]["_redacted"]
+    assert history[3]["content"][0]["content"][0]["text"] == BIG
+
+
+def test_calls_are_aged_as_copies():
+    msgs = _history(style="openai")
+    calls = [message_to_call(dict(m, parent_id=None)) for m in msgs]
+    aged, report = _ager().age(calls, ReferenceMap())
+    assert report.redacted == 1
+    assert aged[3] is not calls[3] and calls[3].output == BIG
+    assert aged[3].output.startswith("[Old tool result content cleared") and aged[3].metadata["_redacted"]
+    assert aged[3].id == calls[3].id
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="keep_recent_turns"):
+        TurnAger(keep_recent_turns=-1)
+    with pytest.raises(TypeError, match="list of messages"):
+        _ager().age({"role": "user"})
+    with pytest.raises(TypeError, match="message 3"):
+        _ager().age(_history()[:3] + [42] + _history()[4:], ReferenceMap())
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(min_value=0, max_value=80),
+    seed=st.integers(min_value=0, max_value=5),
+    turns=st.integers(min_value=0, max_value=6),
+    first=st.integers(min_value=0, max_value=5),
+    seconds=st.sampled_from([0, 60, 3_600]),
+)
+def test_aging_properties(n, seed, turns, first, seconds):
+    history = make_history(n, seed=seed)
+    snapshot = copy.deepcopy(history)
+    now = history[-1]["timestamp"] if history else 0
+    ager = TurnAger(keep_recent_turns=turns, keep_recent_seconds=seconds, protect_first_n=first, clock=lambda: now)
+    aged, report = ager.age(history)
+    assert history == snapshot  # never mutates
+    assert len(aged) == len(history)
+    assert [m["id"] for m in aged] == [m["id"] for m in history]
+    assert report.redacted == len(report.redacted_ids)
+    changed = [i for i in range(len(history)) if aged[i] is not history[i]]
+    assert len(changed) <= report.redacted
+    for i in changed:
+        assert i >= first
+        assert now - history[i]["timestamp"] >= seconds
+        assert sum(m["role"] == "assistant" for m in history[i + 1:]) >= turns
+    # idempotent
+    again, second = ager.age(aged)
+    assert second.redacted == 0 and again == aged
+
+
+@pytest.mark.slow
+def test_fast_on_a_long_history():
+    history = make_history(2_000, seed=1)
+    now = history[-1]["timestamp"]
+    ager = TurnAger(clock=lambda: now)
+    ager.age(history)  # warm caches
+    start = time.perf_counter()
+    ager.age(history)
+    # generous bound for a noisy CI machine; benchmarks/aging.py measures the real figure
+    assert time.perf_counter() - start < 0.5
