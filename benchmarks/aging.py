@@ -21,11 +21,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from _synthetic_history import make_history  # noqa: E402
 
 from opctx.context.aging import TurnAger  # noqa: E402
+from opctx.lab.synthetic_history import make_history  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """ReferenceTracker against the specification's quadratic scan (spec §3.3).
 
-Prints, on the synthetic coding-agent history of ``_synthetic_history.py``:
+Prints, on the synthetic coding-agent history of ``opctx.lab.synthetic_history``:
 
 * build time of ``ReferenceTracker`` over N messages (median of ``--repeat`` runs) for
   N in ``--sizes`` (default up to 10,000; target < 0.5 s at 10,000);
@@ -27,12 +27,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from _synthetic_history import make_history  # noqa: E402
 
 from opctx.context.references import ReferenceTracker, _quadratic_reference_scan  # noqa: E402
 from opctx.dag.messages import message_text  # noqa: E402
+from opctx.lab.synthetic_history import make_history  # noqa: E402
 
 
 def timed(fn, repeat: int) -> tuple[float, object]:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import copy
-import sys
 import time
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -15,9 +13,7 @@ from opctx.context.aging import TurnAger, placeholder_text
 from opctx.context.tokens import Estimator
 from opctx.context.types import ReferenceMap
 from opctx.dag.messages import is_tool_result, message_to_call
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from _synthetic_history import make_history  # noqa: E402
+from opctx.lab.synthetic_history import make_history
 
 BIG = "row of plain output without identifiers\n" * 400  # ~4,000 tokens by heuristic
 SMALL = "tiny output"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,9 +18,7 @@ from opctx.context.references import (
     extract_distinctive,
 )
 from opctx.dag.messages import message_to_call
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from _synthetic_history import make_history  # noqa: E402
+from opctx.lab.synthetic_history import make_history
 
 
 def _msg(i: int, text: str, role: str = "assistant") -> dict:

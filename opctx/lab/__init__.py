@@ -58,6 +58,7 @@ _EXPORTS = {
     "write_scenarios": "scenarios",
     "load_scenario": "scenarios",
     "build_scenario_sessions": "scenarios",
+    "make_history": "synthetic_history",
 }
 
 __all__ = sorted(_EXPORTS)
