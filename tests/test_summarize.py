@@ -229,3 +229,39 @@ def test_prompt_too_large_falls_back() -> None:
 def test_config_round_trip() -> None:
     cfg = SummarizerConfig(protect_first_n=2, timeout=None)
     assert SummarizerConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_structural_summary_is_bounded_and_names_what_it_collapses() -> None:
+    many = [user(f"step {i}: " + "details " * 20) for i in range(400)]
+    full = structural_summary(many)
+    assert all(f"step {i}:" in full for i in range(400))  # unbounded: every message listed
+    def count(text: str) -> int:
+        return len(text) // 4
+
+    bounded = structural_summary(many, "PREV " * 2_000, max_tokens=1_000, count_tokens=count)
+    assert count(bounded) <= 1_000
+    lines = bounded.splitlines()
+    collapsed = next(line for line in lines if "earlier folded message(s) not listed" in line)
+    n_omitted = int(collapsed.split()[0].lstrip("["))
+    listed = [line for line in lines if line.startswith("[user] step ")]
+    assert n_omitted + len(listed) == 400  # every folded message is listed or counted
+    assert f"ids {many[0]['id']} .. {many[n_omitted - 1]['id']}" in collapsed
+    assert listed[-1].startswith("[user] step 399:")  # the newest ones stay listed
+    assert "characters omitted" in bounded  # the previous summary was clipped, not dropped
+    small = structural_summary(many[:3], "PREV", max_tokens=1_000, count_tokens=count)
+    assert small == structural_summary(many[:3], "PREV")
+
+
+def test_chained_structural_summaries_stay_within_the_summary_budget() -> None:
+    cfg = SummarizerConfig(summary_output_tokens=2_000)
+    summarizer = Summarizer(provider_call=None, config=cfg)
+    previous = None
+    sizes = []
+    for round_ in range(12):
+        batch = [user(f"round {round_} message {i} " + "x" * 200) for i in range(60)]
+        result = summarizer.summarise(batch, previous_summary=previous)
+        assert result.fell_back_to_structural
+        sizes.append(len(result.text) // 4)
+        previous = result.text
+    assert max(sizes) <= 2_000 * 1.1
+    assert "round 11 message 59" in previous

@@ -674,23 +674,75 @@ def structural_summary(
     *,
     head_chars: int = 60,
     error: str | None = None,
+    max_tokens: int | None = None,
+    count_tokens: Callable[[str], int] | None = None,
 ) -> str:
-    """The deterministic summary: previous summary on top, then every folded message."""
-    lines: list[str] = []
-    if previous_summary:
-        lines.append("Earlier summary:")
-        lines.append(previous_summary.strip())
-        lines.append("")
+    """The deterministic summary: previous summary on top, then every folded message.
+
+    ``max_tokens`` bounds it (the engine passes ``summary_output_tokens``, the budget an
+    LLM summary gets). Without a bound, chained structural summaries grow with every
+    compaction (each one restates the previous) until a compaction no longer shrinks the
+    input and auto-compaction stops. Over the bound, the previous summary is clipped to a
+    third of it (its start and end stay), and the *oldest* folded messages are collapsed
+    into one line that counts them by role and names the first and last id: nothing is
+    dropped silently, and the originals stay in the store under those ids.
+    """
+    count = count_tokens or _default_text_tokens
     header = f"Structural summary of {len(messages)} folded message(s)"
     if error:
         header += f" (LLM summary unavailable: {_one_line(error, 200)})"
-    lines.append(header + ":")
-    for msg in messages:
-        if previous_summary and is_summary_message(msg):
-            lines.append("[summary] (previous summary, kept above)")
-        else:
-            lines.append(structural_line(msg, head_chars))
-    return "\n".join(lines)
+    header += ":"
+    listing = [
+        "[summary] (previous summary, kept above)"
+        if previous_summary and is_summary_message(msg)
+        else structural_line(msg, head_chars)
+        for msg in messages
+    ]
+    previous = previous_summary.strip() if previous_summary else ""
+
+    def assemble(prev: str, collapsed: str | None, lines: Sequence[str]) -> str:
+        out = ["Earlier summary:", prev, ""] if prev else []
+        out.append(header)
+        if collapsed:
+            out.append(collapsed)
+        out.extend(lines)
+        return "\n".join(out)
+
+    text = assemble(previous, None, listing)
+    if max_tokens is None or count(text) <= max_tokens:
+        return text
+
+    if previous:
+        prev_budget = max_tokens // 3
+        if count(previous) > prev_budget:
+            # characters per token of this text, so CJK and ASCII clip alike
+            ratio = max(1.0, len(previous) / max(1, count(previous)))
+            previous = _clip(previous, int(prev_budget * ratio))
+    room = max_tokens - count(assemble(previous, "[... 0000 earlier ...]", [])) - 40
+    kept: list[str] = []
+    used = 0
+    for line in reversed(listing):
+        cost = count(line) + 1
+        if used + cost > room:
+            break
+        kept.append(line)
+        used += cost
+    kept.reverse()
+    omitted = messages[: len(messages) - len(kept)]
+    if not omitted:
+        return assemble(previous, None, kept)
+    roles: dict[str, int] = {}
+    for msg in omitted:
+        label = _label(msg).split(" ")[0]
+        roles[label] = roles.get(label, 0) + 1
+    by_role = ", ".join(f"{n} {role}" for role, n in roles.items())
+    first, last = omitted[0].get("id"), omitted[-1].get("id")
+    span = f" (ids {first} .. {last})" if first and last else ""
+    collapsed = (
+        f"[{len(omitted)} earlier folded message(s) not listed to stay within "
+        f"{max_tokens} tokens: {by_role}{span}; the originals are kept in the store]"
+    )
+    return assemble(previous, collapsed, kept)
 
 
 def _clip(text: str, limit: int) -> str:
@@ -826,7 +878,12 @@ class Summarizer:
         error: str | None = None,
     ) -> str:
         return structural_summary(
-            messages, previous_summary, head_chars=self.config.structural_head_chars, error=error
+            messages,
+            previous_summary,
+            head_chars=self.config.structural_head_chars,
+            error=error,
+            max_tokens=self.config.summary_output_tokens or None,
+            count_tokens=self.count_tokens,
         )
 
     def summarise(
