@@ -37,7 +37,7 @@ lint: install
 
 # pytest exits 5 when it collected nothing: that is a failure here, never a pass.
 test: install system-deps lint data
-	$(BIN)/python -m pytest tests notebooks --nbval-lax --nbval-current-env $(PYTEST_ARGS); \
+	$(BIN)/python -m pytest tests notebooks --nbval-lax --nbval-current-env --timeout=900 $(PYTEST_ARGS); \
 	rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
 bench: install
