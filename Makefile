@@ -29,8 +29,14 @@ $(SAMPLE_DB): $(STAMP) $(wildcard data/samples/*) opctx/lab/scenarios.py
 
 data: $(SAMPLE_DB)
 
+# Offline: no update checks, no news, no extension-manager queries to PyPI.
+# --allow-root only when run as root (containers), where jupyter refuses to start without it.
+LAB_ARGS := --notebook-dir=notebooks --ServerApp.ip=127.0.0.1 --no-browser \
+	--LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
+	--LabApp.extension_manager=readonly $(if $(filter 0,$(shell id -u)),--allow-root)
+
 lab: install data
-	$(BIN)/jupyter lab --notebook-dir=notebooks --ServerApp.ip=127.0.0.1 --no-browser
+	$(BIN)/jupyter lab $(LAB_ARGS)
 
 lint: install
 	$(BIN)/ruff check opctx tests benchmarks

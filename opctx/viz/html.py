@@ -35,6 +35,8 @@ import html
 import json
 from typing import Any
 
+from opctx.dag.messages import as_text
+
 __all__ = ["escape_text", "json_for_script", "iframe_srcdoc", "preview", "text_of"]
 
 _SCRIPT_SAFE = str.maketrans(
@@ -48,16 +50,9 @@ _SCRIPT_SAFE = str.maketrans(
 )
 
 
-def text_of(value: Any) -> str:
-    """Any stored value as display text: str as is, ``None`` as ``""``, else JSON."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
-        return str(value)
+# Display text is exactly the prompt text of a stored value (str as is, None as "",
+# else JSON): one definition, in the substrate.
+text_of = as_text
 
 
 def escape_text(value: Any) -> str:
