@@ -30,7 +30,7 @@ from opctx.viz.synthetic import synthetic_session
 
 N_NODES = 5_000
 REPEATS = 7
-MAX_BYTES = 5 * 1024 * 1024
+MAX_BYTES = 5_000_000  # 5 MB, decimal, as the issue states
 MAX_SECONDS = 2.0
 
 

@@ -198,3 +198,190 @@ def test_fast_on_a_long_history():
     ager.age(history)
     # generous bound for a noisy CI machine; benchmarks/aging.py measures the real figure
     assert time.perf_counter() - start < 0.5
+
+
+# ------------------------------------------------------------------ incremental path
+#
+# The ager remembers what it decided for a history and, when the next history only
+# grew, works on the new messages and on the results that crossed a gate. These tests
+# drive one long-lived ager through random sequences of appends, rewinds, compactions,
+# re-reads, clock moves and citation changes and compare every answer with a fresh
+# ager's on the same input: value, identity of unchanged elements and report.
+
+
+class _DiffBlindMap(ReferenceMap):
+    """A map the ager cannot diff (``is_cited`` overridden): it must ask about every result."""
+
+    def is_cited(self, msg_id=None, tool_use_id=None):
+        return super().is_cited(msg_id, tool_use_id)
+
+
+def _message(draw_kind, n, rng_text, ts, tool_id, with_id):
+    """One message of the random histories below: user, assistant (with a call), tool result in one of three shapes."""
+    mid = f"m{n}" if with_id else None
+    if draw_kind == "user":
+        m = {"role": "user", "content": f"question {n}"}
+    elif draw_kind == "assistant":
+        m = {"role": "assistant", "content": f"answer {n}", "tool_calls": [{"id": tool_id, "name": "run", "arguments": {}}]}
+    elif draw_kind == "system":
+        m = {"role": "system", "content": "note"}
+    elif draw_kind == "tool":
+        m = {"role": "tool", "tool_call_id": tool_id, "name": "run", "content": rng_text}
+    elif draw_kind == "blocks":
+        m = {"role": "user", "content": "", "extra": {"blocks": [
+            {"type": "text", "text": "results"},
+            {"type": "tool_result", "tool_use_id": tool_id, "content": rng_text},
+            {"type": "tool_result", "tool_use_id": tool_id + "b", "content": rng_text[: len(rng_text) // 2]},
+        ]}}
+    elif draw_kind == "list":
+        m = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tool_id,
+                                          "content": [{"type": "text", "text": rng_text}]}]}
+    else:  # already cleared: aging skips it
+        m = {"role": "tool", "tool_call_id": tool_id, "content": "[cleared]", "_redacted": True}
+    if mid:
+        m["id"] = mid
+    if ts is not None:
+        m["timestamp"] = ts
+    return m
+
+
+_KINDS = ["user", "assistant", "assistant", "system", "tool", "tool", "blocks", "list", "redacted"]
+
+_message_specs = st.tuples(
+    st.sampled_from(_KINDS),
+    st.integers(min_value=1, max_value=120),  # result size in words
+    st.one_of(st.none(), st.floats(min_value=0, max_value=30)),  # seconds after the previous message, or no timestamp
+    st.integers(min_value=0, max_value=5),  # tool id pool: ids repeat on purpose
+    st.booleans(),  # has an id
+)
+
+_operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.lists(_message_specs, min_size=1, max_size=6)),
+        st.tuples(st.just("rewind"), st.integers(min_value=1, max_value=5)),
+        st.tuples(st.just("compact"), st.integers(min_value=0, max_value=4)),
+        st.tuples(st.just("reread"), st.none()),
+        st.tuples(st.just("feed_back"), st.none()),
+        st.tuples(st.just("clock"), st.floats(min_value=-40, max_value=120)),
+        st.tuples(st.just("cite"), st.tuples(st.booleans(), st.integers(min_value=0, max_value=40))),
+        st.tuples(st.just("uncite"), st.integers(min_value=0, max_value=40)),
+        st.tuples(st.just("new_map"), st.booleans()),
+        st.tuples(st.just("switch"), st.none()),
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    ops=_operations,
+    turns=st.integers(min_value=0, max_value=4),
+    seconds=st.sampled_from([0, 5, 60]),
+    first=st.integers(min_value=0, max_value=3),
+    own_tracker=st.booleans(),
+)
+def test_incremental_ager_matches_a_fresh_one(ops, turns, seconds, first, own_tracker):
+    estimator = Estimator("heuristic")
+    params = dict(keep_recent_turns=turns, keep_recent_seconds=seconds, min_tokens=30, protect_first_n=first)
+    clock = {"drift": 60.0}  # the clock runs this far ahead of the newest timestamp
+    counter = {"n": 0, "ts": 0.0}
+
+    def now():
+        return counter["ts"] + clock["drift"]
+
+    ager = TurnAger(clock=now, estimator=estimator, **params)
+    histories = {0: [], 1: []}
+    current = 0
+    last_out: list = []
+    refs = ReferenceMap()
+
+    def new_message(spec):
+        kind, words, step, pool, with_id = spec
+        counter["n"] += 1
+        if step is not None:
+            counter["ts"] += step
+        text = " ".join(f"line{counter['n']}_{w}" for w in range(words))
+        return _message(kind, counter["n"], text, counter["ts"] if step is not None else None, f"t{pool}", with_id)
+
+    for op, arg in ops:
+        history = histories[current]
+        if op == "append":
+            history = history + [new_message(spec) for spec in arg]
+        elif op == "rewind":
+            history = history[: max(0, len(history) - arg)]
+        elif op == "compact":  # copies with new ids around a summary, like the compaction layout
+            head = [dict(m, id=f"k{i}_{counter['n']}") for i, m in enumerate(history[:first])]
+            summary = {"id": f"s{counter['n']}", "role": "system", "content": "[Previous conversation summary]\nx"}
+            tail = [dict(m, id=f"k{i}_{counter['n']}") for i, m in enumerate(history[len(history) - arg:] if arg else [])]
+            counter["n"] += 1
+            history = head + [summary] + tail
+        elif op == "reread":  # the branch read again from the store: equal dicts, new objects
+            history = copy.deepcopy(history)
+        elif op == "feed_back":  # the aged output given back (idempotence path)
+            history = list(last_out) if len(last_out) == len(history) else history
+        elif op == "clock":  # forward mostly, sometimes back
+            clock["drift"] += arg
+        elif op == "cite":
+            by_tool, k = arg
+            (refs.cited_tool_use_ids if by_tool else refs.cited_message_ids).add(f"t{k % 6}" if by_tool else f"m{k}")
+        elif op == "uncite":
+            refs.cited_message_ids.discard(f"m{arg}")
+            refs.cited_tool_use_ids.discard(f"t{arg % 6}")
+        elif op == "new_map":  # a new map object (maybe one the ager cannot diff) with the same citations
+            cls = _DiffBlindMap if arg else ReferenceMap
+            refs = cls(cited_tool_use_ids=set(refs.cited_tool_use_ids), cited_message_ids=set(refs.cited_message_ids))
+        elif op == "switch":  # another session on the same ager
+            current = 1 - current
+            history = histories[current]
+        histories[current] = history
+        if not history:
+            continue
+        given_refs = None if own_tracker else refs
+        snapshot = copy.deepcopy(history)
+        out, report = ager.age(history, given_refs)
+        fresh = TurnAger(clock=now, estimator=estimator, **params)
+        expected, expected_report = fresh.age(history, given_refs)
+        assert history == snapshot  # never mutates its input
+        assert out == expected
+        assert [a is m for a, m in zip(out, history, strict=True)] == [e is m for e, m in zip(expected, history, strict=True)]
+        assert report == expected_report
+        last_out = out
+
+
+def test_incremental_ager_only_reads_the_new_messages():
+    """After the first call, a grown history costs the appended messages (plus gate crossings)."""
+    history = make_history(400, seed=3)
+    now = history[-1]["timestamp"]
+    ager = TurnAger(clock=lambda: now, estimator=Estimator("heuristic"))
+    ager.age(history[:300])
+    scanned = []
+    original = ager._add_slots
+    ager._add_slots = lambda st, i, msg: (scanned.append(i), original(st, i, msg))
+    out, report = ager.age(history[:304])
+    assert scanned == [300, 301, 302, 303]
+    expected, expected_report = TurnAger(clock=lambda: now, estimator=Estimator("heuristic")).age(history[:304])
+    assert out == expected and report == expected_report
+    scanned.clear()
+    ager.age(history[:250])  # a rewind: not a prefix-extension, one full pass
+    assert scanned == list(range(2, 250))
+
+
+def test_incremental_ager_reuses_aged_copies_while_the_input_is_the_same():
+    history = _history() + [{"id": f"z{k}", "role": "assistant", "content": "more", "timestamp": T0 + 900 + k} for k in range(3)]
+    ager = _ager()
+    first, _ = ager.age(history[:-2], ReferenceMap())
+    second, report = ager.age(history, ReferenceMap())
+    assert report.redacted == 1 and second[3] is first[3]  # the engine's caches hit by identity
+    reread = copy.deepcopy(history)
+    third, _ = ager.age(reread, ReferenceMap())
+    assert third == second and third[3] is not second[3]  # rebuilt from the new objects
+    assert all(third[i] is reread[i] for i in range(len(reread)) if i != 3)
+
+
+def test_changing_a_gate_on_the_instance_is_seen():
+    history = _history()
+    ager = _ager()
+    assert ager.age(history, ReferenceMap())[1].redacted == 1
+    ager.min_tokens = 10**9
+    assert ager.age(history, ReferenceMap())[1].redacted == 0

@@ -194,3 +194,25 @@ def test_to_pyvis_escapes_titles():
     g = Graph([UserMessage("<b>bold</b>", id="x")])
     net = to_pyvis(g)
     assert "<b>" not in net.nodes[0]["title"] and "&lt;b&gt;" in net.nodes[0]["title"]
+
+
+def test_to_pyvis_pages_load_nothing_off_the_machine(tmp_path):
+    g = Graph([UserMessage("<script>alert(1)</script>", id="x"), UserMessage("two", id="y", predecessor="x")])
+    net = to_pyvis(g)
+    page = net.generate_html()
+    assert "vis.Network" in page or "new vis" in page  # the library is inlined
+    assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", page), "no remote src/href"
+    assert "bootstrap" not in page.lower()
+    assert "<script>alert(1)</script>" not in page
+    net.write_html(str(tmp_path / "page.html"))
+    assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", (tmp_path / "page.html").read_text())
+
+
+@pytest.mark.slow
+def test_a_5000_node_session_renders_under_5_mb_and_stays_escaped():
+    # size only: the time target is measured by benchmarks/render.py, not in a unit test
+    graph, head = synthetic_session(5_000, compact_every=400, payload="<b>x</b> ")
+    for kwargs in ({}, {"max_nodes": len(graph)}):  # the default, and everything drawn
+        view = render_graph(graph, head=head, **kwargs)
+        assert len(view.html.encode("utf-8")) < 5_000_000
+        assert "<b>x</b>" not in view.html

@@ -37,15 +37,46 @@ placeholder tokens), ``references_protected`` (blocks that passed gates 1, 2 and
 were kept because cited), ``redacted_ids`` (tool_use ids, or the message id where the
 result has none).
 
-Speed: the token count of each tool result is cached by ``(message id, block, length of
-the content)``, so a prepare over a long history after the first costs one pass of dict
-lookups; the reference tracker is incremental too.
+Speed: incremental across calls
+===============================
+The engine calls ``age`` before every LLM call with the same history grown by a
+message or two, so a pass over the whole history each time (the first version) made
+the per-turn cost grow with the session. The ager now keeps, per history it has seen
+(a few at a time, for an engine serving several sessions), the tool results big enough
+to matter (``_Slot``), the positions of the assistant messages, and its last decisions.
+A call then costs:
+
+* two C-speed checks that the previous history is a prefix of this one (by identity,
+  else by equality: the turn loop re-reads the branch from the store once per turn);
+* Python work only for the appended messages, for the tool results that cross the
+  turn gate (the limit only moves forward) or the clock gate (a heap by timestamp),
+  and for those whose citation changed (a set difference of the ``ReferenceMap``'s
+  id sets against the last call's);
+* a copy of the last output list with the changed messages patched in.
+
+When the history is not a prefix-extension of a remembered one (after a compaction,
+a rewind, an edited message, another session), when the clock went backwards, or when
+a gate parameter was changed on the instance, that state is dropped and one full pass
+rebuilds it, which gives the same result as a fresh ager: the incremental path is an
+optimisation, never a different answer (``tests/test_aging.py`` checks this over random
+sequences of appends, rewinds, compactions, re-reads and citation changes).
+
+Contract this relies on: a message is not mutated in place after it was given to the
+ager (pass a new dict instead), the same contract as the engine's per-message caches.
+Aged copies are reused from one call to the next while their source message is the
+same object, so treat them as read-only. Token counts are also cached by ``(message
+id, block, length of the content)``, so a full pass after a rewind re-counts nothing.
 """
 
 from __future__ import annotations
 
+import heapq
+import math
+import operator
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from opctx.dag.nodes import Call
@@ -57,6 +88,12 @@ from .types import AgingReport, ReferenceMap
 __all__ = ["TurnAger", "PLACEHOLDER_TEMPLATE", "placeholder_text"]
 
 PLACEHOLDER_TEMPLATE = "[Old tool result content cleared (was {tokens} tokens)]"
+
+# how many histories (sessions) one ager remembers incrementally
+MAX_REMEMBERED_HISTORIES = 8
+
+# where a slot stands with respect to the turn and clock gates
+_PENDING, _WAITING, _ELIGIBLE = 0, 1, 2
 
 
 def placeholder_text(tokens: int) -> str:
@@ -73,6 +110,63 @@ def _result_text(content: Any) -> str:
             str(part.get("text", "")) for part in content if isinstance(part, dict) and part.get("type", "text") == "text"
         )
     return str(content)
+
+
+@dataclass(eq=False)
+class _Slot:
+    """One tool result at least ``min_tokens`` long and not yet redacted: the only thing aging can change."""
+
+    index: int  # position of its message in the history
+    block: int  # position in the message's block list; -1 for a whole message (role="tool", a code Call)
+    cite_id: str | None  # the message id as the citation gate sees it
+    tool_use_id: Any
+    ident: str  # what AgingReport.redacted_ids names
+    tokens: int
+    freed: int  # tokens - tokens of the placeholder (never negative)
+    ts: Any  # the message's timestamp, None when it has none
+    state: int = _PENDING
+    redacted: bool = False
+    protected: bool = False  # passed every gate but cited
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.index, self.block)
+
+
+@dataclass(eq=False)
+class _HistoryState:
+    """What the ager remembers about one history (module docstring, "Speed")."""
+
+    signature: tuple
+    seen: list[Any] = field(default_factory=list)  # the last history, as given
+    out: list[Any] = field(default_factory=list)  # the last aged history
+    now: float = -math.inf
+    assistants: list[int] = field(default_factory=list)  # positions of assistant messages
+    slots: list[_Slot] = field(default_factory=list)  # ordered by (index, block)
+    by_message: dict[int, list[_Slot]] = field(default_factory=dict)
+    by_cite_id: dict[str, list[_Slot]] = field(default_factory=dict)
+    by_tool_use_id: dict[Any, list[_Slot]] = field(default_factory=dict)
+    bad: list[int] = field(default_factory=list)  # positions of messages that are neither dict nor Call
+    region: int = 0  # slots[:region] have passed the turn gate
+    waiting: list[tuple[Any, int, _Slot]] = field(default_factory=list)  # heap by timestamp: held by the clock gate
+    eligible: list[_Slot] = field(default_factory=list)  # passed turn, clock and size gates
+    redacted_keys: list[tuple[int, int]] = field(default_factory=list)  # sorted (index, block)
+    redacted_ids: list[str] = field(default_factory=list)  # in the order of redacted_keys
+    tokens_freed: int = 0
+    protected: int = 0
+    cited_message_ids: set | None = None  # the ReferenceMap's sets as of the last call
+    cited_tool_use_ids: set | None = None
+    touched: set[int] = field(default_factory=set)  # messages whose aged copy must be rebuilt
+
+
+def _fast_map(refs: Any) -> bool:
+    """A plain ReferenceMap: citation changes can be found by a set difference."""
+    return (
+        isinstance(refs, ReferenceMap)
+        and type(refs).is_cited is ReferenceMap.is_cited
+        and isinstance(refs.cited_message_ids, set)
+        and isinstance(refs.cited_tool_use_ids, set)
+    )
 
 
 class TurnAger:
@@ -106,6 +200,7 @@ class TurnAger:
         self.model = model
         self._tracker = ReferenceTracker(clock)
         self._token_cache: dict[tuple[Any, ...], int] = {}
+        self._states: list[_HistoryState] = []  # most recently used first
 
     # ------------------------------------------------------------------ helpers
     def _tokens(self, key: tuple[Any, ...], text: str) -> int:
@@ -130,6 +225,21 @@ class TurnAger:
         ts = msg.get("timestamp") if isinstance(msg, dict) else None
         return ts if isinstance(ts, int | float) and not isinstance(ts, bool) else None
 
+    def _signature(self) -> tuple:
+        """The settings decisions depend on: a change on the instance drops the remembered state."""
+        return (
+            self.keep_recent_turns,
+            self.keep_recent_seconds,
+            self.min_tokens,
+            self.protect_first_n,
+            self.model,
+            id(self.estimator),
+        )
+
+    def forget(self) -> None:
+        """Drop the remembered histories (the next call makes one full pass)."""
+        self._states.clear()
+
     # ------------------------------------------------------------------ aging
     def age(
         self,
@@ -142,108 +252,236 @@ class TurnAger:
         if isinstance(history, str | bytes | dict):
             raise TypeError(f"history must be a list of messages, got {type(history).__name__}")
         history = list(history)
-        report = AgingReport()
         if not history:
-            return history, report
+            return history, AgingReport()
         refs = references if references is not None else self._tracker.update(history)
         now = self.clock() if now is None else now
-        # assistant messages after index i, for the turn gate
-        later_turns = [0] * len(history)
-        count = 0
-        for i in range(len(history) - 1, -1, -1):
-            later_turns[i] = count
-            if self._is_assistant(history[i]):
-                count += 1
-        out = history  # copied lazily on the first change
-        for i in range(self.protect_first_n, len(history)):
-            if later_turns[i] < self.keep_recent_turns:
-                break  # every later message is even more recent
-            msg = history[i]
-            ts = self._timestamp(msg)
-            if ts is not None and now - ts < self.keep_recent_seconds:
-                continue
-            aged = self._age_message(i, msg, refs, report)
-            if aged is not msg:
-                if out is history:
-                    out = list(history)
-                out[i] = aged
-        return out, report
+        state, k, same_objects = self._state_for(history, now)
+        try:
+            out = self._advance(state, history, k, same_objects, refs, now)
+        except BaseException:
+            self._states.remove(state)  # half-updated: never reuse it
+            raise
+        report = AgingReport(
+            redacted=len(state.redacted_keys),
+            tokens_freed=state.tokens_freed,
+            references_protected=state.protected,
+            redacted_ids=list(state.redacted_ids),
+        )
+        return list(out), report
 
     __call__ = age
 
-    def _gate_and_size(
-        self, key: tuple[Any, ...], text: str, msg_id: Any, tool_use_id: Any, refs: ReferenceMap, report: AgingReport
-    ) -> int | None:
-        """Token count if this result should be cleared, else None."""
-        tokens = self._tokens(key, text)
-        if tokens < self.min_tokens:
-            return None
-        if refs.is_cited(msg_id if isinstance(msg_id, str) else None, tool_use_id):
-            report.references_protected += 1
-            return None
-        return tokens
+    def _state_for(self, history: list[Any], now: float) -> tuple[_HistoryState, int, bool]:
+        """A remembered state whose history is a prefix of ``history`` (moved to the front), else a new one.
 
-    def _record(self, report: AgingReport, tokens: int, ident: Any) -> str:
-        text = placeholder_text(tokens)
-        report.redacted += 1
-        report.tokens_freed += max(0, tokens - self.estimator.text_tokens(text, self.model))
-        report.redacted_ids.append(str(ident))
-        return text
+        Returns ``(state, k, same_objects)``: the first ``k`` messages are already
+        accounted for; ``same_objects`` says they are the very objects seen last time
+        (else equal copies, whose aged copies must be rebuilt).
+        """
+        signature = self._signature()
+        n = len(history)
+        for pos, state in enumerate(self._states):
+            k = len(state.seen)
+            # `not now >= state.now`: the clock went backwards (or is NaN), decisions may flip back
+            if k > n or state.signature != signature:
+                continue
+            if all(map(operator.is_, history, state.seen)):
+                same = True
+            else:
+                try:
+                    same = False if history[:k] == state.seen else None
+                except Exception:  # an element whose == raises: not the same history
+                    same = None
+                if same is None:
+                    continue
+            del self._states[pos]
+            self._states.insert(0, state)
+            return state, k, same
+        state = _HistoryState(signature)
+        self._states.insert(0, state)
+        del self._states[MAX_REMEMBERED_HISTORIES:]
+        return state, 0, True
 
-    def _age_message(self, index: int, msg: Any, refs: ReferenceMap, report: AgingReport) -> Any:
+    def _advance(
+        self, st: _HistoryState, history: list[Any], k: int, same_objects: bool, refs: Any, now: float
+    ) -> list[Any]:
+        n = len(history)
+        if same_objects:
+            out = st.out
+            out.extend(history[k:])
+        else:  # equal copies (a re-read branch): rebuild every aged copy from the new objects
+            out = list(history)
+            st.touched.update(key[0] for key in st.redacted_keys)
+        # 1. the appended messages: assistant positions and big tool results
+        is_assistant = self._is_assistant
+        st.assistants.extend(i for i in range(k, n) if is_assistant(history[i]))
+        for i in range(max(k, self.protect_first_n), n):
+            self._add_slots(st, i, history[i])
+        # 2. citations that changed since the last call, for results already past the gates
+        fast = _fast_map(refs)
+        if fast and st.cited_message_ids is not None:
+            changed_messages = refs.cited_message_ids ^ st.cited_message_ids
+            changed_tools = refs.cited_tool_use_ids ^ st.cited_tool_use_ids
+            for ident in changed_messages:
+                for slot in st.by_cite_id.get(ident, ()):
+                    if slot.state == _ELIGIBLE:
+                        self._decide(st, slot, refs)
+            for ident in changed_tools:
+                for slot in st.by_tool_use_id.get(ident, ()):
+                    if slot.state == _ELIGIBLE:
+                        self._decide(st, slot, refs)
+        else:  # first call, or a map whose changes cannot be diffed: ask it about every one
+            for slot in st.eligible:
+                self._decide(st, slot, refs)
+        if fast:
+            if refs.cited_message_ids != st.cited_message_ids:
+                st.cited_message_ids = set(refs.cited_message_ids)
+            if refs.cited_tool_use_ids != st.cited_tool_use_ids:
+                st.cited_tool_use_ids = set(refs.cited_tool_use_ids)
+        else:
+            st.cited_message_ids = st.cited_tool_use_ids = None
+        # 3. the turn gate: only moves forward on a growing history
+        limit = self._turn_limit(st.assistants, n)
+        if st.bad and st.bad[0] < limit:
+            i = st.bad[0]
+            raise TypeError(f"message {i} is a {type(history[i]).__name__}, expected a dict or a Call")
+        slots, seconds = st.slots, self.keep_recent_seconds
+        while st.region < len(slots) and slots[st.region].index < limit:
+            slot = slots[st.region]
+            st.region += 1
+            if slot.ts is not None and now - slot.ts < seconds:
+                slot.state = _WAITING
+                heapq.heappush(st.waiting, (slot.ts, st.region, slot))
+            else:
+                self._make_eligible(st, slot, refs)
+        # 4. the clock gate: the oldest waiting results first
+        waiting = st.waiting
+        while waiting and not now - waiting[0][0] < seconds:
+            self._make_eligible(st, heapq.heappop(waiting)[2], refs)
+        # 5. patch the messages whose set of cleared results changed
+        for i in st.touched:
+            cleared = [slot for slot in st.by_message[i] if slot.redacted]
+            out[i] = self._aged_copy(i, history[i], cleared) if cleared else history[i]
+        st.touched.clear()
+        st.seen, st.out, st.now = history, out, now
+        return out
+
+    def _turn_limit(self, assistants: list[int], n: int) -> int:
+        """Messages before this index have at least ``keep_recent_turns`` assistant messages after them."""
+        turns = self.keep_recent_turns
+        if turns <= 0:
+            return n
+        if turns > len(assistants):
+            return 0
+        return assistants[len(assistants) - math.ceil(turns)]
+
+    def _make_eligible(self, st: _HistoryState, slot: _Slot, refs: Any) -> None:
+        slot.state = _ELIGIBLE
+        st.eligible.append(slot)
+        self._decide(st, slot, refs)
+
+    def _decide(self, st: _HistoryState, slot: _Slot, refs: Any) -> None:
+        """Gate 3 (citation) on a result that passed the others; keeps the totals in step."""
+        if refs.is_cited(slot.cite_id, slot.tool_use_id):
+            if slot.redacted:
+                slot.redacted = False
+                pos = bisect_left(st.redacted_keys, slot.key)
+                del st.redacted_keys[pos], st.redacted_ids[pos]
+                st.tokens_freed -= slot.freed
+                st.touched.add(slot.index)
+            if not slot.protected:
+                slot.protected = True
+                st.protected += 1
+        elif not slot.redacted:
+            if slot.protected:
+                slot.protected = False
+                st.protected -= 1
+            slot.redacted = True
+            pos = bisect_left(st.redacted_keys, slot.key)
+            st.redacted_keys.insert(pos, slot.key)
+            st.redacted_ids.insert(pos, slot.ident)
+            st.tokens_freed += slot.freed
+            st.touched.add(slot.index)
+
+    # ------------------------------------------------------------------ tool results
+    def _add_slots(self, st: _HistoryState, index: int, msg: Any) -> None:
+        """Register the tool results of a new message that are big enough to be cleared one day."""
+        found: list[tuple[int, Any, Any, tuple[Any, ...], str]] = []  # (block, msg id, tool_use_id, key, text)
+        ts = None
         if isinstance(msg, Call):
-            return self._age_call(msg, refs, report)
-        if not isinstance(msg, dict):
-            raise TypeError(f"message {index} is a {type(msg).__name__}, expected a dict or a Call")
-        msg_id = msg.get("id") or f"#{index}"
-        if msg.get("role") == "tool":
-            if msg.get("_redacted"):
-                return msg
-            text = _result_text(msg.get("content"))
-            tool_use_id = msg.get("tool_call_id")
-            tokens = self._gate_and_size((msg_id, "tool"), text, msg_id, tool_use_id, refs, report)
-            if tokens is None:
-                return msg
+            if msg.role == "code" and not msg.metadata.get("_redacted"):
+                out = msg.output
+                text = _result_text(out) if isinstance(out, str | list) else ("" if out is None else str(out))
+                found.append((-1, msg.id, msg.metadata.get("tool_call_id"), (msg.id, "call"), text))
+            ts = msg.created_at
+        elif not isinstance(msg, dict):
+            st.bad.append(index)
+            return
+        else:
+            ts = self._timestamp(msg)
+            msg_id = msg.get("id") or f"#{index}"
+            if msg.get("role") == "tool":
+                if not msg.get("_redacted"):
+                    text = _result_text(msg.get("content"))
+                    found.append((-1, msg_id, msg.get("tool_call_id"), (msg_id, "tool"), text))
+            else:
+                blocks = self._blocks(msg)[0]
+                for b, block in enumerate(blocks or ()):
+                    if not isinstance(block, dict) or block.get("type") != "tool_result" or block.get("_redacted"):
+                        continue
+                    tool_use_id = block.get("tool_use_id")
+                    text = _result_text(block.get("content"))
+                    found.append((b, msg_id, tool_use_id, (msg_id, b, tool_use_id), text))
+        for b, msg_id, tool_use_id, key, text in found:
+            tokens = self._tokens(key, text)
+            if tokens < self.min_tokens:
+                continue
+            placeholder_tokens = self.estimator.text_tokens(placeholder_text(tokens), self.model)
+            cite_id = msg_id if isinstance(msg_id, str) else None
+            slot = _Slot(
+                index, b, cite_id, tool_use_id, str(tool_use_id or msg_id), tokens,
+                max(0, tokens - placeholder_tokens), ts,
+            )
+            st.slots.append(slot)
+            st.by_message.setdefault(index, []).append(slot)
+            if cite_id is not None:
+                st.by_cite_id.setdefault(cite_id, []).append(slot)
+            if tool_use_id is not None:
+                try:
+                    st.by_tool_use_id.setdefault(tool_use_id, []).append(slot)
+                except TypeError:  # an unhashable id can never be in the cited set: no change to watch
+                    pass
+
+    @staticmethod
+    def _blocks(msg: dict) -> tuple[list[Any] | None, bool]:
+        """The block list that holds tool results (``extra.blocks``, else a list ``content``), and which."""
+        extra = msg.get("extra")
+        if isinstance(extra, dict) and isinstance(extra.get("blocks"), list):
+            return extra["blocks"], True
+        content = msg.get("content")
+        return (content, False) if isinstance(content, list) else (None, False)
+
+    def _aged_copy(self, index: int, msg: Any, cleared: list[_Slot]) -> Any:
+        """``msg`` with the results of ``cleared`` replaced by placeholders; the input is not touched."""
+        if isinstance(msg, Call):
+            tokens = cleared[0].tokens
+            return msg.copy(output=placeholder_text(tokens), metadata={**msg.metadata, "_redacted": True})
+        if cleared[0].block == -1:  # role="tool": the message is the block
             new = dict(msg)
-            new["content"] = self._record(report, tokens, tool_use_id or msg_id)
+            new["content"] = placeholder_text(cleared[0].tokens)
             new["_redacted"] = True
             return new
-        extra = msg.get("extra")
-        in_extra = isinstance(extra, dict) and isinstance(extra.get("blocks"), list)
-        blocks = extra["blocks"] if in_extra else msg.get("content")
-        if not isinstance(blocks, list):
-            return msg
-        new_blocks: list[Any] | None = None
-        for b, block in enumerate(blocks):
-            if not isinstance(block, dict) or block.get("type") != "tool_result" or block.get("_redacted"):
-                continue
-            tool_use_id = block.get("tool_use_id")
-            text = _result_text(block.get("content"))
-            tokens = self._gate_and_size((msg_id, b, tool_use_id), text, msg_id, tool_use_id, refs, report)
-            if tokens is None:
-                continue
-            if new_blocks is None:
-                new_blocks = list(blocks)
-            new_block = dict(block)
-            new_block["content"] = self._record(report, tokens, tool_use_id or msg_id)
+        blocks, in_extra = self._blocks(msg)
+        new_blocks = list(blocks)
+        for slot in cleared:
+            new_block = dict(blocks[slot.block])
+            new_block["content"] = placeholder_text(slot.tokens)
             new_block["_redacted"] = True
-            new_blocks[b] = new_block
-        if new_blocks is None:
-            return msg
+            new_blocks[slot.block] = new_block
         new = dict(msg)
         if in_extra:
-            new["extra"] = {**extra, "blocks": new_blocks}
+            new["extra"] = {**msg["extra"], "blocks": new_blocks}
         else:
             new["content"] = new_blocks
         return new
-
-    def _age_call(self, call: Call, refs: ReferenceMap, report: AgingReport) -> Call:
-        if call.role != "code" or call.metadata.get("_redacted"):
-            return call
-        text = _result_text(call.output) if isinstance(call.output, str | list) else ("" if call.output is None else str(call.output))
-        tool_use_id = call.metadata.get("tool_call_id")
-        tokens = self._gate_and_size((call.id, "call"), text, call.id, tool_use_id, refs, report)
-        if tokens is None:
-            return call
-        placeholder = self._record(report, tokens, tool_use_id or call.id)
-        return call.copy(output=placeholder, metadata={**call.metadata, "_redacted": True})

@@ -360,28 +360,97 @@ def _convert(msg: dict) -> list[dict]:
 
 
 class _ProviderCache:
-    """Per-message conversions, keyed like ``MessageFacts`` (id, role, content length)."""
+    """Per-message conversions, keyed like ``MessageFacts`` (id, role, content length),
+    and the assembled provider messages of the last history.
+
+    Besides the per-message cache it keeps, for the last history it assembled, the
+    conversions in order, their flattened provider messages (with where each
+    message's part starts) and the running tool-pairing state (calls still waiting
+    for a result, whether a result came without its call). The next history is
+    compared with the last by identity at C speed; on an append-only history only
+    the new messages are converted, flattened and paired, and a message replaced by
+    a new object (aging cleared one more tool result) is patched in place. A
+    shorter history (rewind) or a replacement that changes the message count or
+    the tool pairing rebuilds the assembly from the per-message cache.
+    """
 
     def __init__(self, max_entries: int = 100_000):
         self._cache: dict[tuple, _Entry] = {}
         self.max_entries = max_entries
+        self._reset_assembly()
+
+    def _reset_assembly(self) -> None:
         self._last_msgs: list[dict] = []
         self._last_conv: list[_Entry] = []
+        self._flat: list[dict] = []  # the provider messages of _last_conv, in order
+        self._starts: list[int] = []  # where each entry's messages begin in _flat
+        self._pending: dict[str, int] = {}  # call id -> calls of that id still unanswered
+        self._open = 0  # call ids with a pending count above zero
+        self._orphan = False  # a result came before (without) its call
 
     def convert_all(self, history: Sequence[dict]) -> list[_Entry]:
-        """Conversions of every message; messages that are the very objects seen last
-        time are not looked at again (an identity check at C speed), so an append-only
-        history costs O(new or re-aged messages)."""
-        k = min(len(self._last_msgs), len(history))
-        conv = self._last_conv[:k]
-        if k:
-            same = list(map(operator.is_, history[:k], self._last_msgs[:k]))
-            for i in [i for i, hit in enumerate(same) if not hit]:
-                conv[i] = self.get(history[i])
+        """Conversions of every message (updates the assembly of :meth:`provider_messages`)."""
+        self._assemble(history)
+        return list(self._last_conv)
+
+    def provider_messages(self, history: Sequence[dict]) -> list[dict]:
+        """``to_provider_messages(history)``, at the cost of what changed since the last call."""
+        self._assemble(history)
+        if not self._orphan and not self._open:
+            return list(self._flat)
+        return _repair(self._last_conv)
+
+    def _assemble(self, history: Sequence[dict]) -> None:
+        last = self._last_msgs
+        k = len(last)
+        if k > len(history):
+            self._reset_assembly()  # a rewind: the pairing state cannot be undone
+            k = 0
+        elif k and not all(map(operator.is_, history, last)):
+            changed = [i for i, hit in enumerate(map(operator.is_, history, last)) if not hit]
+            if not self._patch(history, changed):
+                self._reset_assembly()
+                k = 0
         get = self.get
-        conv.extend(get(m) for m in history[k:])
-        self._last_msgs, self._last_conv = list(history), conv
-        return conv
+        new = [get(m) for m in history[k:]]
+        conv, flat, starts = self._last_conv, self._flat, self._starts
+        for entry in new:
+            starts.append(len(flat))
+            flat.extend(entry[0])
+            if entry[1] or entry[2]:
+                self._pair(entry)
+        conv.extend(new)
+        self._last_msgs = list(history)
+
+    def _patch(self, history: Sequence[dict], changed: list[int]) -> bool:
+        """Replace the entries of the messages at ``changed``; False when a rebuild is needed."""
+        if len(changed) * 4 > len(self._last_conv):
+            return False  # mostly new: a rebuild is as cheap and simpler
+        conv, flat, starts = self._last_conv, self._flat, self._starts
+        for i in changed:
+            old, entry = conv[i], self.get(history[i])
+            if entry[1] != old[1] or entry[2] != old[2] or len(entry[0]) != len(old[0]):
+                return False  # pairing or positions differ
+            conv[i] = entry
+            flat[starts[i] : starts[i] + len(entry[0])] = entry[0]
+        return True
+
+    def _pair(self, entry: _Entry) -> None:
+        """Pairing state after one more message: its results answer earlier calls, then its calls open."""
+        pending = self._pending
+        for rid in entry[2]:
+            count = pending.get(rid, 0)
+            if count:
+                pending[rid] = count - 1
+                if count == 1:
+                    self._open -= 1
+            else:
+                self._orphan = True
+        for cid in entry[1]:
+            count = pending.get(cid, 0)
+            pending[cid] = count + 1
+            if count == 0:
+                self._open += 1
 
     def get(self, msg: dict) -> _Entry:
         mid = msg.get("id")
@@ -438,9 +507,9 @@ def to_provider_messages(
     up (the normal case, and always after an opctx compaction) the messages are
     returned as converted, without a second pass.
     """
-    entries = (
-        cache.convert_all(history) if cache is not None else [_convert_entry(m) for m in history]
-    )
+    if cache is not None:
+        return cache.provider_messages(history)
+    entries = [_convert_entry(m) for m in history]
     pending: dict[str, int] = {}
     orphan = False
     for _msgs, calls, results, _name in [e for e in entries if e[1] or e[2]]:

@@ -95,7 +95,6 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from opctx.dag.messages import message_text, tool_result_ids
@@ -113,25 +112,38 @@ __all__ = [
 
 MAX_DISTINCTIVE = 32
 
-# The spec's regexes, with a look-behind that starts a match only at the start of a run of
-# its characters: the matches are the same (a greedy match that fails at a run's start
-# fails at every later start inside that run), but a long run is scanned once, not once
-# per character. ``[0-9]{6,}`` is a subset of ``[a-f0-9]{6,}`` and folds into it.
+# The spec's regexes. The path regex starts a match only at the start of a run of its
+# characters (look-behind): the matches are the same (a greedy match that fails at a run's
+# start fails at every later start inside that run), but a long run without "/" is scanned
+# once, not once per character. ``[0-9]{6,}`` is a subset of ``[a-f0-9]{6,}`` and folds
+# into it; ``[a-f0-9]{6,}`` needs no look-behind (a run of six or more is taken whole at
+# its start, a shorter run fails within five characters at each start).
 _PATH = re.compile(r"(?<![A-Za-z0-9_./-])[A-Za-z0-9_./-]+/[A-Za-z0-9_./-]+")
-_HEX_ID = re.compile(r"(?<![a-f0-9])[a-f0-9]{6,}")
+_HEX_ID = re.compile(r"[a-f0-9]{6,}")
 _BACKTICK = re.compile(r"`([^`\n]{3,40})`")
 # [A-Z][A-Za-z0-9]{3,} restricted (by look-aheads, so the filter runs in C) to runs holding
-# a lower-case letter and a second capital or a digit
+# a lower-case letter and a second capital or a digit. Within one alphanumeric run only its
+# first capital can start a match (the look-aheads only get harder further right, and a
+# match runs to the end of the run), but this fast form retries every later capital, each
+# scan running to the end of the trailing [A-Z0-9] stretch: quadratic in that stretch.
 _CAMEL = re.compile(r"[A-Z](?=[A-Za-z0-9]*?[a-z])(?=[A-Za-z0-9]*?[A-Z0-9])[A-Za-z0-9]{3,}")
-_ALNUM = re.compile(r"[A-Za-z0-9]")
-_DIGIT = re.compile(r"[0-9]")
-_WORD = re.compile(r"[A-Za-z0-9]+")
+# The same matches, one attempt per run (look-behind + possessive skip to the run's first
+# capital): linear, but about three times slower on ordinary text. Used for texts with a
+# word of _LONG_WORD characters or more, where the fast form could go quadratic.
+_CAMEL_LINEAR = re.compile(
+    r"(?<![A-Za-z0-9])[a-z0-9]*+([A-Z](?=[A-Za-z0-9]*?[a-z])(?=[A-Za-z0-9]*?[A-Z0-9])[A-Za-z0-9]{3,})"
+)
+_LONG_WORD = 64
+
+# lookup vocabulary: "words" are maximal runs of ASCII [A-Za-z0-9_]
+_WORD = re.compile(r"[A-Za-z0-9_]+")
+_WORD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+_NON_WORD_TO_SPACE = str.maketrans({chr(i): " " for i in range(128) if chr(i) not in _WORD_CHARS})
+# tier 2: a capital, its lower-case run and the next character, which is a capital or digit
+_HUMP_START = re.compile(r"([A-Z][a-z]++)([A-Z0-9])[A-Za-z0-9]*")
+_HUMP_KEYS = re.compile(r"([A-Z][a-z]++)(?=([A-Z0-9]))")
 _HEX_FULL = re.compile(r"[a-f0-9]{6,}")
-# the first camel hump of a CamelCase string: a capital and its lower-case run
-_FIRST_HUMP = re.compile(r"[A-Z][a-z]+")
-# camel humps and letter/digit runs inside a word: "ParseConfig2Error" -> Parse|Config|2|Error
-_HUMP = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
-_ASCII_SEPARATORS = str.maketrans({chr(i): " " for i in range(128) if not chr(i).isalnum()})
+_WINDOW = 6
 
 STOP_WORDS = frozenset(
     w.lower()
@@ -148,48 +160,51 @@ STOP_WORDS = frozenset(
 )
 
 
-def _keep_path(s: str) -> bool:
-    return len(s) >= 8 and len(_ALNUM.findall(s)) >= 3
+def _words(text: str) -> list[str]:
+    """The maximal ASCII ``[A-Za-z0-9_]`` runs of ``text``, in order (C speed for ASCII)."""
+    if text.isascii():
+        return text.translate(_NON_WORD_TO_SPACE).split()
+    return _WORD.findall(text)
 
 
-def _keep_hex(s: str) -> bool:
-    return _DIGIT.search(s) is not None
-
-
-def _keep_snippet(s: str) -> bool:
-    return s.strip() != ""
-
-
-def _always(s: str) -> bool:
-    return True
-
-
-@dataclass
 class _Tokens:
-    """The raw regex matches of one text, computed once, used to extract and to look up."""
+    """One pass of the regexes over a text, used both to extract and to look up."""
 
-    paths: list[str]
-    hexes: list[str]
-    snippets: list[str]
-    camels: list[str]
+    __slots__ = ("words", "paths", "hexes", "snippets", "camels")
 
-
-def _tokens(text: str) -> _Tokens:
-    return _Tokens(_PATH.findall(text), _HEX_ID.findall(text), _BACKTICK.findall(text), _CAMEL.findall(text))
+    def __init__(self, text: str):
+        self.words = words = _words(text)
+        self.paths = _PATH.findall(text) if "/" in text else []
+        self.hexes = _HEX_ID.findall(text)
+        self.snippets = _BACKTICK.findall(text) if "`" in text else []
+        long_word = bool(words) and max(map(len, words)) >= _LONG_WORD
+        self.camels = [] if not words else (_CAMEL_LINEAR if long_word else _CAMEL).findall(text)
 
 
 def _select(tok: _Tokens, limit: int) -> list[str]:
+    """Filter, de-duplicate and cap the raw matches (module docstring, in priority order).
+
+    Paths and ids skip the stop-word and cross-kind duplicate checks: no stop word holds a
+    "/" or is a hex id with a digit (``tests/test_references.py`` checks), and a path
+    (with "/") never equals an id (without).
+    """
     out: list[str] = []
-    seen: set[str] = set()
-    for candidates, keep in (
-        (tok.paths, _keep_path),
-        (tok.hexes, _keep_hex),
-        (tok.snippets, _keep_snippet),
-        (tok.camels, _always),
-    ):
-        # dict.fromkeys: de-duplicate in C, keep first-appearance order
+    # dict.fromkeys: de-duplicate in C, keep first-appearance order
+    for s in dict.fromkeys(tok.paths):
+        # >= 3 alphanumerics: every path character but _./- is one
+        if len(s) >= 8 and len(s) - s.count("/") - s.count(".") - s.count("_") - s.count("-") >= 3:
+            out.append(s)
+            if len(out) >= limit:
+                return out
+    for s in dict.fromkeys(tok.hexes):
+        if not s.isalpha():  # has a digit: "decade", "facade" are words
+            out.append(s)
+            if len(out) >= limit:
+                return out
+    seen = set(out)
+    for candidates in (tok.snippets, tok.camels):
         for s in dict.fromkeys(candidates):
-            if s in seen or s.lower() in STOP_WORDS or not keep(s):
+            if s in seen or s.lower() in STOP_WORDS or (candidates is tok.snippets and not s.strip()):
                 continue
             seen.add(s)
             out.append(s)
@@ -202,93 +217,55 @@ def extract_distinctive(text: str, limit: int = MAX_DISTINCTIVE) -> list[str]:
     """The distinctive strings of ``text`` (module docstring), at most ``limit``."""
     if not text:
         return []
-    return _select(_tokens(text), limit)
+    return _select(_Tokens(text), limit)
 
 
 # ------------------------------------------------------------------------------ anchors
 
+# the four lookup tables: anchor -> distinctive string -> the uncited messages holding it
+_BY_WORD, _BY_HUMP, _BY_WINDOW, _BY_CHAR = range(4)
 
-Anchor = str | tuple[str, str]
+Anchor = tuple[int, Any]  # (table, key)
+Table = dict[Any, dict[str, list["_Source"]]]
 
 
-def _anchor(s: str, rarity: Callable[[Anchor], int] | None = None) -> Anchor | None:
-    """The lookup key a string is filed under (module docstring, tiers 1-4).
+def _anchor(s: str, tables: Sequence[Table]) -> Anchor:
+    """The table and key a string is filed under (module docstring, tiers 1-4).
 
-    Tier 1 candidates are the pairs of consecutive interior words when there are two or
-    more interior words (far more selective than one word), else the interior word. The
-    candidate with the fewest strings already filed under it wins (``rarity``), then the
-    longest: this spreads strings over many small buckets and keeps the candidate list
-    of each lookup short.
+    Among several exact candidates the one with the fewest strings already filed under it
+    wins, then the longest: this spreads strings over many small buckets and keeps the
+    candidate list of each lookup short.
     """
-    words = list(_WORD.finditer(s))
-    if not words:
-        return None
-    interior = [w.group(0) for w in words if w.start() > 0 and w.end() < len(s)]
-    if interior:  # tier 1: exact
-        candidates: list[Anchor] = list(zip(interior, interior[1:], strict=False)) or interior
-        if rarity is None or len(candidates) == 1:
-            return max(candidates, key=_anchor_length)
-        return min(candidates, key=lambda a: (rarity(a), -_anchor_length(a)))
-    if _CAMEL.fullmatch(s):
-        hump = _FIRST_HUMP.match(s)
-        if hump and hump.end() < len(s):  # tier 2: exact
-            # with a third hump the second is interior too: the pair is far more selective
-            humps = list(_HUMP.finditer(s, hump.end()))
-            if len(humps) >= 2:
-                return (hump.group(0), humps[0].group(0))
-            return hump.group(0)
-    if _HEX_FULL.fullmatch(s):  # tier 3: the string itself
-        return s
-    return max((w.group(0) for w in words), key=len)  # tier 4: longest edge word
+    words = _words(s)
+    if not words:  # no ASCII word character: filed under its rarest character
+        by_char = tables[_BY_CHAR]
+        return _BY_CHAR, min(sorted(set(s)), key=lambda c: len(by_char.get(c, ())))
+    interior = words[1:] if s[0] in _WORD_CHARS else words
+    if interior and s[-1] in _WORD_CHARS:
+        interior = interior[:-1]
+    if interior:  # tier 1
+        by_word = tables[_BY_WORD]
+        return _BY_WORD, min(interior, key=lambda w: (len(by_word.get(w, ())), -len(w)))
+    hump = _HUMP_START.match(s)
+    if hump and hump.end() >= 4:  # tier 2: the run is long enough to be a CamelCase match
+        return _BY_HUMP, (hump[1], hump[2])
+    if _HEX_FULL.fullmatch(s) and not s.isalpha():  # tier 3: a hex id with a digit
+        by_window = tables[_BY_WINDOW]
+        windows = [s[i : i + _WINDOW] for i in range(len(s) - _WINDOW + 1)]
+        return _BY_WINDOW, min(windows, key=lambda w: len(by_window.get(w, ())))
+    return _BY_WORD, max(words, key=len)  # tier 4: the longest (edge) word
 
 
-def _anchor_length(anchor: Anchor) -> int:
-    return len(anchor) if isinstance(anchor, str) else len(anchor[0]) + len(anchor[1])
-
-
-def _words(text: str) -> list[str]:
-    if text.isascii():
-        return text.translate(_ASCII_SEPARATORS).split()
-    return _WORD.findall(text)
-
-
-def _lookup_keys(text: str, tok: _Tokens) -> set[Anchor]:
-    """Every key under which a string occurring in ``text`` can be filed."""
-    words = _words(text)
-    keys: set[Anchor] = set(words)
-    keys.update(zip(words, words[1:], strict=False))
-    for camel in set(tok.camels):
-        humps = _HUMP.findall(camel)
-        keys.update(humps)
-        keys.update(zip(humps, humps[1:], strict=False))
-    for run in set(tok.hexes):
-        # the run itself is a word or part of one; add its prefixes and suffixes (>= 6)
-        n = len(run)
-        if n > 6:
-            keys.update([run[:k] for k in range(6, n)] + [run[k:] for k in range(1, n - 5)])
-        keys.add(run)
-    return keys
-
-
-@dataclass
 class _Source:
-    key: str
-    index: int
-    tool_use_ids: list[str]
-    strings: list[str]
-    cited: bool = False
+    """An uncited message that holds distinctive strings, and where each is filed."""
 
+    __slots__ = ("key", "tool_use_ids", "strings", "anchors")
 
-@dataclass
-class _State:
-    # anchor -> distinctive string -> the uncited messages holding it (oldest first)
-    index: dict[Anchor, dict[str, list[_Source]]] = field(default_factory=dict)
-    # strings with no ASCII word at all (e.g. a CJK backtick snippet): checked directly
-    unanchored: dict[str, list[_Source]] = field(default_factory=dict)
-    keys: list[str] = field(default_factory=list)
-
-
-_MISSING: Any = object()
+    def __init__(self, key: str, tool_use_ids: list[str], strings: list[str], anchors: list[Anchor]):
+        self.key = key
+        self.tool_use_ids = tool_use_ids
+        self.strings = strings
+        self.anchors = anchors
 
 
 def _message_key(msg: Any, index: int) -> str:
@@ -309,19 +286,25 @@ def _as_dict(msg: Any) -> dict:
 class ReferenceTracker:
     """Incremental ``ReferenceMap`` builder (module docstring). ``clock`` stamps the map."""
 
+    # anchors are remembered per string (a string that recurs is filed again after every
+    # citation); the memo is dropped past this many strings, which stays correct because
+    # each source keeps the anchors it was filed under
+    _ANCHOR_MEMO_MAX = 500_000
+
     def __init__(self, clock: Callable[[], float] = time.time, limit: int = MAX_DISTINCTIVE):
         self.clock = clock
         self.limit = limit
         self.reset()
 
     def reset(self) -> None:
-        self._state = _State()
-        self._anchor_cache: dict[str, Anchor | None] = {}
+        self._tables: tuple[Table, Table, Table, Table] = ({}, {}, {}, {})
+        self._keys: list[str] = []
+        self._anchor_memo: dict[str, Anchor] = {}
         self.map = ReferenceMap(last_built_at=self.clock())
 
     @property
     def message_count(self) -> int:
-        return len(self._state.keys)
+        return len(self._keys)
 
     # ------------------------------------------------------------------ building
     def build(self, history: Iterable[Any]) -> ReferenceMap:
@@ -334,7 +317,7 @@ class ReferenceTracker:
 
     def update(self, history: Sequence[Any]) -> ReferenceMap:
         """Add the new tail of ``history`` if it extends what was seen, else rebuild."""
-        keys = self._state.keys
+        keys = self._keys
         n = len(keys)
         if n <= len(history) and all(_message_key(history[i], i) == keys[i] for i in (0, n - 1) if 0 <= i < n):
             # cheap prefix check on both ends; ids are unique per branch
@@ -352,74 +335,79 @@ class ReferenceTracker:
 
     def _add(self, message: Any) -> None:
         msg = _as_dict(message)
-        state = self._state
-        index = len(state.keys)
+        index = len(self._keys)
         key = _message_key(msg, index)
-        state.keys.append(key)
+        self._keys.append(key)
         text = message_text(msg)
         if not text:
             return
-        tok = _tokens(text)
+        tok = _Tokens(text)
         self._scan(text, tok)
         strings = _select(tok, self.limit)
         if not strings:
             return
-        source = _Source(key, index, tool_result_ids(msg), strings)
-        anchor_of = self._anchor_cache
+        tables = self._tables
+        memo = self._anchor_memo
+        anchors: list[Anchor] = []
+        source = _Source(key, tool_result_ids(msg), strings, anchors)
         for s in strings:
-            anchor = anchor_of.get(s, _MISSING)
-            if anchor is _MISSING:
-                if len(anchor_of) > 500_000:
-                    anchor_of.clear()
-                anchor = anchor_of[s] = _anchor(s, self._bucket_size)
-            bucket = state.unanchored if anchor is None else state.index.setdefault(anchor, {})
-            bucket.setdefault(s, []).append(source)
-
-    def _bucket_size(self, anchor: Anchor) -> int:
-        bucket = self._state.index.get(anchor)
-        return len(bucket) if bucket else 0
+            anchor = memo.get(s)
+            if anchor is None:
+                if len(memo) >= self._ANCHOR_MEMO_MAX:
+                    memo.clear()
+                anchor = memo[s] = _anchor(s, tables)
+            anchors.append(anchor)
+            tables[anchor[0]].setdefault(anchor[1], {}).setdefault(s, []).append(source)
 
     def _scan(self, text: str, tok: _Tokens) -> None:
-        state = self._state
-        index = state.index
+        """Cite every uncited message with a string that occurs in ``text``."""
+        by_word, by_hump, by_window, by_char = self._tables
         hits: list[tuple[dict[str, list[_Source]], str]] = []
-        for anchor in index.keys() & _lookup_keys(text, tok):
-            bucket = index[anchor]
-            hits.extend((bucket, s) for s in [s for s in bucket if s in text])
-        if state.unanchored:
-            hits.extend((state.unanchored, s) for s in [s for s in state.unanchored if s in text])
+        if by_word:
+            for anchor in by_word.keys() & tok.words:
+                bucket = by_word[anchor]
+                hits.extend([(bucket, s) for s in bucket if s in text])
+        if by_hump and tok.camels:
+            for anchor in by_hump.keys() & _HUMP_KEYS.findall(" ".join(tok.camels)):
+                bucket = by_hump[anchor]
+                hits.extend([(bucket, s) for s in bucket if s in text])
+        if by_window and tok.hexes:
+            windows = [run[i : i + _WINDOW] for run in set(tok.hexes) for i in range(len(run) - _WINDOW + 1)]
+            for anchor in by_window.keys() & windows:
+                bucket = by_window[anchor]
+                hits.extend([(bucket, s) for s in bucket if s in text])
+        if by_char:
+            for anchor in by_char.keys() & set(text):
+                bucket = by_char[anchor]
+                hits.extend([(bucket, s) for s in bucket if s in text])
         if not hits:
             return
         found: dict[int, tuple[_Source, list[str]]] = {}
         for bucket, s in hits:
-            for src in bucket.get(s, ()):
+            for src in bucket[s]:
                 found.setdefault(id(src), (src, []))[1].append(s)
         for src, strings in found.values():
             self._cite(src, strings)
 
     def _cite(self, source: _Source, found: list[str]) -> None:
-        """Mark ``source`` cited and take all its strings out of the index (early exit)."""
-        source.cited = True
+        """Mark ``source`` cited and take all its strings out of the tables (early exit)."""
         m = self.map
         m.cited_message_ids.add(source.key)
         m.cited_tool_use_ids.update(source.tool_use_ids)
         m.quoted_snippets_by_msg[source.key] = set(found)
-        state = self._state
-        for s in source.strings:
-            anchor = self._anchor_cache.get(s, _MISSING)
-            if anchor is _MISSING:
-                anchor = _anchor(s)
-            bucket = state.unanchored if anchor is None else state.index.get(anchor)
+        tables = self._tables
+        for s, (which, anchor) in zip(source.strings, source.anchors, strict=True):
+            table = tables[which]
+            bucket = table.get(anchor)
             holders = bucket.get(s) if bucket is not None else None
-            if holders is None:
+            if not holders or source not in holders:
                 continue
-            holders = [h for h in holders if h is not source]
-            if holders:
-                bucket[s] = holders
-            else:
-                del bucket[s]
-                if anchor is not None and not bucket:
-                    del state.index[anchor]
+            if len(holders) > 1:
+                holders.remove(source)
+                continue
+            del bucket[s]
+            if not bucket:
+                del table[anchor]
 
     # ------------------------------------------------------------------ queries
     def is_cited(self, msg_id: str | None = None, tool_use_id: str | None = None) -> bool:

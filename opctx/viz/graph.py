@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -819,9 +820,10 @@ def to_pyvis(
     """The same drawing as a ``pyvis.network.Network`` (``cdn_resources="in_line"``).
 
     Titles are ``html.escape``d here, because pyvis's template may be used with a
-    vis version that renders string titles as HTML. Note that pyvis's own
-    ``show``/``write_html`` template still links Bootstrap from a CDN; use
-    ``render_graph(...).save_html`` for a page that works offline.
+    vis version that renders string titles as HTML. pyvis's page template links
+    Bootstrap from a CDN whatever ``cdn_resources`` says; the network returned here
+    renders through a copy of that template with those links removed, so its
+    ``generate_html``/``write_html`` pages make no request off the machine.
     """
     from pyvis.network import Network
 
@@ -830,6 +832,7 @@ def to_pyvis(
     infos = node_infos(graph, head=head)
     layout = _layout(graph, infos, edges=kinds, max_nodes=max_nodes, collapse=collapse)
     net = Network(height="600px", width="100%", directed=True, cdn_resources="in_line")
+    net.templateEnv = _offline_template_env(net.template_dir)
     net.toggle_physics(False)
     for n in layout.nodes:
         net.add_node(
@@ -845,3 +848,27 @@ def to_pyvis(
     for e in layout.edges:
         net.add_edge(e["from"], e["to"], color=e["color"], title=e["title"], dashes=e["dashes"])
     return net
+
+
+# pyvis's template.html pulls Bootstrap's CSS and JS from jsdelivr, unconditionally.
+_CDN_BOOTSTRAP = re.compile(
+    r"<link[^>]*?https://cdn\.jsdelivr\.net/npm/bootstrap[^>]*?/?>"
+    r"|<script[^>]*?https://cdn\.jsdelivr\.net/npm/bootstrap[^>]*?>\s*</script>",
+    re.S,
+)
+
+
+def _offline_template_env(template_dir: str) -> Any:
+    """pyvis's jinja environment, serving its templates without the Bootstrap links."""
+    from jinja2 import Environment, FileSystemLoader, FunctionLoader
+
+    files = FileSystemLoader(template_dir)
+
+    def load(name: str) -> tuple[str, str | None, Any]:
+        source, filename, uptodate = files.get_source(env, name)
+        if name.endswith(".html"):
+            source = _CDN_BOOTSTRAP.sub("", source)
+        return source, filename, uptodate
+
+    env = Environment(loader=FunctionLoader(load))
+    return env
