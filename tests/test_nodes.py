@@ -231,6 +231,51 @@ def test_fold_history_keeps_user_and_final_llm_of_earlier_turns():
     assert [n.id for n in fold_history("n4", flat)] == ["n0", "n2", "n3", "n4"]
 
 
+def _summary(id_: str, predecessor: str | None = None) -> Call:
+    """A compaction summary node as docs/ARCHITECTURE.md lays it out."""
+    return ModelCall(
+        "compaction", output="[Previous conversation summary]\nearlier work", id=id_,
+        predecessor=predecessor,
+        metadata={"role": "system", "source": "compaction",
+                  "compaction": {"folded_ids": ["o1", "o2"], "recorded": True}},
+    )
+
+
+def test_fold_history_keeps_a_summary_that_copied_assistants_follow():
+    # A recorded compaction whose conversation goes on with copied assistant
+    # messages before the next user message: u0 - a1 - S - k2 - c3 - k4 | u5 - a6.
+    # k4 is that turn's final llm; the summary must survive the fold anyway.
+    g = Graph()
+    g.add(UserMessage("q1", id="u0"))
+    g.add(ModelCall("m", output="protected answer", id="a1", predecessor="u0"))
+    g.add(_summary("S", predecessor="a1"))
+    g.add(ModelCall("m", output="copied step", id="k2", predecessor="S", metadata={"copied_from": "o3"}))
+    g.add(FunctionCall("t", id="c3", predecessor="k2", metadata={"copied_from": "o4"}))
+    g.add(ModelCall("m", output="copied final", id="k4", predecessor="c3", metadata={"copied_from": "o5"}))
+    g.add(UserMessage("q2", id="u5", predecessor="k4"))
+    g.add(ModelCall("m", output="now", id="a6", predecessor="u5"))
+    assert [n.id for n in fold_history("a6", g)] == ["u0", "S", "k4", "u5", "a6"]
+    # the summary is never taken for the final answer of its turn
+    g.add(UserMessage("q3", id="u7", predecessor="a6"))
+    g.add(ModelCall("m", output="answer", id="a8", predecessor="u7"))
+    g.add(_summary("S2", predecessor="a8"))
+    g.add(UserMessage("q4", id="u9", predecessor="S2"))
+    assert [n.id for n in fold_history("u9", g)] == ["u0", "S", "k4", "u5", "a6", "u7", "a8", "S2", "u9"]
+    # a branch that starts with the summary (protect_first_n = 0)
+    h = Graph()
+    h.add(_summary("S"))
+    h.add(ModelCall("m", output="copied", id="k1", predecessor="S"))
+    h.add(UserMessage("q", id="u2", predecessor="k1"))
+    assert [n.id for n in fold_history("u2", h)] == ["S", "k1", "u2"]
+    # the flat fallback (no predecessor links) keeps it too
+    flat = Graph()
+    flat.add(UserMessage("q", id="f0"))
+    flat.add(_summary("fS"))
+    flat.add(ModelCall("m", id="f2"))
+    flat.add(UserMessage("q", id="f3"))
+    assert [n.id for n in fold_history("f3", flat)] == ["f0", "fS", "f2", "f3"]
+
+
 # -- compute_reads ------------------------------------------------------------------------
 
 

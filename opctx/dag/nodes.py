@@ -514,9 +514,14 @@ def branch_internal(spawn_id: str, terminal_id: str, graph: Graph) -> list[Call]
     return out
 
 
+def _is_system(node: Call) -> bool:
+    """An llm node that is really a system message (a compaction summary, §0.4 mapping)."""
+    return node.role == "llm" and node.metadata.get("role") == "system"
+
+
 def _final_llm(turn: list[Call]) -> Call | None:
     for node in reversed(turn):
-        if node.role == "llm" and node.caller is None:
+        if node.role == "llm" and node.caller is None and not _is_system(node):
             return node
     return None
 
@@ -528,6 +533,13 @@ def fold_history(current_id: str, graph: Graph) -> list[Call]:
     (from its user message to ``current_id``) is kept whole. The conversation is
     the ``predecessor`` chain ending at ``current_id``; for a graph built without
     predecessor links, the top-level nodes (no ``caller``) up to its seq.
+
+    System nodes (an llm node with ``metadata.role == "system"``: a compaction
+    summary, an imported system message) of earlier turns are kept too, in chain
+    order, and never count as a turn's final llm. Why: a summary stands for the
+    whole folded past; when a recorded compaction continues with copied
+    assistant messages before the next user message, one of those becomes the
+    turn's final llm, and the summary must not be dropped for it.
     """
     current = graph[current_id]
     has_chains = len(graph._children.get(None, ())) < len(graph.nodes)
@@ -543,12 +555,10 @@ def fold_history(current_id: str, graph: Graph) -> list[Call]:
             turns[-1].append(node)
     out: list[Call] = []
     for turn in turns[:-1]:
-        head = turn[0]
-        if head.role == "user":
-            out.append(head)
         final = _final_llm(turn)
-        if final is not None:
-            out.append(final)
+        for i, node in enumerate(turn):
+            if (i == 0 and node.role == "user") or node is final or _is_system(node):
+                out.append(node)
     if turns:
         out.extend(turns[-1])
     return out

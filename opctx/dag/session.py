@@ -25,6 +25,14 @@ Choices where the specification is open:
   graph, so the graph indexes the seq the store allocated (spec: seq is assigned
   inside the write transaction).
 * Every timestamp comes from the manager's injectable ``clock``.
+* **Atomic writes across calls.** ``create(..., nodes=[...], head=...)`` writes a
+  session together with its nodes and HEAD in one transaction, and
+  ``with manager.transaction():`` makes any sequence of writes (delete, create,
+  ``append_many``, ``set_head``, extra-meta changes, through the manager or its
+  stores) one transaction: a failure anywhere leaves no trace of the block. An
+  importer needs no "incomplete" marker. ``DagSession.append`` / ``append_many``
+  add to the in-memory graph after the store write, so a graph used inside a
+  block that rolls back must be discarded (``reload()``).
 """
 
 from __future__ import annotations
@@ -34,7 +42,8 @@ import os
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,9 +60,20 @@ from .store import (
     _session_row,
     _write,
     connect,
+    transaction,
 )
 
 __all__ = ["SessionMeta", "DagSession", "DagSessionManager", "new_session_id"]
+
+
+class _Unset:
+    """Type of the "argument not given" marker (``head=None`` means "clear HEAD")."""
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+_UNSET = _Unset()
 
 
 def new_session_id() -> str:
@@ -219,6 +239,24 @@ class DagSessionManager:
         return row
 
     # -- API -----------------------------------------------------------------------
+    @contextmanager
+    def transaction(self) -> Iterator[DagSessionManager]:
+        """Every write of this manager (and of its stores) inside the block is one transaction.
+
+        Commit on normal exit; on an exception everything is rolled back (no
+        session, node, HEAD or extra-meta change of the block survives, and no
+        other reader ever saw it) and the exception propagates. See
+        :func:`opctx.dag.store.transaction` for the details (nesting, the
+        Python side). Example, an all-or-nothing re-import::
+
+            with mgr.transaction():
+                if mgr.exists(sid):
+                    mgr.delete(sid)
+                mgr.create(title=t, session_id=sid, extra_meta=meta, nodes=calls, head=head_id)
+        """
+        with transaction(self._conn):
+            yield self
+
     def create(
         self,
         title: str = "",
@@ -227,17 +265,39 @@ class DagSessionManager:
         source: str = "",
         session_id: str | None = None,
         extra_meta: dict | None = None,
+        *,
+        nodes: Iterable[Call] | None = None,
+        head: str | None | _Unset = _UNSET,
     ) -> DagSession:
-        """A new empty session. An id that already exists is a ``StoreError``."""
+        """A new session, created atomically with its first ``nodes``.
+
+        The session row, the ``nodes`` (as ``GraphStore.append_many``: seq
+        allocated, HEAD moved by the usual rule) and, when given, ``head``
+        (``set_head``; ``None`` clears it) are written in one transaction: if
+        any part fails (duplicate node id, a value that is not JSON, an unknown
+        ``head``, an id that already exists), the database holds no trace of the
+        session. Inside :meth:`transaction` it joins the enclosing transaction.
+        The returned session's graph holds ``nodes`` (the same ``Call`` objects,
+        with their seq), built without re-reading the database.
+        """
         sid = session_id or new_session_id()
-        with _guard(self._conn), _write(self._conn):
+        batch = list(nodes) if nodes is not None else []
+        with transaction(self._conn):
             if _session_row(self._conn, sid) is not None:
                 raise StoreError(f"session {sid!r} already exists in {self.db_path}")
             _insert_session(
                 self._conn, sid, self.clock(), title=title, model=model, agent_id=agent_id,
                 source=source, extra_meta=extra_meta,
             )
-        return self.load(sid)
+            store = self.store(sid)
+            store.append_many(batch)
+            if not isinstance(head, _Unset):
+                store.set_head(head)
+            meta = SessionMeta.from_row(self._row(sid))
+        graph = Graph()
+        for node in batch:
+            graph.add(node)
+        return DagSession(meta, graph, store)
 
     def get(self, session_id: str) -> SessionMeta:
         """The metadata of one session (``SessionNotFound`` if unknown)."""

@@ -106,7 +106,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .messages import as_text
-from .nodes import Call, Graph
+from .nodes import ROLES, Call, Graph
 
 __all__ = [
     "StoreError",
@@ -898,6 +898,12 @@ class GraphStore:
     def __repr__(self) -> str:
         return f"GraphStore({self.db_path!r}, {self.session_id!r})"
 
+    @contextmanager
+    def transaction(self) -> Iterator[GraphStore]:
+        """Make the writes inside the block one transaction; see :func:`transaction`."""
+        with transaction(self._conn):
+            yield self
+
     def _require_session(self) -> tuple:
         row = _session_row(self._conn, self.session_id)
         if row is None:
@@ -926,6 +932,11 @@ class GraphStore:
         for node in nodes:
             if not isinstance(node, Call):
                 raise TypeError(f"GraphStore.append takes Call objects, got {type(node).__name__}")
+            if node.role not in ROLES:
+                raise StoreError(
+                    f"node {node.id!r}: unknown role {node.role!r} "
+                    f"(a Call's role is one of {', '.join(ROLES)})"
+                )
             if node.id in seen:
                 raise StoreError(
                     f"duplicate node id {node.id!r} within one append to session {self.session_id!r}"

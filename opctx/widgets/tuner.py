@@ -198,6 +198,7 @@ class CompactionTuner(widgets.VBox):
             replay = lab_replay
         self._replay = replay
         self._cache: OrderedDict[tuple, Any] = OrderedDict()
+        self._views: dict[tuple, tuple[str, str, str]] = {}
         self._cache_size = cache_size
         self._resetting = False
         self.result: Any = None
@@ -278,11 +279,15 @@ class CompactionTuner(widgets.VBox):
         return {k: w.value for k, w in self.controls.items() if w.value != defaults.get(k)}
 
     # -- replay ----------------------------------------------------------------------
+    def _key(self) -> tuple:
+        window = int(self.window.value) or None
+        return (self.preset.value, window, tuple(sorted(self.params().items())))
+
     def run(self) -> Any:
         """Replay with the current settings (memoised) and return the ``ReplayResult``."""
         params = self.params()
         window = int(self.window.value) or None
-        key = (self.preset.value, window, tuple(sorted(params.items())))
+        key = self._key()
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
@@ -296,6 +301,14 @@ class CompactionTuner(widgets.VBox):
 
     def update(self) -> None:
         started = time.perf_counter()
+        # Drawing the PNG costs as much as the replay; a setting seen before gets its
+        # picture and table back as they were, so going back and forth is instant.
+        key = self._key()
+        view = self._views.get(key)
+        if view is not None and key in self._cache:
+            self.result = self._cache[key]
+            self.status.value, self.plot.value, self.table.value = view
+            return
         self.status.value = "<div style='font:13px system-ui;color:#777'>replaying\u2026</div>"
         try:
             result = self.run()
@@ -339,3 +352,6 @@ class CompactionTuner(widgets.VBox):
         caption = (f"{len(rows)} compaction(s) with these settings" if rows
                    else "no compaction with these settings")
         self.table.value = html_table(_TABLE_COLUMNS, rows, caption=caption)
+        self._views[key] = (self.status.value, self.plot.value, self.table.value)
+        while len(self._views) > self._cache_size:
+            self._views.pop(next(iter(self._views)))
