@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from collections import defaultdict
@@ -60,6 +61,10 @@ class Request:
     # the appended content holds text the transcript does not record (redacted thinking,
     # encrypted reasoning): the provider counted tokens no estimator can see
     opaque: bool = False
+    # the first ``reply_count`` messages of ``appended`` are the previous request's reply,
+    # which the provider reported as ``reply_output_tokens`` output tokens (None: unknown)
+    reply_count: int = 0
+    reply_output_tokens: int | None = None
 
 
 @dataclass
@@ -99,12 +104,15 @@ def read_claude_code(path: Path) -> Session | None:
     entries = _claude_entries(path)
     session = Session(path, "claude_code", "")
     pending: list[dict] = []
+    reply_count = 0  # leading messages of ``pending`` that are the last response
+    last_id = None
     seen_ids: set[str] = set()
+    output_by_id: dict[str, int] = {}
     segment_start = True
     for entry in entries:
         kind = entry.get("type")
         if kind == "system" and entry.get("subtype") == "compact_boundary":
-            pending = []
+            pending, reply_count, last_id = [], 0, None
             segment_start = True
             continue
         if kind not in ("user", "assistant"):
@@ -118,6 +126,14 @@ def read_claude_code(path: Path) -> Session | None:
                 continue
             mid = msg.get("id")
             usage = msg.get("usage")
+            if mid and isinstance(usage, dict):
+                # one response is logged as one line per content block, each repeating the
+                # usage; streaming snapshots may carry a partial output count: keep the largest
+                output_by_id[mid] = max(output_by_id.get(mid, 0), int(usage.get("output_tokens") or 0))
+            if mid and mid == last_id and pending and pending[-1].get("role") == "assistant":
+                # the same API message: one message in the next prompt, not one per line
+                pending[-1]["content"] = _as_blocks(pending[-1]["content"]) + _as_blocks(msg.get("content"))
+                continue
             if mid and mid not in seen_ids and isinstance(usage, dict):
                 seen_ids.add(mid)
                 session.model = session.model or model
@@ -126,11 +142,26 @@ def read_claude_code(path: Path) -> Session | None:
                     + int(usage.get("cache_read_input_tokens") or 0)
                     + int(usage.get("cache_creation_input_tokens") or 0)
                 )
-                session.requests.append(Request(prompt, pending, segment_start, _claude_opaque(pending)))
-                pending = []
+                reply_output = output_by_id.get(last_id) if last_id is not None else None
+                session.requests.append(
+                    Request(prompt, pending, segment_start, _claude_opaque(pending), reply_count, reply_output)
+                )
+                pending, reply_count = [], 0
                 segment_start = False
-        pending.append({"role": msg.get("role") or kind, "content": msg.get("content")})
+                last_id = mid
+            pending.append({"role": "assistant", "content": msg.get("content")})
+            reply_count = len(pending)
+        else:
+            pending.append({"role": msg.get("role") or kind, "content": msg.get("content")})
     return session if len(session.requests) >= 2 else None
+
+
+def _as_blocks(content) -> list:
+    if isinstance(content, list):
+        return list(content)
+    if isinstance(content, str) and content:
+        return [{"type": "text", "text": content}]
+    return []
 
 
 def _claude_opaque(messages: list[dict]) -> bool:
@@ -176,6 +207,8 @@ def read_codex(path: Path) -> Session | None:
     last_totals = None
     segment_start = True
     prev_reasoning = 0
+    prev_output: int | None = None
+    reply_count = 0
     with path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
             try:
@@ -187,7 +220,7 @@ def read_codex(path: Path) -> Session | None:
             if kind == "turn_context":
                 session.model = session.model or payload.get("model") or ""
             elif kind == "compacted":
-                pending, segment_start = [], True
+                pending, segment_start, reply_count, prev_output = [], True, 0, None
             elif kind == "response_item":
                 msg = _codex_message(payload)
                 if msg is not None:
@@ -207,10 +240,19 @@ def read_codex(path: Path) -> Session | None:
                 while cut > 0 and _is_output(pending[cut - 1]):
                     cut -= 1
                 session.requests.append(
-                    Request(int(last.get("input_tokens") or 0), pending[:cut], segment_start, prev_reasoning > 0)
+                    Request(
+                        int(last.get("input_tokens") or 0),
+                        pending[:cut],
+                        segment_start,
+                        prev_reasoning > 0,
+                        min(reply_count, cut),
+                        prev_output,
+                    )
                 )
                 prev_reasoning = int(last.get("reasoning_output_tokens") or 0)
+                prev_output = int(last.get("output_tokens") or 0) if "output_tokens" in last else None
                 pending = pending[cut:]
+                reply_count = len(pending)
                 segment_start = False
     return session if len(session.requests) >= 2 else None
 
@@ -256,51 +298,180 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-def evaluate(sessions: list[Session], min_delta: int):
-    estimators = {m: tokens.Estimator(m) for m in METHODS}
-    growth = defaultdict(list)  # (class, method) -> abs pct errors
-    visible = defaultdict(list)  # the same, pairs whose appended content is fully recorded
+@dataclass
+class Pair:
+    """One growth pair: what the provider added between two requests, and its parts."""
+
+    session: int
+    family: str
+    cls: str
+    delta: int
+    opaque: bool
+    text: dict[str, int]  # counter -> raw text tokens of everything appended
+    framing: int  # message, tool item and image overhead of everything appended
+    rest_text: dict[str, int]  # the same for the messages after the previous reply
+    rest_framing: int
+    reply_output: int | None  # the previous reply at its reported output tokens, when usable
+
+
+def _parts(est: tokens.Estimator, messages: list[dict], counters: list[str]) -> tuple[dict[str, int], int]:
+    text = dict.fromkeys(counters, 0)
+    framing = 0
+    for m in messages:
+        segments, images, tool_items = tokens.message_segments(m)
+        for c in counters:
+            text[c] += sum(est.count(seg, c) for seg in segments)
+        framing += images * tokens.IMAGE_TOKENS + tool_items * tokens.TOOL_CALL_OVERHEAD_TOKENS
+        framing += tokens.MESSAGE_OVERHEAD_TOKENS
+    return text, framing
+
+
+def _usable_reply_output(req: Request) -> int | None:
+    """The reported output of the previous reply, if it can be the final figure.
+
+    Some client versions log a streaming snapshot (output_tokens 1) instead of the final
+    count; an output smaller than half the heuristic estimate of the reply's visible text
+    cannot be final, so the text estimate is used for that pair instead.
+    """
+    if req.reply_output_tokens is None or req.reply_count == 0:
+        return None
+    visible = sum(
+        tokens.heuristic_tokens(seg) for m in req.appended[: req.reply_count] for seg in tokens.message_segments(m)[0]
+    )
+    return req.reply_output_tokens if req.reply_output_tokens >= 0.5 * visible else None
+
+
+def collect(sessions: list[Session], min_delta: int):
+    """Growth pairs, and whole-request errors per (family, class, method)."""
+    est = tokens.Estimator("auto")
+    pairs: list[Pair] = []
     whole = defaultdict(list)
-    ratios = defaultdict(list)  # (family, method) -> provider / estimate, growth pairs
-    per_session = []
-    for s in sessions:
+    for index, s in enumerate(sessions):
         family = tokens.model_family(s.model)
-        session_rows = defaultdict(list)
-        base: dict[str, float] = {}
+        auto_counter, auto_scale = est.resolve(s.model, "auto")
+        counters = sorted({"heuristic", est.resolve(s.model, "tiktoken")[0], auto_counter})
+        method_counter = {"heuristic": "heuristic", "tiktoken": est.resolve(s.model, "tiktoken")[0], "auto": auto_counter}
+        method_scale = {"heuristic": 1.0, "tiktoken": 1.0, "auto": auto_scale}
         cumulative = dict.fromkeys(METHODS, 0)
+        base: dict[str, float] = {}
         prev = None
         for req in s.requests:
-            est = {m: estimators[m].history_tokens(req.appended, model=s.model, method=m) for m in METHODS}
+            text, framing = _parts(est, req.appended, counters)
             if req.segment_start:
                 cumulative = dict.fromkeys(METHODS, 0)
             for m in METHODS:
-                cumulative[m] += est[m]
+                cumulative[m] += math.ceil(text[method_counter[m]] * method_scale[m]) + framing
             if req.segment_start or prev is None:
                 base = {m: req.prompt_tokens - cumulative[m] for m in METHODS}
-            else:
-                cls = "cjk" if cjk_share(req.appended) >= 0.25 else "ascii"
-                delta = req.prompt_tokens - prev
-                if delta >= min_delta:
-                    for m in METHODS:
-                        err = abs(est[m] - delta) / delta * 100
-                        growth[(cls, m)].append(err)
-                        if not req.opaque:
-                            visible[(cls, m)].append(err)
-                        session_rows[m].append(err)
-                        if est[m] > 0 and not req.opaque:
-                            ratios[(family, cls, m)].append(delta / est[m])
-                for m in METHODS:
-                    predicted = base[m] + cumulative[m]
-                    whole[(cls, m)].append(abs(predicted - req.prompt_tokens) / req.prompt_tokens * 100)
+                prev = req.prompt_tokens
+                continue
+            cls = "cjk" if cjk_share(req.appended) >= 0.25 else "ascii"
+            for m in METHODS:
+                predicted = base[m] + cumulative[m]
+                whole[(family, cls, m)].append(abs(predicted - req.prompt_tokens) / req.prompt_tokens * 100)
+            delta = req.prompt_tokens - prev
             prev = req.prompt_tokens
-        per_session.append((s, {m: statistics.median(v) if v else float("nan") for m, v in session_rows.items()}))
-    return growth, visible, whole, ratios, per_session
+            if delta < min_delta:
+                continue
+            rest_text, rest_framing = _parts(est, req.appended[req.reply_count :], counters)
+            pairs.append(
+                Pair(index, family, cls, delta, req.opaque, text, framing, rest_text, rest_framing, _usable_reply_output(req))
+            )
+    return pairs, whole, {tokens.model_family(s.model): s.model for s in sessions}
+
+
+def estimate(pair: Pair, counter: str, scale: float, variant: str) -> float:
+    """``text``: everything appended, estimated; ``usage``: the previous reply at its
+    reported output tokens (one message of framing on top), the rest estimated."""
+    if variant == "usage" and pair.reply_output is not None:
+        return pair.reply_output + tokens.MESSAGE_OVERHEAD_TOKENS + pair.rest_text[counter] * scale + pair.rest_framing
+    return pair.text[counter] * scale + pair.framing
+
+
+def fit_scale(pairs: list[Pair], counter: str, variant: str) -> float:
+    """Median of (provider increase - what the scale does not touch) / raw text tokens."""
+    ratios = []
+    for p in pairs:
+        if p.opaque and not (variant == "usage" and p.reply_output is not None):
+            continue  # hidden reasoning would inflate the ratio
+        fixed = estimate(p, counter, 0.0, variant)
+        text = estimate(p, counter, 1.0, variant) - fixed
+        if text > 0:
+            ratios.append((p.delta - fixed) / text)
+    return statistics.median(ratios) if ratios else 1.0
+
+
+def held_out_halves(pairs: list[Pair]) -> list[tuple[set[int], set[int]]]:
+    """Two folds: the sessions of each family alternately in half A and half B."""
+    by_family: dict[str, list[int]] = defaultdict(list)
+    for p in pairs:
+        if p.session not in by_family[p.family]:
+            by_family[p.family].append(p.session)
+    half_a = {s for ids in by_family.values() for s in ids[0::2]}
+    half_b = {s for ids in by_family.values() for s in ids[1::2]}
+    return [(half_a, half_b), (half_b, half_a)]
+
+
+def growth_errors(pairs: list[Pair], model_of_family: dict[str, str], variant: str):
+    """(family, class, method) -> list of (abs pct error, delta), plus the fitted scales."""
+    est = tokens.Estimator("auto")
+    errors = defaultdict(list)
+    for p in pairs:
+        model = model_of_family[p.family]
+        counter, scale = est.resolve(model, "auto")
+        for m, c, sc in (
+            ("heuristic", "heuristic", 1.0),
+            ("tiktoken", est.resolve(model, "tiktoken")[0], 1.0),
+            ("auto", counter, scale),
+        ):
+            err = abs(estimate(p, c, sc, variant) - p.delta)
+            errors[(p.family, p.cls, m)].append((err / p.delta * 100, p.delta))
+    fitted = {}
+    for fold, (fit_on, test_on) in enumerate(held_out_halves(pairs)):
+        for family, model in model_of_family.items():
+            counter = est.resolve(model, "auto")[0]
+            train = [p for p in pairs if p.family == family and p.session in fit_on]
+            scale = fit_scale(train, counter, variant) if train else 1.0
+            fitted[(family, fold)] = (scale, len(train))
+            for p in pairs:
+                if p.family == family and p.session in test_on:
+                    err = abs(estimate(p, counter, scale, variant) - p.delta)
+                    errors[(p.family, p.cls, "held-out")].append((err / p.delta * 100, p.delta))
+    return errors, fitted
+
+
+GROWTH_METHODS = (*METHODS, "held-out")
+
+
+def summary(rows: list[tuple[float, int]], big: int) -> str:
+    if not rows:
+        return f"{0:>5}" + " " * 40
+    apes = [e for e, _ in rows]
+    weighted = sum(e * d for e, d in rows) / sum(d for _, d in rows)
+    large = [e for e, d in rows if d >= big]
+    return f"{len(rows):>5}{pct(apes, 0.5):>9.1f}{pct(apes, 0.9):>8.1f}{weighted:>10.1f}{pct(large, 0.5):>9.1f}"
+
+
+def print_growth(title: str, errors, families: list[str], big: int) -> None:
+    print(f"\n{title}")
+    print(f"{'family':<11}{'class':<7}{'method':<11}{'n':>5}{'median%':>9}{'p90%':>8}{'weighted%':>10}{f'med>={big}':>9}")
+    for cls in ("ascii", "cjk"):
+        for m in GROWTH_METHODS:
+            rows = [r for f in families for r in errors.get((f, cls, m), [])]
+            print(f"{'all':<11}{cls:<7}{m:<11}" + summary(rows, big))
+    for family in families:
+        for cls in ("ascii", "cjk"):
+            for m in GROWTH_METHODS:
+                rows = errors.get((family, cls, m), [])
+                if rows:
+                    print(f"{family:<11}{cls:<7}{m:<11}" + summary(rows, big))
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--corpus", type=Path, default=ROOT.parent / "shared" / "corpus")
     ap.add_argument("--min-delta", type=int, default=300)
+    ap.add_argument("--big", type=int, default=1000, help="size filter of the last column")
     ap.add_argument("--sessions", action="store_true", help="print one line per session")
     args = ap.parse_args(argv)
     if not (args.corpus / "manifest.json").is_file():
@@ -309,27 +480,48 @@ def main(argv: list[str] | None = None) -> int:
     print(f"tiktoken offline: {tokens.tiktoken_available()}  o200k_base cached: {tokens.tiktoken_available('o200k_base')}")
     sessions = load_sessions(args.corpus)
     print(f"sessions with provider usage: {len(sessions)}, requests: {sum(len(s.requests) for s in sessions)}")
-    growth, visible, whole, ratios, per_session = evaluate(sessions, args.min_delta)
-
-    def table(title: str, data) -> None:
-        print(f"\n{title}")
-        print(f"{'class':<7}{'method':<11}{'n':>6}{'median %':>10}{'p90 %':>9}")
-        for cls in ("ascii", "cjk"):
-            for m in METHODS:
-                v = data.get((cls, m), [])
-                print(f"{cls:<7}{m:<11}{len(v):>6}{pct(v, 0.5):>10.1f}{pct(v, 0.9):>9.1f}")
-
-    table(f"growth: |estimate(appended) - provider increase| / increase  (increase >= {args.min_delta})", growth)
-    table("growth, pairs whose appended content is fully recorded (no redacted thinking / encrypted reasoning)", visible)
-    table("whole request: |C + estimate(history) - provider prompt| / prompt  (C from each segment's first request)", whole)
-    print("\nmedian provider/estimate ratio on fully recorded growth pairs (calibration scale)")
-    for (family, cls, m), v in sorted(ratios.items()):
-        print(f"  {family:<12}{cls:<7}{m:<11}n={len(v):<5} median={statistics.median(v):.3f}  p25={pct(v, 0.25):.3f}  p75={pct(v, 0.75):.3f}")
+    pairs, whole, model_of_family = collect(sessions, args.min_delta)
+    families = sorted(model_of_family)
+    print(
+        f"growth pairs (increase >= {args.min_delta}): {len(pairs)}, of which the previous reply has a usable "
+        f"reported output count: {sum(p.reply_output is not None for p in pairs)}"
+    )
+    print(
+        "columns: n, median and p90 of |estimate - increase| / increase, the token-weighted error "
+        f"sum|err| / sum(increase), and the median over pairs with an increase >= {args.big}"
+    )
+    for variant, title in (
+        ("text", "growth, everything appended estimated from its text"),
+        ("usage", "growth, the previous reply at its reported output tokens, the rest estimated"),
+    ):
+        errors, fitted = growth_errors(pairs, model_of_family, variant)
+        print_growth(title, errors, families, args.big)
+        print("  held-out scales (fitted on one half of each family's sessions, applied to the other):")
+        for (family, fold), (scale, n) in sorted(fitted.items()):
+            print(f"    {family:<11}fold {fold}: scale {scale:.3f} from {n} pairs")
+    print("\nwhole request: |C + estimate(history) - provider prompt| / prompt  (C from each segment's first request)")
+    print(f"{'family':<11}{'class':<7}{'method':<11}{'n':>5}{'median%':>9}{'p90%':>8}")
+    for cls in ("ascii", "cjk"):
+        for m in METHODS:
+            rows = [e for f in families for e in whole.get((f, cls, m), [])]
+            print(f"{'all':<11}{cls:<7}{m:<11}{len(rows):>5}{pct(rows, 0.5):>9.1f}{pct(rows, 0.9):>8.1f}")
     if args.sessions:
-        print("\nper session (median growth error %)")
-        for s, med in per_session:
+        print("\nper session: median growth error %, text variant")
+        errors_by_session = defaultdict(lambda: defaultdict(list))
+        est = tokens.Estimator("auto")
+        for p in pairs:
+            s = sessions[p.session]
+            for m in METHODS:
+                counter, scale = est.resolve(s.model, m)
+                errors_by_session[p.session][m].append(abs(estimate(p, counter, scale, "text") - p.delta) / p.delta * 100)
+        for index, s in enumerate(sessions):
+            med = {m: statistics.median(v) for m, v in errors_by_session[index].items()}
             name = "/".join(s.path.parts[-2:])[-60:]
-            print(f"  {s.fmt:<12}{s.model[:26]:<27}{len(s.requests):>5} req  " + "  ".join(f"{m}={med.get(m, float('nan')):.1f}" for m in METHODS) + f"  {name}")
+            print(
+                f"  {s.fmt:<12}{s.model[:26]:<27}{len(s.requests):>5} req  "
+                + "  ".join(f"{m}={med.get(m, float('nan')):.1f}" for m in METHODS)
+                + f"  {name}"
+            )
     return 0
 
 

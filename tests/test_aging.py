@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from opctx.context.aging import TurnAger, placeholder_text
 from opctx.context.tokens import Estimator
 from opctx.context.types import ReferenceMap
-from opctx.dag.messages import is_tool_result, message_to_call
+from opctx.dag.messages import blocks, is_tool_result, message_to_call
 from opctx.lab.synthetic_history import make_history
 
 BIG = "row of plain output without identifiers\n" * 400  # ~4,000 tokens by heuristic
@@ -262,7 +262,8 @@ _operations = st.lists(
         st.tuples(st.just("compact"), st.integers(min_value=0, max_value=4)),
         st.tuples(st.just("reread"), st.none()),
         st.tuples(st.just("feed_back"), st.none()),
-        st.tuples(st.just("clock"), st.floats(min_value=-40, max_value=120)),
+        st.tuples(st.just("clock"), st.floats(min_value=-20, max_value=60)),
+        st.tuples(st.just("cite"), st.tuples(st.booleans(), st.integers(min_value=0, max_value=40))),
         st.tuples(st.just("cite"), st.tuples(st.booleans(), st.integers(min_value=0, max_value=40))),
         st.tuples(st.just("uncite"), st.integers(min_value=0, max_value=40)),
         st.tuples(st.just("new_map"), st.booleans()),
@@ -273,7 +274,7 @@ _operations = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     ops=_operations,
     turns=st.integers(min_value=0, max_value=4),
@@ -284,7 +285,7 @@ _operations = st.lists(
 def test_incremental_ager_matches_a_fresh_one(ops, turns, seconds, first, own_tracker):
     estimator = Estimator("heuristic")
     params = dict(keep_recent_turns=turns, keep_recent_seconds=seconds, min_tokens=30, protect_first_n=first)
-    clock = {"drift": 60.0}  # the clock runs this far ahead of the newest timestamp
+    clock = {"drift": 0.0}  # the clock runs this far ahead of the newest timestamp
     counter = {"n": 0, "ts": 0.0}
 
     def now():
@@ -322,12 +323,19 @@ def test_incremental_ager_matches_a_fresh_one(ops, turns, seconds, first, own_tr
             history = list(last_out) if len(last_out) == len(history) else history
         elif op == "clock":  # forward mostly, sometimes back
             clock["drift"] += arg
-        elif op == "cite":
+        elif op == "cite" and history:  # a later message quotes this one (in place, like the tracker)
             by_tool, k = arg
-            (refs.cited_tool_use_ids if by_tool else refs.cited_message_ids).add(f"t{k % 6}" if by_tool else f"m{k}")
-        elif op == "uncite":
-            refs.cited_message_ids.discard(f"m{arg}")
-            refs.cited_tool_use_ids.discard(f"t{arg % 6}")
+            target = history[k % len(history)]
+            tool_ids = [target.get("tool_call_id")] + [b.get("tool_use_id") for b in blocks(target) if isinstance(b, dict)]
+            if by_tool:
+                refs.cited_tool_use_ids.update(i for i in tool_ids if i)
+            elif target.get("id"):
+                refs.cited_message_ids.add(target["id"])
+        elif op == "uncite":  # a map may also forget (another tracker, a hand-made map)
+            cited = sorted(refs.cited_message_ids) + sorted(refs.cited_tool_use_ids)
+            if cited:
+                refs.cited_message_ids.discard(cited[arg % len(cited)])
+                refs.cited_tool_use_ids.discard(cited[arg % len(cited)])
         elif op == "new_map":  # a new map object (maybe one the ager cannot diff) with the same citations
             cls = _DiffBlindMap if arg else ReferenceMap
             refs = cls(cited_tool_use_ids=set(refs.cited_tool_use_ids), cited_message_ids=set(refs.cited_message_ids))

@@ -277,3 +277,28 @@ def test_walk_a_claude_projects_folder(tmp_path, db_path):
     assert report.ok and report.sessions == 3 and not report.ignored
     again = import_paths([tmp_path / ".claude" / "projects"], db_path)
     assert again.sessions == 0 and len(again.existing) == 3
+
+
+@pytest.mark.corpus
+def test_real_compactions_keep_trigger_and_pre_tokens(corpus_dir):
+    """Every ``compact_boundary`` of the corpus (JSONL and hook JSON) gives its summary
+    node the recording's ``compactMetadata.trigger`` and ``preTokens``, in file order."""
+    paths = sorted((corpus_dir / "claude_code_jsonl").rglob("*.jsonl"))
+    paths += sorted((corpus_dir / "claude_code_hook_chat_json").glob("*.json"))
+    checked = 0
+    for path in paths:
+        text = path.read_text(encoding="utf-8")
+        if "compact_boundary" not in text or "/agent-" in str(path) or "/subagents/" in str(path):
+            continue
+        if path.suffix == ".json":
+            entries = json.loads(text)
+        else:
+            entries = [json.loads(x) for x in text.splitlines() if x.strip()]
+        recorded = [(e["compactMetadata"].get("trigger"), e["compactMetadata"].get("preTokens"))
+                    for e in entries if e.get("subtype") == "compact_boundary"]
+        comps = [c.metadata["compaction"] for s in parse_path(path) if Path(s.source_path) == path
+                 for c in s.calls if "boundary" in c.metadata and "compaction" in c.metadata]
+        assert [(c["trigger"], c["pre_tokens"]) for c in comps] == recorded, path.name
+        assert [c["reason"] for c in comps] == [t for t, _ in recorded], path.name
+        checked += len(recorded)
+    assert checked >= 5

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,57 @@ def test_encrypted_compaction(session):
     head = by_id[session.head]
     assert head.output.startswith("好的") and by_id[head.predecessor].predecessor == summary.id
     assert head.metadata["usage"]["input_tokens"] == 2100
+    # context size before the compaction: total_tokens of the last request before it
+    assert comp["pre_tokens"] == comp["pre_tokens_usage"]["total_tokens"] == 4580
+    assert comp["trigger"] is None and comp["reason"] == "recovered"
+
+
+def _line(kind: str, payload: dict, second: int) -> str:
+    return json.dumps({"timestamp": f"2026-03-01T09:00:{second:02d}.000Z", "type": kind,
+                       "payload": payload})
+
+
+def _token_count(inp: int, out: int, total: int, running: int) -> dict:
+    return {"type": "token_count", "info": {
+        "total_token_usage": {"input_tokens": running, "output_tokens": 0, "total_tokens": running},
+        "last_token_usage": {"input_tokens": inp, "cached_input_tokens": 0, "output_tokens": out,
+                             "total_tokens": total},
+        "model_context_window": 200000}}
+
+
+def _compacted() -> dict:
+    return {"message": "", "replacement_history": [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix it"}]},
+        {"type": "compaction", "encrypted_content": "gAAAAx"}]}
+
+
+def test_pre_compaction_tokens_from_the_last_real_request(tmp_path):
+    """The zeroed token_count Codex writes before ``compacted`` is passed over; a second
+    compaction with no request in between has no figure of its own."""
+    user = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix it"}]}
+    reply = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]}
+    lines = [
+        _line("session_meta", {"id": "019c1111-0000-7000-8000-000000000001", "cli_version": "0.77.0"}, 0),
+        _line("turn_context", {"model": "gpt-5.2-codex"}, 0),
+        _line("response_item", user, 1),
+        _line("response_item", reply, 2),
+        _line("event_msg", _token_count(180000, 700, 180700, 180000), 2),
+        _line("event_msg", _token_count(180000, 700, 180700, 180000), 3),  # Codex repeats it
+        _line("event_msg", _token_count(0, 0, 9000, 180000), 4),           # zeroed, before compacted
+        _line("compacted", _compacted(), 4),
+        _line("event_msg", {"type": "context_compacted"}, 4),
+        _line("compacted", _compacted(), 5),
+    ]
+    path = tmp_path / "rollout-2026-03-01T09-00-00-019c1111-0000-7000-8000-000000000001.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (s,) = parse_path(path)
+    by_id = {c.id: c for c in s.calls}
+    first, second = (by_id[i].metadata["compaction"] for i in s.recorded_compactions)
+    assert first["pre_tokens"] == 180700
+    assert first["pre_tokens_line"] == 6  # the repeat, not the zeroed line 7
+    assert first["pre_tokens_usage"]["input_tokens"] == 180000
+    assert first["trigger"] is None and first["reason"] == "recovered"
+    assert second["pre_tokens"] is None and "pre_tokens_line" not in second
 
 
 def test_usage_mapping_never_negative():
@@ -109,3 +161,13 @@ def test_real_compaction_keeps_replacement_users(corpus_dir):
     assert all(n.role == "user" for n in branch[:idx])
     assert branch[0].predecessor is None
     assert all(by_id[i].role == "user" for i in comp["protected_ids"])
+    # pre-compaction tokens: the last request before the compaction (line 1150: 210,336
+    # input + 316 output), read again from the file to check the line named
+    assert comp["trigger"] is None and comp["reason"] == "recovered"
+    assert comp["pre_tokens"] == 210652
+    raw = path.read_text(encoding="utf-8").splitlines()
+    source = json.loads(raw[comp["pre_tokens_line"] - 1])["payload"]["info"]["last_token_usage"]
+    assert source == comp["pre_tokens_usage"] and source["input_tokens"] == 210336
+    between = [json.loads(x) for x in raw[comp["pre_tokens_line"]:summary.metadata["source_line"] - 1]]
+    assert not [r for r in between if r["type"] == "event_msg" and r["payload"]["type"] == "token_count"
+                and r["payload"]["info"]["last_token_usage"]["input_tokens"] > 0]

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from opctx.importers import detect, import_paths, parse_path
+from opctx.importers.openhands import OBSERVATIONS_SHOWN_AS_MESSAGES
 
 pytestmark = pytest.mark.corpus
 
@@ -194,19 +195,47 @@ def test_message_list_formats_match_manifest(corpus_dir):
             assert dict(ends) == st["end_reasons"]
 
 
-def _openhands_counts(sessions) -> tuple[int, int, int]:
-    """(events accounted for, tool calls, observations kept as code nodes)."""
+def _openhands_counts(sessions) -> tuple[int, int]:
+    """(events accounted for, tool calls)."""
     events = 0
     tool_calls = 0
-    codes = 0
     for s in sessions:
         for n in s.calls:
             events += len(n.metadata.get("source_event_ids") or [])
             events += len(n.metadata.get("events") or [])
             tool_calls += len(n.metadata.get("tool_calls") or [])
-            codes += n.role == "code" and not n.metadata.get("missing_output")
         events += len(s.meta.get("events_before_first_node") or [])
-    return events, tool_calls, codes
+    return events, tool_calls
+
+
+def _expected_observations(history: list[dict]) -> tuple[list, list, list]:
+    """Each observation of one history, classified from the file alone: (ids answering
+    a tool call, ids the model sees as a user message, ids kept only in metadata).
+
+    An observation answers a tool call when its ``tool_call_metadata`` or its ``cause``
+    (an action that has ``tool_call_metadata``) names a call not answered yet. One that
+    answers no call is a message to the model when OpenHands shows its kind and it has
+    text (e.g. ``error``: a function call that failed validation, so no action was
+    recorded). The rest (``null`` answers, ``agent_state_changed``, ``recall``, empty
+    ones) the model never sees as such: they are kept in ``metadata.events``.
+    """
+    call_of_action = {e["id"]: e["tool_call_metadata"]["tool_call_id"]
+                      for e in history if "action" in e and e.get("tool_call_metadata")}
+    answered: set = set()
+    results, messages, kept = [], [], []
+    for e in history:
+        if "observation" not in e:
+            continue
+        tid = (e.get("tool_call_metadata") or {}).get("tool_call_id") or call_of_action.get(e.get("cause"))
+        if tid is not None and tid in call_of_action.values() and tid not in answered:
+            answered.add(tid)
+            results.append(e["id"])
+        elif (tid is None and e["observation"] in OBSERVATIONS_SHOWN_AS_MESSAGES
+              and str(e.get("content") or "").strip()):
+            messages.append(e["id"])
+        else:
+            kept.append(e["id"])
+    return results, messages, kept
 
 
 def test_openhands_every_event_accounted_for(corpus_dir):
@@ -227,12 +256,25 @@ def test_openhands_every_event_accounted_for(corpus_dir):
             assert len(raw) == st["events"]
         all_events = [e for h in histories for e in h]
         assert sum("action" in e for e in all_events) == st.get("actions")
-        events, tool_calls, codes = _openhands_counts(sessions)
+        events, tool_calls = _openhands_counts(sessions)
         # every event is a node, part of one, or kept in metadata.events: none dropped
         assert events == len(all_events), entry["file"]
         with_tool = [e for e in all_events if "action" in e and e.get("tool_call_metadata")]
         assert tool_calls == len(with_tool)
-        assert codes <= tool_calls
+        # every observation of the manifest: a code node, a user message, or kept
+        observations = 0
+        for s, history in zip(sessions, histories, strict=True):
+            results, messages, kept = _expected_observations(history)
+            observations += len(results) + len(messages) + len(kept)
+            code_ids = [n.metadata["source_event_ids"][0] for n in s.calls
+                        if n.role == "code" and not n.metadata.get("missing_output")]
+            assert code_ids == results, entry["file"]
+            shown = [n for n in s.calls if n.role == "user" and "observation" in n.metadata]
+            assert [n.metadata["source_event_ids"][0] for n in shown] == messages, entry["file"]
+            in_events = {e.get("id") for n in s.calls for e in n.metadata.get("events") or []}
+            in_events |= {e.get("id") for e in s.meta.get("events_before_first_node") or []}
+            assert set(kept) <= in_events, entry["file"]
+        assert observations == st["observations"], entry["file"]
 
 
 def test_aider_sessions_and_user_lines(corpus_dir):

@@ -142,3 +142,78 @@ def test_memory_manager_shares_one_database():
         s.append(UserMessage("kept in memory"))
         assert [n.output for n in m.load(s.id).graph] == ["kept in memory"]
         assert [x.title for x in m.list()] == ["mem"]
+
+
+# -- atomic creation and transactions --------------------------------------------------
+
+
+def _chat(n: int) -> list:
+    nodes, prev = [], None
+    for i in range(n):
+        if i % 2 == 0:
+            node = UserMessage(f"turn {i}", predecessor=prev)
+        else:
+            node = ModelCall("m", output=f"turn {i}", predecessor=prev)
+        nodes.append(node)
+        prev = node.id
+    return nodes
+
+
+def test_create_with_nodes_and_head_writes_them_in_one_go(manager):
+    nodes = _chat(4)
+    s = manager.create(title="imported", source="import:x", session_id="imp",
+                       extra_meta={"format": "x"}, nodes=nodes, head=nodes[1].id)
+    assert [n.seq for n in s.graph] == [0, 1, 2, 3] and s.graph[nodes[0].id] is nodes[0]
+    assert s.meta.head == nodes[1].id == manager.get("imp").head
+    again = manager.load("imp")
+    assert [n.to_dict() for n in again.graph] == [n.to_dict() for n in s.graph]
+    assert manager.get_extra_meta("imp") == {"format": "x"}
+    # without head=: HEAD follows the chain the nodes extend; head=None clears it
+    assert manager.create(session_id="follow", nodes=_chat(3)).meta.head == manager.get("follow").head
+    assert manager.get("follow").head is not None
+    assert manager.create(session_id="nohead", nodes=_chat(2), head=None).meta.head is None
+    assert manager.create(session_id="empty", nodes=[]).graph.nodes == {}
+
+
+@pytest.mark.parametrize(
+    ("spoil", "error"),
+    [
+        (lambda nodes: nodes.append(UserMessage("dup", id=nodes[0].id)), "duplicate node id"),
+        (lambda nodes: nodes.append(FunctionCall("f", {"bad": object()}, None)), "not JSON"),
+        (lambda nodes: None, "no node 'nowhere'"),
+    ],
+)
+def test_create_that_fails_midway_leaves_no_session_at_all(manager, spoil, error):
+    nodes = _chat(5)
+    spoil(nodes)
+    head = "nowhere" if error.startswith("no node") else None
+    with pytest.raises(StoreError, match=error):
+        manager.create(session_id="half", title="t", extra_meta={"k": 1}, nodes=nodes, head=head)
+    assert not manager.exists("half") and manager.list() == []
+    conn = manager.connection
+    assert conn.execute("SELECT COUNT(*) FROM nodes").fetchone()[0] == 0
+    assert conn.execute("SELECT COUNT(*) FROM nodes_fts").fetchone()[0] == 0
+    assert all(n.seq == -1 for n in nodes), "the Calls are as they were, ready for a retry"
+    manager.create(session_id="half", nodes=nodes[:5])  # and the id is free again
+
+
+def test_manager_transaction_replaces_a_session_all_or_nothing(manager, db_path):
+    manager.create(session_id="rec", title="old", nodes=_chat(3), extra_meta={"v": 1})
+    before = [n.to_dict() for n in manager.load("rec").graph]
+    with pytest.raises(StoreError, match="duplicate node id"):
+        with manager.transaction():
+            manager.delete("rec")
+            bad = _chat(4)
+            s = manager.create(session_id="rec", title="new", nodes=bad)
+            s.append_many([UserMessage("x", id=bad[0].id)])  # fails: the whole block goes
+    assert manager.get("rec").title == "old" and manager.get_extra_meta("rec") == {"v": 1}
+    assert [n.to_dict() for n in manager.load("rec").graph] == before
+    with manager.transaction():
+        manager.delete("rec")
+        manager.create(session_id="rec", title="new", nodes=_chat(4))
+        manager.update_extra_meta("rec", v=2)
+        other = DagSessionManager(db_path)  # another connection: still the old one
+        assert other.get("rec").title == "old"
+        other.close()
+    assert manager.get("rec").title == "new" and len(manager.load("rec").graph) == 4
+    assert manager.get_extra_meta("rec") == {"v": 2}

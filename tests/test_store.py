@@ -534,3 +534,199 @@ def test_closed_or_vanished_session_errors_are_clear(db_path):
     with pytest.raises(SessionNotFound, match="no longer exists"):
         s.append(UserMessage("x"))
     s.close()
+
+
+def test_unknown_role_is_refused_by_the_store_naming_node_and_roles(store):
+    node = UserMessage("x", id="odd")
+    node.role = "assistant"  # a Call refuses it at construction; the store checks again
+    with pytest.raises(StoreError, match=r"node 'odd': unknown role 'assistant'.*user, llm, code"):
+        store.append(node)
+    assert store.count() == 0
+
+
+# -- CJK segmentation -------------------------------------------------------------------
+
+_CJK_RANGES = [(0x3040, 0x30FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF),
+               (0xAC00, 0xD7AF), (0x20000, 0x2FA1F)]
+
+
+def _segment_reference(text: str) -> str:
+    """The definition: a zero-width space after every CJK character, nothing else changed."""
+    return "".join(
+        ch + "\u200b" if any(lo <= ord(ch) <= hi for lo, hi in _CJK_RANGES) else ch for ch in text
+    )
+
+
+_mixed_text = st.text(
+    alphabet=st.one_of(
+        st.characters(min_codepoint=0x20, max_codepoint=0x7E),
+        st.sampled_from("上下文管理の設計カタカナ한국어\U00020001ÉéßПривет\u200b\n "),
+        st.characters(min_codepoint=0x3000, max_codepoint=0x9FFF),
+    ),
+    max_size=60,
+)
+
+
+@given(_mixed_text)
+def test_cjk_segmentation_puts_a_zero_width_space_after_each_cjk_character(text):
+    assert store_mod._segment_cjk(text) == _segment_reference(text)
+
+
+def test_cjk_segmentation_is_fast_on_long_cjk_text():
+    # The template-string version took ~6 µs a character; 200,000 characters
+    # would take over a second. The run-based one is well under that.
+    import time
+
+    text = ("上下文管理的设计と実装" * 20_000)[:200_000]
+    t = time.perf_counter()
+    out = store_mod._segment_cjk(text)
+    elapsed = time.perf_counter() - t
+    assert out == _segment_reference(text)
+    assert elapsed < 0.25, f"{elapsed:.3f} s for 200,000 CJK characters"
+
+
+def test_cjk_substrings_are_found_in_mixed_text(store):
+    node = store.append(UserMessage("Log: 错误发生在上下文管理模块 (context_manager.py) ハンドラ"))
+    for query in ("上下文", "管理模块", "context_manager.py", "ハンドラ", "错误 ハンドラ"):
+        assert [h.node_id for h in store.search(query)] == [node.id], query
+    assert store.search("上文下") == []
+    assert "上下文" in store.search("上下文")[0].snippet.replace("«", "").replace("»", "")
+
+
+# -- HEAD and callers ---------------------------------------------------------------------
+
+
+def test_a_nested_call_never_becomes_the_first_head(store):
+    # §0.7: a run path sets _call_id to a command node, so the first nodes of a
+    # fresh session may all hang below it by caller, with no predecessor.
+    frame = store.append(FunctionCall("program", {}, None, called_by="cmd-1"))
+    store.append(ModelCall("m", called_by=frame.id))
+    assert store.head() is None, "a subcall inside a frame does not start the conversation"
+    user = store.append(UserMessage("hi"))
+    assert store.head() == user.id, "the first top-level node does"
+
+
+def test_a_call_with_a_caller_moves_head_when_it_extends_it(store):
+    user = store.append(UserMessage("list files"))
+    llm = store.append(ModelCall("m", predecessor=user.id))
+    # a tool result answers the llm call (caller) and continues the chat (predecessor)
+    tool = store.append(FunctionCall("ls", {}, "a.py", called_by=llm.id, predecessor=llm.id))
+    assert store.head() == tool.id
+    # an llm call DagRuntime makes inside an agentic frame is on the chain too
+    inner = store.append(ModelCall("m", called_by="frame-1", predecessor=tool.id))
+    assert store.head() == inner.id
+    # nested calls off the chain never move it
+    store.append(ModelCall("m", called_by=inner.id))
+    store.append(FunctionCall("f", {}, None, called_by=inner.id, predecessor=user.id))
+    assert store.head() == inner.id
+    # after set_head(None) the same rule starts a new conversation
+    store.set_head(None)
+    store.append(ModelCall("m", called_by=inner.id))
+    assert store.head() is None
+    root = store.append(UserMessage("again"))
+    assert store.head() == root.id
+
+
+# -- search rank window --------------------------------------------------------------------
+
+
+def test_rank_window_ranks_the_newest_matches_and_never_comes_back_short(db_path):
+    one = GraphStore(db_path, "one")
+    best_old = one.append(UserMessage("needle " * 50))  # the best hit, and the oldest
+    for i in range(30):
+        one.append(UserMessage(f"filler text number {i} with one needle in hay " + "hay " * 40))
+    exhaustive = one.search("needle", limit=5, rank_window=None)
+    assert exhaustive[0].node_id == best_old.id
+    windowed = one.search("needle", limit=5, rank_window=10)
+    assert len(windowed) == 5 and best_old.id not in {h.node_id for h in windowed}
+    newest10 = {n for n, in one.connection.execute(
+        "SELECT id FROM nodes WHERE session_id = 'one' ORDER BY seq DESC LIMIT 10")}
+    assert {h.node_id for h in windowed} <= newest10
+    assert [h.rank for h in windowed] == sorted(h.rank for h in windowed)
+    # window below the corpus size but above the matches: same as exhaustive
+    assert [h.node_id for h in one.search("needle", limit=5, rank_window=1000)] == [
+        h.node_id for h in exhaustive]
+    # another session's newer matches fill the window: this one still gets its hits
+    two = GraphStore(one.connection, "two")
+    for i in range(20):
+        two.append(UserMessage(f"needle from the other session {i}"))
+    scoped = one.search("needle", limit=5, rank_window=10)
+    assert len(scoped) == 5 and {h.session_id for h in scoped} == {"one"}
+    assert scoped[0].node_id == best_old.id, "fell back to ranking every match of the session"
+    across = search_across_sessions(one.connection, "needle", limit=5, rank_window=10)
+    assert {h.session_id for h in across} == {"two"}, "the 10 newest matches are all in 'two'"
+    assert search_across_sessions(one.connection, "needle", limit=5, rank_window=None)[0].node_id == best_old.id
+    assert len(search_across_sessions(one.connection, "needle", limit=50, rank_window=10)) == 50, (
+        "a limit above the window widens it: never fewer hits than exist")
+    two.close()
+    one.close()
+
+
+def test_rank_window_applies_to_raw_queries_and_keeps_syntax_errors_clear(searchable):
+    assert _ids(searchable.search("rock OR verbose", raw=True, rank_window=1)) == ["and", "minus"]
+    with pytest.raises(StoreError, match="invalid FTS5 query"):
+        searchable.search('"unbalanced', raw=True, rank_window=1)
+
+
+# -- transactions ---------------------------------------------------------------------------
+
+
+def _sessions(conn) -> list[str]:
+    return [r[0] for r in conn.execute("SELECT id FROM sessions ORDER BY id")]
+
+
+def test_transaction_makes_session_creation_nodes_and_meta_one_unit(db_path):
+    conn = connect(db_path)
+    nodes = [UserMessage("first"), ModelCall("m", output="second")]
+    nodes[1].predecessor = nodes[0].id
+    with pytest.raises(StoreError, match="not JSON"):
+        with store_mod.transaction(conn):
+            store = GraphStore(conn, "imp", title="import", extra_meta={"format": "x"})
+            store.append_many(nodes)
+            store.set_head(nodes[0].id)
+            assert store.count() == 2, "the block sees its own writes"
+            other = connect(db_path)
+            assert _sessions(other) == [], "no other connection sees them before commit"
+            other.close()
+            store.append(FunctionCall("bad", {"x": {1, 2}}, None))  # a set is not JSON
+    assert _sessions(conn) == [], "a failure anywhere leaves no session at all"
+    assert conn.execute("SELECT COUNT(*) FROM nodes").fetchone()[0] == 0
+    assert conn.execute("SELECT COUNT(*) FROM nodes_fts").fetchone()[0] == 0
+    assert [n.seq for n in nodes] == [-1, -1], "seqs of the rolled-back append are given back"
+    assert nodes[1].predecessor == nodes[0].id
+
+    with store_mod.transaction(conn):
+        store = GraphStore(conn, "imp", title="import")
+        store.append_many(nodes)
+    assert _sessions(conn) == ["imp"] and [n.seq for n in nodes] == [0, 1]
+    assert GraphStore(conn, "imp", create=False).head() == nodes[1].id
+    conn.close()
+
+
+def test_a_step_caught_inside_a_transaction_undoes_only_itself(store):
+    a = UserMessage("kept")
+    dup = UserMessage("dup", id="same")
+    with store.transaction():
+        store.append(a)
+        store.append(UserMessage("first", id="same", predecessor=a.id))
+        with pytest.raises(StoreError, match="duplicate node id 'same'"):
+            store.append_many([UserMessage("would be lost"), dup])
+        with store.transaction():  # nested: a savepoint
+            store.append(UserMessage("nested", predecessor="same"))
+    assert store.count() == 3
+    assert dup.seq < 0, "the failed step's Calls are as they were"
+    assert _fts_row_count(store) == 3
+
+
+def test_a_rolled_back_transaction_gives_calls_their_seq_and_predecessor_back(store):
+    head = store.append(UserMessage("head"))
+    batch = [UserMessage("x"), UserMessage("y")]
+    with pytest.raises(RuntimeError):
+        with store.transaction():
+            store.append_many(batch, follow_head=True)
+            assert batch[0].predecessor == head.id and batch[0].seq == 1
+            raise RuntimeError("a later step of the import failed")
+    assert [(n.seq, n.predecessor) for n in batch] == [(-1, None), (-1, None)]
+    assert store.head() == head.id and store.count() == 1
+    store.append_many(batch, follow_head=True)  # the same Calls can be written again
+    assert [n.seq for n in batch] == [1, 2] and store.head() == batch[1].id

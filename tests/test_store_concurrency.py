@@ -68,6 +68,24 @@ while True:
 """
 
 
+IMPORTER = r"""
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from opctx.dag.nodes import Call
+from opctx.dag.session import DagSessionManager
+
+db = sys.argv[2]
+mgr = DagSessionManager(db)
+mgr.create(session_id="done", title="complete", nodes=[Call(id="d0", role="user", output="whole")])
+with mgr.transaction():
+    mgr.create(session_id="half", title="import", extra_meta={"format": "x"},
+               nodes=[Call(id=f"h{i}", role="user", output=f"node {i}") for i in range(2000)])
+    mgr.update_extra_meta("half", progress="nodes written")
+    print("inside", flush=True)
+    time.sleep(60)  # killed here, before the commit
+"""
+
+
 def _spawn(code: str, *args: object) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-c", code, str(ROOT), *map(str, args)],
@@ -159,3 +177,22 @@ def test_a_writer_killed_mid_append_many_leaves_whole_batches(db_path):
     store.close()
     with pytest.raises(sqlite3.Error):
         sqlite3.connect(db_path).execute("SELECT * FROM no_such_table")
+
+
+def test_an_importer_killed_inside_a_transaction_leaves_no_session(db_path):
+    proc = _spawn(IMPORTER, db_path)
+    try:
+        line = proc.stdout.readline()
+        assert line.strip() == "inside", f"importer failed: {proc.stderr.read()}"
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+        proc.stdout.close()
+        proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL
+    conn = connect(db_path)
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert [r[0] for r in conn.execute("SELECT id FROM sessions")] == ["done"]
+    assert conn.execute("SELECT COUNT(*) FROM nodes").fetchone()[0] == 1
+    assert conn.execute("SELECT COUNT(*) FROM nodes_fts").fetchone()[0] == 1
+    conn.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -303,3 +304,78 @@ def test_auto_method_follows_family_profile():
 
 def test_scale_rounds_up():
     assert tokens._scaled(10, 1.05) == math.ceil(10.5)
+
+
+# ---------------------------------------------------------------- long input without whitespace
+
+_CHUNK = tokens.ENCODE_CHUNK_CHARS
+
+
+@functools.cache
+def _pathological_inputs() -> dict[str, str]:
+    """Texts whose tiktoken cost grows faster than linearly when encoded in one call."""
+    import base64
+    import random
+
+    rng = random.Random(7)
+    n = 300_000
+    return {
+        "one letter": "a" * n,
+        "spaces": " " * n,
+        "newlines": "\n" * n,
+        "one symbol": "=" * n,
+        "han without punctuation": "".join(chr(rng.randint(0x4E00, 0x9FFF)) for _ in range(n // 4)),
+        "base64 blob": base64.b64encode(rng.randbytes(n * 3 // 4)).decode(),
+        "minified json": json.dumps(
+            [{"id": i, "name": "x" * (i % 13), "tags": ["t", i]} for i in range(n // 30)], separators=(",", ":")
+        ),
+    }
+
+
+@pytest.mark.parametrize("kind", list(_pathological_inputs()))
+def test_chunks_cover_the_text_exactly_and_are_bounded(kind):
+    text = _pathological_inputs()[kind]
+    chunks = list(tokens.chunk_for_encoding(text))
+    assert "".join(chunks) == text
+    assert all(0 < len(c) <= _CHUNK for c in chunks)
+    # every chunk but the last is at least half a window long: the number of chunks (and of
+    # tiktoken calls) is linear in the text's length
+    assert all(len(c) >= _CHUNK // 2 for c in chunks[:-1])
+
+
+@pytest.mark.parametrize("kind", list(_pathological_inputs()))
+def test_pathological_input_counts_within_a_token_per_chunk(kind):
+    text = _pathological_inputs()[kind]
+    enc = tokens.get_encoding()
+    chunked = tokens.bpe_token_count(enc, text)
+    whole = len(enc.encode_ordinary(text))
+    cuts = len(list(tokens.chunk_for_encoding(text))) - 1
+    assert cuts > 0
+    assert abs(chunked - whole) <= cuts
+    est = Estimator("tiktoken")
+    assert est.text_tokens(text) == chunked
+    assert est.message_tokens({"role": "tool", "content": text}) > chunked
+
+
+def test_prose_is_cut_at_word_starts_and_counts_as_unchunked():
+    enc = tokens.get_encoding()
+    words = [f"word{i % 97}" for i in range(60_000)]
+    text = " ".join(words)
+    chunks = list(tokens.chunk_for_encoding(text))
+    assert len(chunks) > 10
+    assert all(c.startswith(" ") for c in chunks[1:])
+    assert tokens.bpe_token_count(enc, text) == len(enc.encode_ordinary(text))
+
+
+def test_tens_of_megabytes_of_one_character_are_estimated():
+    # one call on 5 MB of "a" is one 5 MB pre-tokeniser piece (seconds, growing faster than
+    # the length); chunked it is 611 calls of at most 8,192 characters
+    text = "a" * 5_000_000
+    n = Estimator("tiktoken").text_tokens(text)
+    assert n == pytest.approx(len(text) / 8, rel=0.001)  # cl100k merges "aaaaaaaa" into one token
+    assert Estimator("heuristic").text_tokens(text) == math.ceil(len(text) / 3.8)
+
+
+def test_short_text_is_not_chunked():
+    assert list(tokens.chunk_for_encoding("x" * _CHUNK)) == ["x" * _CHUNK]
+    assert list(tokens.chunk_for_encoding("")) == [""]

@@ -222,50 +222,33 @@ def extract_distinctive(text: str, limit: int = MAX_DISTINCTIVE) -> list[str]:
 
 # ------------------------------------------------------------------------------ anchors
 
-# the four lookup tables: anchor -> distinctive string -> the uncited messages holding it
-_BY_WORD, _BY_HUMP, _BY_WINDOW, _BY_CHAR = range(4)
+# An anchor is a word (tiers 1 and 4), a (hump, next character) pair (tier 2), a
+# six-character window (tier 3) or a single character (strings without an ASCII word).
+# All live in one table: a window or a character that happens to equal a word only costs
+# an extra ``s in text`` check, never a wrong citation.
+Anchor = str | tuple[str, str]
 
-Anchor = tuple[int, Any]  # (table, key)
-Table = dict[Any, dict[str, list["_Source"]]]
 
+def _anchor(s: str, rarity: Callable[[Anchor], int]) -> Anchor:
+    """The key a string is filed under (module docstring, tiers 1-4).
 
-def _anchor(s: str, tables: Sequence[Table]) -> Anchor:
-    """The table and key a string is filed under (module docstring, tiers 1-4).
-
-    Among several exact candidates the one with the fewest strings already filed under it
-    wins, then the longest: this spreads strings over many small buckets and keeps the
-    candidate list of each lookup short.
+    Tier 1 takes the longest interior word: a long word (``build_as_graph``) occurs in far
+    fewer texts than a short one (``src``), so its bucket is touched less often.
     """
     words = _words(s)
     if not words:  # no ASCII word character: filed under its rarest character
-        by_char = tables[_BY_CHAR]
-        return _BY_CHAR, min(sorted(set(s)), key=lambda c: len(by_char.get(c, ())))
+        return min(sorted(set(s)), key=rarity)
     interior = words[1:] if s[0] in _WORD_CHARS else words
     if interior and s[-1] in _WORD_CHARS:
         interior = interior[:-1]
     if interior:  # tier 1
-        by_word = tables[_BY_WORD]
-        return _BY_WORD, min(interior, key=lambda w: (len(by_word.get(w, ())), -len(w)))
+        return max(interior, key=len)
     hump = _HUMP_START.match(s)
     if hump and hump.end() >= 4:  # tier 2: the run is long enough to be a CamelCase match
-        return _BY_HUMP, (hump[1], hump[2])
+        return (hump[1], hump[2])
     if _HEX_FULL.fullmatch(s) and not s.isalpha():  # tier 3: a hex id with a digit
-        by_window = tables[_BY_WINDOW]
-        windows = [s[i : i + _WINDOW] for i in range(len(s) - _WINDOW + 1)]
-        return _BY_WINDOW, min(windows, key=lambda w: len(by_window.get(w, ())))
-    return _BY_WORD, max(words, key=len)  # tier 4: the longest (edge) word
-
-
-class _Source:
-    """An uncited message that holds distinctive strings, and where each is filed."""
-
-    __slots__ = ("key", "tool_use_ids", "strings", "anchors")
-
-    def __init__(self, key: str, tool_use_ids: list[str], strings: list[str], anchors: list[Anchor]):
-        self.key = key
-        self.tool_use_ids = tool_use_ids
-        self.strings = strings
-        self.anchors = anchors
+        return s[-_WINDOW:]  # the last window: numbers that share a prefix differ at the end
+    return max(words, key=len)  # tier 4: the longest (edge) word
 
 
 def _message_key(msg: Any, index: int) -> str:
@@ -283,13 +266,27 @@ def _as_dict(msg: Any) -> dict:
     raise TypeError(f"reference tracking needs message dicts, got {type(msg).__name__}")
 
 
+class _Source:
+    """A message holding distinctive strings; ``cited`` once a later message quoted one."""
+
+    __slots__ = ("key", "tool_use_ids", "strings", "cited")
+
+    def __init__(self, key: str, tool_use_ids: list[str], strings: list[str]):
+        self.key = key
+        self.tool_use_ids = tool_use_ids
+        self.strings = strings
+        self.cited = False
+
+
 class ReferenceTracker:
     """Incremental ``ReferenceMap`` builder (module docstring). ``clock`` stamps the map."""
 
-    # anchors are remembered per string (a string that recurs is filed again after every
-    # citation); the memo is dropped past this many strings, which stays correct because
-    # each source keeps the anchors it was filed under
+    # anchors are remembered per string: a string that recurs is filed again after every
+    # citation. The memo is dropped past this many strings (it only saves work).
     _ANCHOR_MEMO_MAX = 500_000
+    # strings of cited messages are left in the table (lazy deletion) until they are seen
+    # again or the table is compacted, once they outnumber the live ones by this much
+    _STALE_SLACK = 5_000
 
     def __init__(self, clock: Callable[[], float] = time.time, limit: int = MAX_DISTINCTIVE):
         self.clock = clock
@@ -297,9 +294,15 @@ class ReferenceTracker:
         self.reset()
 
     def reset(self) -> None:
-        self._tables: tuple[Table, Table, Table, Table] = ({}, {}, {}, {})
-        self._keys: list[str] = []
+        # anchor -> the filed strings; string -> the messages holding it (oldest first)
+        self._table: dict[Anchor, set[str]] = {}
+        self._holders: dict[str, list[_Source]] = {}
         self._anchor_memo: dict[str, Anchor] = {}
+        self._has_char_anchors = False
+        self._sources: list[_Source] = []  # every source since the last compaction
+        self._refs = 0  # (string, source) pairs in _holders
+        self._live_refs = 0  # of which held by uncited sources
+        self._keys: list[str] = []
         self.map = ReferenceMap(last_built_at=self.clock())
 
     @property
@@ -342,72 +345,105 @@ class ReferenceTracker:
         if not text:
             return
         tok = _Tokens(text)
-        self._scan(text, tok)
+        if self._table:
+            self._scan(text, tok)
         strings = _select(tok, self.limit)
         if not strings:
             return
-        tables = self._tables
-        memo = self._anchor_memo
-        anchors: list[Anchor] = []
-        source = _Source(key, tool_result_ids(msg), strings, anchors)
+        source = _Source(key, tool_result_ids(msg), strings)
+        self._sources.append(source)
+        self._refs += len(strings)
+        self._live_refs += len(strings)
+        holders_of = self._holders
         for s in strings:
-            anchor = memo.get(s)
-            if anchor is None:
-                if len(memo) >= self._ANCHOR_MEMO_MAX:
-                    memo.clear()
-                anchor = memo[s] = _anchor(s, tables)
-            anchors.append(anchor)
-            tables[anchor[0]].setdefault(anchor[1], {}).setdefault(s, []).append(source)
+            holders = holders_of.get(s)
+            if holders is None:
+                holders_of[s] = [source]
+                self._file(s)
+            else:
+                holders.append(source)
+
+    def _file(self, s: str) -> None:
+        """Put ``s`` in the bucket of its anchor."""
+        memo = self._anchor_memo
+        anchor = memo.get(s)
+        if anchor is None:
+            if len(memo) >= self._ANCHOR_MEMO_MAX:
+                memo.clear()
+            anchor = memo[s] = _anchor(s, self._bucket_size)
+        bucket = self._table.get(anchor)
+        if bucket is None:
+            self._table[anchor] = {s}
+            if len(anchor) == 1 and anchor not in _WORD_CHARS:
+                self._has_char_anchors = True
+        else:
+            bucket.add(s)
+
+    def _bucket_size(self, anchor: Anchor) -> int:
+        return len(self._table.get(anchor, ()))
 
     def _scan(self, text: str, tok: _Tokens) -> None:
         """Cite every uncited message with a string that occurs in ``text``."""
-        by_word, by_hump, by_window, by_char = self._tables
-        hits: list[tuple[dict[str, list[_Source]], str]] = []
-        if by_word:
-            for anchor in by_word.keys() & tok.words:
-                bucket = by_word[anchor]
-                hits.extend([(bucket, s) for s in bucket if s in text])
-        if by_hump and tok.camels:
-            for anchor in by_hump.keys() & _HUMP_KEYS.findall(" ".join(tok.camels)):
-                bucket = by_hump[anchor]
-                hits.extend([(bucket, s) for s in bucket if s in text])
-        if by_window and tok.hexes:
-            windows = [run[i : i + _WINDOW] for run in set(tok.hexes) for i in range(len(run) - _WINDOW + 1)]
-            for anchor in by_window.keys() & windows:
-                bucket = by_window[anchor]
-                hits.extend([(bucket, s) for s in bucket if s in text])
-        if by_char:
-            for anchor in by_char.keys() & set(text):
-                bucket = by_char[anchor]
-                hits.extend([(bucket, s) for s in bucket if s in text])
+        table = self._table
+        touched = table.keys() & tok.words
+        if tok.camels:
+            touched.update(table.keys() & _HUMP_KEYS.findall(" ".join(tok.camels)))
+        if tok.hexes:
+            windows = [run[i : i + _WINDOW] for run in tok.hexes if not run.isalpha() for i in range(len(run) - _WINDOW + 1)]
+            touched.update(table.keys() & windows)
+        if self._has_char_anchors:
+            touched.update(table.keys() & set(text))
+        hits: list[tuple[Anchor, str]] = []
+        for anchor in touched:
+            for s in table[anchor]:
+                if s in text:
+                    hits.append((anchor, s))
         if not hits:
             return
         found: dict[int, tuple[_Source, list[str]]] = {}
-        for bucket, s in hits:
-            for src in bucket[s]:
-                found.setdefault(id(src), (src, []))[1].append(s)
-        for src, strings in found.values():
-            self._cite(src, strings)
-
-    def _cite(self, source: _Source, found: list[str]) -> None:
-        """Mark ``source`` cited and take all its strings out of the tables (early exit)."""
-        m = self.map
-        m.cited_message_ids.add(source.key)
-        m.cited_tool_use_ids.update(source.tool_use_ids)
-        m.quoted_snippets_by_msg[source.key] = set(found)
-        tables = self._tables
-        for s, (which, anchor) in zip(source.strings, source.anchors, strict=True):
-            table = tables[which]
-            bucket = table.get(anchor)
-            holders = bucket.get(s) if bucket is not None else None
-            if not holders or source not in holders:
-                continue
-            if len(holders) > 1:
-                holders.remove(source)
-                continue
-            del bucket[s]
+        for anchor, s in hits:
+            bucket = table[anchor]
+            bucket.discard(s)
             if not bucket:
                 del table[anchor]
+            holders = self._holders.pop(s)
+            self._refs -= len(holders)
+            for src in holders:
+                if src.cited:  # a stale entry: cited earlier through another string
+                    continue
+                entry = found.get(id(src))
+                if entry is None:
+                    found[id(src)] = (src, [s])
+                else:
+                    entry[1].append(s)
+        m = self.map
+        for src, strings in found.values():
+            # the early exit: a cited message is not checked again (its other strings stay
+            # filed, stale, until they are seen again or the table is compacted)
+            src.cited = True
+            self._live_refs -= len(src.strings)
+            m.cited_message_ids.add(src.key)
+            m.cited_tool_use_ids.update(src.tool_use_ids)
+            m.quoted_snippets_by_msg[src.key] = set(strings)
+        if self._refs - self._live_refs > self._live_refs + self._STALE_SLACK:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop the strings of cited messages: refile those of the uncited ones."""
+        live = [src for src in self._sources if not src.cited]
+        self._sources = live
+        self._table = {}
+        self._holders = holders_of = {}
+        self._has_char_anchors = False
+        for src in live:
+            for s in src.strings:
+                holders = holders_of.get(s)
+                if holders is None:
+                    holders_of[s] = [src]
+                    self._file(s)
+                else:
+                    holders.append(src)
+        self._refs = self._live_refs = sum(len(src.strings) for src in live)
 
     # ------------------------------------------------------------------ queries
     def is_cited(self, msg_id: str | None = None, tool_use_id: str | None = None) -> bool:

@@ -89,6 +89,14 @@ Choices, where the specification and SPEC-NOTES leave room:
   connection it did not open.
 * **Threads.** Every connection carries an ``RLock``; each store operation holds
   it, so one connection may be shared between threads.
+* **Transactions.** Every write method is one transaction on its own.
+  ``transaction(conn)`` (also ``GraphStore.transaction()`` and
+  ``DagSessionManager.transaction()``) groups any number of them, session
+  creation included, into one: commit at the end of the block, roll back
+  everything on an exception. Inside it each write is a SAVEPOINT, so a failed
+  step that the block catches undoes only itself. This is what an importer uses
+  instead of an "incomplete" marker: a crash or error mid-import leaves no
+  session at all (tested with SIGKILL).
 """
 
 from __future__ import annotations

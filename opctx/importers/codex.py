@@ -36,7 +36,18 @@ Mapping
     response items, counted in ``meta.event_counts`` and not stored twice.
   - anything else (``task_started``, ``exec_command_end``, ``context_compacted``, ...) ->
     ``metadata.events`` of the latest node.
-* ``compacted`` -> a recorded compaction (shared layout). The summary itself is encrypted
+* ``compacted`` -> a recorded compaction (shared layout). ``pre_tokens`` is the context
+  size just before it: ``last_token_usage.total_tokens`` (input, cached included, plus
+  output; Codex's own measure of "tokens in the context window", the one its automatic
+  compaction compares with its limit, and the same quantity as Claude Code's
+  ``preTokens``) of the latest ``token_count`` before the ``compacted`` line whose
+  ``input_tokens`` is not zero. Codex writes a ``token_count`` with zero input and
+  output right before ``compacted``; it describes no request on the compacted context,
+  so it is passed over. The line and the raw usage used are kept in
+  ``compaction.pre_tokens_line`` / ``pre_tokens_usage``; with no such event since the
+  previous compaction, ``pre_tokens`` is ``None``. Codex records no trigger (neither
+  ``compacted`` nor ``context_compacted`` says whether it was automatic or ``/compact``),
+  so ``trigger`` is ``None`` and ``reason`` is ``"recovered"``. The summary itself is encrypted
   (``replacement_history`` holds a ``compaction`` item with ``encrypted_content``): the
   summary node's text is ``payload.message`` when Codex wrote one, else a note saying the
   summary is not visible; ``metadata.compaction.summary_visible`` says which, and the
@@ -112,6 +123,8 @@ class _Codex:
         self.event_counts: Counter[str] = Counter()
         self.unknown: Counter[str] = Counter()
         self.last_total: Any = None
+        # the latest real request size before a compaction: (line, last_token_usage)
+        self.context_usage: tuple[int, dict] | None = None
         self.first_user = ""
         self.models: Counter[str] = Counter()
 
@@ -151,7 +164,7 @@ class _Codex:
         elif kind == "event_msg" and isinstance(payload, dict):
             self._event(payload, rec, jl.line)
         elif kind == "compacted" and isinstance(payload, dict):
-            self._compacted(payload, when)
+            self._compacted(payload, when, jl.line)
         else:
             self.unknown[str(kind)] += 1
             self._attach_event({**rec, "_line": jl.line})
@@ -277,6 +290,9 @@ class _Codex:
                 self.meta["rate_limits"] = payload["rate_limits"]
             if not isinstance(info, dict):
                 return
+            last = info.get("last_token_usage")
+            if isinstance(last, dict) and _count(last.get("input_tokens")) > 0:
+                self.context_usage = (line, last)
             if info.get("model_context_window"):
                 self.context_window = int(info["model_context_window"])
                 self.meta["model_context_window"] = self.context_window
@@ -300,8 +316,19 @@ class _Codex:
         self._attach_event({"timestamp": rec.get("timestamp"), "payload": payload, "_line": line})
 
     # -- compaction ------------------------------------------------------------------------------
-    def _compacted(self, payload: dict, when: float) -> None:
+    def _pre_compaction_tokens(self) -> tuple[int | None, dict[str, Any]]:
+        """Context size before a compaction, and where it was read (module docstring)."""
+        if self.context_usage is None:
+            return None, {}
+        line, last = self.context_usage
+        self.context_usage = None  # a second compaction right after has no figure of its own
+        total = _count(last.get("total_tokens")) or (
+            _count(last.get("input_tokens")) + _count(last.get("output_tokens")))
+        return total, {"pre_tokens_line": line, "pre_tokens_usage": last}
+
+    def _compacted(self, payload: dict, when: float, line: int) -> None:
         self.current_llm = None
+        pre_tokens, pre_source = self._pre_compaction_tokens()
         history = payload.get("replacement_history") or []
         visible = (payload.get("message") or "").strip()
         encrypted = [it.get("encrypted_content") for it in history
@@ -332,10 +359,12 @@ class _Codex:
             protected_ids=protected,
             extra_protected=fresh,
             trigger=None,
+            pre_tokens=pre_tokens,
             created_at=when,
             metadata={"encrypted_summary": encrypted[0] if len(encrypted) == 1 else encrypted,
+                      "source_line": line,
                       **({"replacement_history_other": others} if others else {})},
-            compaction_extra={"summary_visible": bool(visible)},
+            compaction_extra={"summary_visible": bool(visible), **pre_source},
         )
         self.last_llm = None
 

@@ -20,9 +20,22 @@ Mapping
   the llm node, ``metadata.tool_call_id``, ``metadata.observation`` = its kind, ``extras``
   kept). A tool call whose observation is not in the history (``finish`` usually) gets a
   code node with ``output=None`` and ``metadata.missing_output``.
-* everything else (``recall``, ``change_agent_state``, ``agent_state_changed``, ``null``
-  observations, unknown kinds) -> ``metadata.events`` of the latest node: kept, not in
-  the conversation.
+* an observation that answers no tool call (no ``tool_call_metadata``, no ``cause``
+  naming a tool-call action) but is of a kind OpenHands shows the model
+  (``OBSERVATIONS_SHOWN_AS_MESSAGES``: e.g. the ``error`` observation written when the
+  model's function call failed validation, so no action was recorded for it; a command
+  the user ran) and has text -> a user node (``output`` = its ``content``,
+  ``metadata.observation`` = its kind, ``event`` kept). OpenHands' conversation memory
+  sends exactly these as ``user`` messages, so the next llm node ``reads`` them: leaving
+  them out would hide from a replay what the model was told.
+* everything else -> ``metadata.events`` of the latest node: kept, not in the
+  conversation. These are the events the model never sees as they are: ``null``
+  observations (the "No observation" answer to a message or a state change),
+  ``agent_state_changed`` and ``change_agent_state``, ``recall`` actions and
+  observations (OpenHands renders the workspace context from the observation's
+  ``extras`` through its own prompt templates; the recorded ``content`` is only
+  "Added workspace context", so there is no faithful text to put in a node), empty
+  observations, a second answer to an already answered call, and unknown kinds.
 
 Every node lists the event ids it came from in ``metadata.source_event_ids``.
 """
@@ -47,9 +60,17 @@ from .base import (
 )
 from .message_lists import _usage, file_digest
 
-__all__ = ["FORMAT", "parse_openhands", "looks_like_event", "convert_events"]
+__all__ = ["FORMAT", "OBSERVATIONS_SHOWN_AS_MESSAGES", "parse_openhands", "looks_like_event",
+           "convert_events"]
 
 FORMAT = "openhands"
+# Observation kinds that OpenHands' conversation memory turns into a message for the model
+# (a tool message when they answer a tool call, else a user message). Not in this set:
+# "null", "agent_state_changed", "recall" (rendered from extras by a template), "success".
+OBSERVATIONS_SHOWN_AS_MESSAGES = frozenset({
+    "run", "run_ipython", "read", "write", "edit", "browse", "error", "user_rejected",
+    "think", "delegate", "condense", "mcp", "download",
+})
 
 
 def looks_like_event(value: Any) -> bool:
@@ -144,7 +165,7 @@ def convert_events(events: list, b: SessionBuilder, path: str, on_error: str,
             tid = (tcm or {}).get("tool_call_id") or action_tool.get(ev.get("cause"))
             if tid is not None and tid in owner and tid not in answered:
                 llm, tc = owner[tid]
-                out = ev.get("content") if isinstance(ev.get("content"), str) else content_text(ev.get("content"))
+                out = _text(ev)
                 meta = {**src_meta, "tool_call_id": tid, "observation": observation,
                         "event": _rest(ev, drop=("tool_call_metadata", "content"))}
                 if ev.get("success") is False:
@@ -152,6 +173,12 @@ def convert_events(events: list, b: SessionBuilder, path: str, on_error: str,
                 b.add("code", name=tc["name"], input=tc["arguments"], output=out, caller=llm.id,
                       created_at=when, metadata=meta)
                 answered.add(tid)
+            elif tid is None and observation in OBSERVATIONS_SHOWN_AS_MESSAGES and _text(ev).strip():
+                meta = {**src_meta, "observation": observation,
+                        "event": _rest(ev, drop=("tool_call_metadata", "content"))}
+                if ev.get("success") is False or observation == "error":
+                    meta["is_error"] = True
+                b.add("user", output=_text(ev), created_at=when, metadata=meta)
             else:
                 attach(ev)
         else:
@@ -161,6 +188,11 @@ def convert_events(events: list, b: SessionBuilder, path: str, on_error: str,
             b.add("code", name=tc["name"], input=tc["arguments"], output=None, caller=llm.id,
                   metadata={"tool_call_id": tid, "missing_output": True})
     return facts
+
+
+def _text(ev: dict) -> str:
+    content = ev.get("content")
+    return content if isinstance(content, str) else content_text(content)
 
 
 def _rest(ev: dict, drop: tuple = ()) -> dict:
