@@ -5,8 +5,10 @@ Three things are timed side by side, each ``--repeat`` times (median and p95 pri
 * ``json baseline``: only ``json.loads`` of every line / document of every transcript:
   the floor any importer pays;
 * ``parse``: detection + ``parse_path`` of every file (pure, no database);
-* ``import``: ``import_paths`` into a fresh SQLite file (parse + one transaction per
-  session + FTS indexing), i.e. what ``opctx import`` does.
+* ``import``: ``import_paths`` into a fresh SQLite file, i.e. what ``opctx import``
+  does: parse, then per session ONE write transaction (``write_session``: session row,
+  nodes with their FTS rows, HEAD and meta, a single ``COMMIT``; earlier versions
+  committed four times per session and marked the row meanwhile).
 
 Reported: MB/s and sessions/s of each, and the ratios parse/baseline and
 import/parse. Target: the whole corpus imports in under 10 s.

@@ -204,23 +204,61 @@ def cmd_show(args: argparse.Namespace) -> int:
           f"{len(calls)} nodes, {len(nodes)} shown ({'all' if args.all else 'active branch'})")
     for c in nodes:
         meta = c.metadata
-        if c.role == "code":
-            label = f"tool {c.name}"
-        elif "compaction" in meta:
-            comp = meta["compaction"]
-            label = (f"SUMMARY ({'recorded' if comp.get('recorded') else 'opctx'}, "
-                     f"folded {len(comp.get('folded_ids') or [])})")
-        elif meta.get("role") == "system":
-            label = "system"
-        elif c.role == "llm":
-            label = f"assistant {c.name}".rstrip()
-        else:
-            label = "user"
+        comp = meta.get("compaction")
+        label = _node_label(c.role, c.name, meta.get("role") == "system",
+                            None if comp is None else (bool(comp.get("recorded")),
+                                                       len(comp.get("folded_ids") or [])))
         calls_txt = ""
         if meta.get("tool_calls"):
             calls_txt = " -> " + ", ".join(str(tc.get("name")) for tc in meta["tool_calls"])
         print(f"[{c.seq:>4}] {label}: {_one_line(c.output, args.width)}{calls_txt}")
     return EXIT_OK
+
+
+def _node_label(role: str, name: str | None, system: bool,
+                compaction: tuple[bool, int] | None) -> str:
+    """How ``show`` and ``search`` name a node: the speaker once, then what only the
+    node adds (a tool's or a model's name). A user node's name is usually "user" again,
+    so it is not repeated. ``compaction``: (recorded, number of folded nodes) of a
+    summary node."""
+    name = _one_line(name or "", 40)
+    if role == "code":
+        return f"tool {name}".rstrip()
+    if compaction is not None:
+        recorded, folded = compaction
+        return f"SUMMARY ({'recorded' if recorded else 'opctx'}, folded {folded})"
+    if system:
+        return "system"
+    if role == "llm":
+        return f"assistant {name}".rstrip()
+    return "user"
+
+
+def _snippet_text(hit) -> str:
+    """The snippet without the node's name: the store indexes the name as the last line
+    of a node's text (so a tool or model name is searchable), and a snippet that reaches
+    the end would repeat it after the label ("user: ... user"). Kept where it matched."""
+    tail = "\n" + (hit.name or "")
+    if hit.name and hit.snippet.endswith(tail):
+        return hit.snippet[: -len(tail)]
+    return hit.snippet
+
+
+def _hit_labels(conn, hits) -> list[str]:
+    """The ``_node_label`` of each search hit (a hit carries role and name only; whether
+    the node is a system message or a summary is in its metadata)."""
+    labels = []
+    for h in hits:
+        row = conn.execute(
+            "SELECT json_extract(data_json, '$.metadata.role'), "
+            "json_type(data_json, '$.metadata.compaction'), "
+            "json_extract(data_json, '$.metadata.compaction.recorded'), "
+            "json_array_length(data_json, '$.metadata.compaction.folded_ids') "
+            "FROM nodes WHERE session_id = ? AND id = ?", (h.session_id, h.node_id)).fetchone()
+        system, comp_type, recorded, folded = row if row is not None else (None, None, None, None)
+        compaction = (bool(recorded), folded or 0) if comp_type == "object" else None
+        labels.append(_node_label(h.role, h.name, system == "system", compaction))
+    return labels
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -229,6 +267,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     conn = _connect(args.db, must_exist=True)
     try:
         hits = search_across_sessions(conn, args.query, args.limit, raw=args.raw)
+        labels = [] if args.json else _hit_labels(conn, hits)
     except StoreError as exc:
         raise CliError(str(exc), EXIT_INPUT if args.raw else EXIT_DB) from None
     finally:
@@ -236,8 +275,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([h.__dict__ for h in hits], ensure_ascii=False, indent=1))
         return EXIT_OK
-    for h in hits:
-        print(f"{h.session_id}  [{h.seq}] {h.role} {h.name}: {_one_line(h.snippet, 120)}")
+    for h, label in zip(hits, labels, strict=True):
+        print(f"{h.session_id}  [{h.seq:>4}] {label}: {_one_line(_snippet_text(h), 120)}")
     if not hits:
         print("(no matches)", file=sys.stderr)
     return EXIT_OK

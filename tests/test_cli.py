@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -126,6 +127,37 @@ def test_search(db, capsys):
     assert code == EXIT_OK and isinstance(json.loads(out), list)
     code, _, err = run(capsys, "search", "zzzunfindable", "--db", db)
     assert code == EXIT_OK and "no matches" in err
+
+
+CODEX_ID = "codex-019c0000-aaaa-7bbb-8ccc-0123456789ab"
+
+
+def test_search_output_names_each_speaker_once(db, capsys):
+    """``SESSION  [seq] label: snippet``, the label as ``show`` prints it: the role once
+    (plus a tool's or model's name), never "user user", and the snippet does not end
+    with the node's name again."""
+    line_re = re.compile(r"^(\S+)  \[ *(\d+)\] (user|system|assistant(?: \S+)?|tool \S+|"
+                         r"SUMMARY \((?:recorded|opctx), folded \d+\)): (.*)$")
+    seen: dict[str, list[str]] = {}
+    for query in ("TODO", "README", "continued", "title"):
+        code, out, _ = run(capsys, "search", query, "--db", db, "--limit", "50")
+        assert code == EXIT_OK and out
+        for line in out.splitlines():
+            m = line_re.match(line)
+            assert m, line
+            assert not re.search(r"\b(\w+) \1:", line.split("] ", 1)[1]), line
+            assert not m.group(4).endswith((" user", " read_file", " shell_command")), line
+            seen.setdefault(m.group(3).split(" ")[0], []).append(line)
+    assert {"user", "system", "assistant", "tool", "SUMMARY"} <= set(seen)
+    assert f"{CODEX_ID}  [   1] user: 把 notes/ 目录下所有的 «TODO» 列出来" in seen["user"]
+    assert any(x.startswith(f"{CODEX_ID}  [   3] tool shell_command: ") for x in seen["tool"])
+    assert any(x.startswith(f"{CODEX_ID}  [   2] assistant gpt-5.2-codex: ") for x in seen["assistant"])
+    # the same label as `show` gives the node
+    summary = next(x for x in seen["SUMMARY"] if x.startswith(CC_ID))
+    label = summary.split("] ", 1)[1].split(": ", 1)[0]
+    seq = summary.split("[", 1)[1].split("]", 1)[0].strip()
+    code, out, _ = run(capsys, "show", CC_ID, "--db", db, "--all")
+    assert any(x.startswith(f"[{seq:>4}] {label}: ") for x in out.splitlines())
 
 
 def test_export_openai_and_jsonl(db, tmp_path, capsys):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from pathlib import Path
 
@@ -11,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from opctx.dag.session import DagSessionManager
-from opctx.dag.store import GraphStore
+from opctx.dag.store import GraphStore, connect
 from opctx.importers import TranscriptError, detect, import_paths, parse_path, write_session
-from opctx.importers.writer import IMPORT_STATE_KEY
+from opctx.importers.writer import IMPORT_STATE_KEY, session_is_incomplete
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples"
 
@@ -208,13 +209,68 @@ def test_no_half_committed_session(tmp_path, db_path, monkeypatch, failing):
 
 
 def test_interrupted_import_is_replaced(tmp_path, db_path):
+    """A database written by an older version: a killed import left the marked row and
+    some nodes. The next import replaces it (and the marker is gone)."""
     (s,) = parse_path(write(tmp_path / "ok.jsonl", good_lines()))
-    # what a killed process leaves: the marked row, some nodes
     with GraphStore(db_path, s.session_id, create=True, extra_meta={IMPORT_STATE_KEY: "incomplete"}) as st:
         st.append_many([s.calls[0].copy()])
+    assert session_is_incomplete(db_path, s.session_id)
     assert write_session(s, db_path) == "replaced"
     with DagSessionManager(db_path) as mgr:
         assert len(mgr.load(s.session_id).graph) == 4
+    assert not session_is_incomplete(db_path, s.session_id)
+
+
+def test_one_commit_per_session(tmp_path, db_path):
+    """Session row, nodes, HEAD and meta: one BEGIN, one COMMIT, no marker written."""
+    (s,) = parse_path(write(tmp_path / "ok.jsonl", good_lines()))
+    statements: list[str] = []
+    conn = connect(db_path)
+    try:
+        conn.set_trace_callback(statements.append)
+        assert write_session(s, conn) == "written"
+        assert write_session(s, conn, replace=True) == "replaced"
+        conn.set_trace_callback(None)
+    finally:
+        conn.close()
+    verbs = [x.split()[0].upper() for x in statements if x.split()[0].upper() in ("BEGIN", "COMMIT", "ROLLBACK")]
+    assert verbs == ["BEGIN", "COMMIT", "BEGIN", "COMMIT"]
+    assert not [x for x in statements if IMPORT_STATE_KEY in x]
+    with DagSessionManager(db_path) as mgr:
+        assert mgr.store(s.session_id).head() == s.head
+        assert IMPORT_STATE_KEY not in mgr.get_extra_meta(s.session_id)
+
+
+def test_second_connection_never_sees_a_partial_session(tmp_path, db_path, monkeypatch):
+    """Looked at from another connection while the nodes are already written (just
+    before HEAD), and while a replaced session is already deleted: nothing has changed."""
+    (s,) = parse_path(write(tmp_path / "ok.jsonl", good_lines()))
+    (old,) = parse_path(write(tmp_path / "ok.jsonl", good_lines()[:2]))
+    assert write_session(old, db_path) == "written"
+
+    def visible() -> tuple[int, int, str | None]:
+        other = sqlite3.connect(db_path)
+        try:
+            row = other.execute("SELECT last_node_id FROM sessions WHERE id = ?", (s.session_id,)).fetchone()
+            nodes = other.execute("SELECT COUNT(*) FROM nodes WHERE session_id = ?", (s.session_id,)).fetchone()[0]
+            fts = other.execute("SELECT COUNT(*) FROM nodes_fts WHERE session_id = ?", (s.session_id,)).fetchone()[0]
+        finally:
+            other.close()
+        return nodes, fts, None if row is None else row[0]
+
+    before = visible()
+    assert before[0] == 2
+    seen = []
+    original = GraphStore.set_head
+
+    def look_then_set_head(self, node_id):
+        seen.append(visible())
+        return original(self, node_id)
+
+    monkeypatch.setattr(GraphStore, "set_head", look_then_set_head)
+    assert write_session(s, db_path, replace=True) == "replaced"
+    assert seen == [before]
+    assert visible()[0] == 4 and visible()[2] == s.head
 
 
 # -- property: arbitrary records never crash a parser with anything but TranscriptError ------

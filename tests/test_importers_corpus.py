@@ -290,5 +290,11 @@ def test_aider_sessions_and_user_lines(corpus_dir):
 
         assert lines("user") == st["user_lines"], entry["file"]
         assert lines("console") == st["tool_output_lines"], entry["file"]
-        reports = sum(1 for s in sessions for n in s.calls if "usage" in n.metadata)
-        assert reports <= st["token_report_lines"]
+        # every "Tokens:" report line is kept, in its console node, and each one that
+        # follows a reply of its own is that reply's usage (the lines named agree)
+        reports = [r for s in sessions for n in s.calls for r in n.metadata.get("token_reports", ())]
+        assert len(reports) == st["token_report_lines"], entry["file"]
+        given = {r["reply"]: r["line"] for r in reports if r["reply"] is not None}
+        with_usage = {n.id: n.metadata["aider_token_line"] for s in sessions for n in s.calls
+                      if "usage" in n.metadata}
+        assert given == with_usage, entry["file"]

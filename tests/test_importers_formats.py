@@ -165,3 +165,62 @@ def test_jsonl_of_messages_and_conversations(tmp_path):
     sessions = parse_path(convs)
     assert [len(x.calls) for x in sessions] == [1, 2]
     assert len({x.session_id for x in sessions}) == 2
+
+
+def test_aider_every_token_report_kept(tmp_path):
+    """A report with no reply of its own (before the first reply, or a second one for
+    the same reply) is kept in its console node and named in the warnings."""
+    path = tmp_path / ".aider.chat.history.md"
+    path.write_text("\n".join([
+        "# aider chat started at 2026-01-05 10:00:00",
+        "",
+        "> Tokens: 1.0k sent, 0 received.",
+        "",
+        "#### hello",
+        "",
+        "Hi there.",
+        "",
+        "> Tokens: 2.4k sent, 104 received. Cost: $0.01 message, $0.01 session.",
+        "> Tokens: 2.5k sent, 12 received.",
+        "",
+    ]) + "\n", encoding="utf-8")
+    (s,) = parse_path(path, format="aider")
+    reply = next(c for c in s.calls if c.role == "llm" and not c.metadata.get("display_only"))
+    assert reply.metadata["usage"]["input_tokens"] == 2400 and reply.metadata["aider_token_line"] == 9
+    reports = [r for c in s.calls for r in c.metadata.get("token_reports", ())]
+    assert [(r["line"], r["reply"]) for r in reports] == [(3, None), (9, reply.id), (10, None)]
+    assert reports[2]["usage"]["output_tokens"] == 12
+    assert [w.split(": ")[0] for w in s.warnings] == [f"{path}:3", f"{path}:10"]
+
+
+def test_openhands_observation_without_call_is_a_user_message(tmp_path):
+    """An ``error`` observation answering no action (a function call that failed
+    validation) is what the model is told next: a user node the next llm node reads.
+    ``null`` and ``agent_state_changed`` observations stay in ``metadata.events``."""
+    call = {"tool_call_id": "toolu_1", "function_name": "execute_bash",
+            "model_response": {"id": "r1", "choices": [{"message": {"content": "Listing."}}]}}
+    call2 = {**call, "tool_call_id": "toolu_2",
+             "model_response": {"id": "r2", "choices": [{"message": {"content": "Again."}}]}}
+    events = [
+        {"id": 0, "source": "user", "action": "message", "args": {"content": "list files"}},
+        {"id": 1, "source": "user", "cause": 0, "observation": "null", "content": ""},
+        {"id": 2, "source": "agent", "action": "run", "args": {"command": "ls"}, "tool_call_metadata": call},
+        {"id": 3, "source": "agent", "cause": 2, "observation": "run", "content": "a.py"},
+        {"id": 4, "source": "agent", "observation": "error", "content": "Parameter 'command' is missing."},
+        {"id": 5, "source": "environment", "observation": "agent_state_changed", "content": "",
+         "extras": {"agent_state": "running"}},
+        {"id": 6, "source": "agent", "action": "run", "args": {"command": "ls -a"}, "tool_call_metadata": call2},
+        {"id": 7, "source": "agent", "cause": 6, "observation": "run", "content": ". .. a.py"},
+    ]
+    path = tmp_path / "trajectory.json"
+    path.write_text(json.dumps(events), encoding="utf-8")
+    (s,) = parse_path(path, format="openhands")
+    error = next(c for c in s.calls if c.metadata.get("observation") == "error")
+    assert error.role == "user" and error.output == "Parameter 'command' is missing."
+    assert error.metadata["source_event_ids"] == [4] and error.metadata["is_error"] is True
+    assert [e["id"] for e in error.metadata["events"]] == [5]
+    second = next(c for c in s.calls if c.output == "Again.")
+    assert error.id in second.reads and second.predecessor == error.id
+    kept = {e["id"] for c in s.calls for e in c.metadata.get("events", ())}
+    assert kept == {1, 5}
+    assert s.title == "list files"

@@ -14,7 +14,12 @@ session per chat). Inside a chat:
   line of the chat gives the session's model.
 * ``Tokens: 2.4k sent, 104 received`` (with optional cache figures) -> ``metadata.usage``
   of the reply before it (Aider rounds: ``2.4k`` is read as 2400); the cost text is kept in
-  ``metadata.aider_cost``.
+  ``metadata.aider_cost`` and the report's line in ``metadata.aider_token_line``. Every
+  report is also listed, in order, in ``metadata.token_reports`` of its console node
+  (``{"line", "usage", "cost", "reply"}``, ``reply`` = the id of the llm node it was
+  given to, or ``None`` when there was no reply since the last report, e.g. a second
+  report for one reply: such a report is kept there and named in the warnings, never
+  dropped and never added to a reply that already has its usage).
 
 Timestamps: the chat's start time for every node (Aider records no other). What cannot
 be recovered (tool calls, exact token counts, the system prompt) is simply absent;
@@ -88,12 +93,13 @@ def _chat(path: str, n: int, start_line: int, started: str, body: list[tuple[int
     model = ""
     block_kind: str | None = None
     block: list[str] = []
+    block_nos: list[int] = []  # the source line of each entry of ``block``
     block_line = start_line
     last_llm = None
     first_user = ""
 
     def flush() -> None:
-        nonlocal block, block_kind, last_llm, first_user, model
+        nonlocal block, block_nos, block_kind, last_llm, first_user, model
         if block_kind is None:
             return
         if block_kind == "user":
@@ -105,21 +111,31 @@ def _chat(path: str, n: int, start_line: int, started: str, body: list[tuple[int
             meta: dict[str, Any] = {"role": "system", "display_only": True,
                                     "aider_kind": "console", "source_line": block_line,
                                     "source_line_count": len(block)}
-            for ln in block:
+            reports = []
+            for no, ln in zip(block_nos, block, strict=True):
                 report = parse_token_report(ln)
-                if report and last_llm is not None and "usage" not in last_llm.metadata:
-                    last_llm.metadata["usage"] = report["usage"]
-                    last_llm.metadata["aider_cost"] = report["cost"]
+                if report:
+                    reply = last_llm if last_llm is not None and "usage" not in last_llm.metadata else None
+                    if reply is not None:
+                        reply.metadata["usage"] = report["usage"]
+                        reply.metadata["aider_cost"] = report["cost"]
+                        reply.metadata["aider_token_line"] = no
+                    else:
+                        b.warnings.append(f"{path}:{no}: token report with no reply of its own "
+                                          "since the last one; kept in the console node")
+                    reports.append({"line": no, **report, "reply": reply.id if reply else None})
                 mm = _MODEL.match(ln)
                 if mm and not model:
                     model = mm.group(1)
+            if reports:
+                meta["token_reports"] = reports
             b.add("llm", output="\n".join(block), metadata=meta, in_prompt=False)
         else:
             txt = "\n".join(block).strip("\n")
             if txt.strip():
                 last_llm = b.add("llm", name=model, output=txt,
                                  metadata={"source_line": block_line, "tool_calls": []})
-        block, block_kind = [], None
+        block, block_nos, block_kind = [], [], None
 
     in_fence = False
     for no, line in body:
@@ -129,6 +145,7 @@ def _chat(path: str, n: int, start_line: int, started: str, body: list[tuple[int
             if line.startswith("```"):
                 in_fence = not in_fence
             block.append(line)
+            block_nos.append(no)
             continue
         if line.startswith("####"):
             kind, content = "user", line[4:].removeprefix(" ").rstrip()
@@ -144,6 +161,7 @@ def _chat(path: str, n: int, start_line: int, started: str, body: list[tuple[int
             flush()
             block_kind, block_line = kind, no
         block.append(content)
+        block_nos.append(no)
     flush()
     # the chat's model, for replies written before the Model: line was seen
     for c in b.calls:

@@ -1,16 +1,21 @@
 """Persist parsed sessions: each ``ImportedSession`` all or nothing.
 
-``write_session(imported, db)`` creates the session row and appends every node with
-``GraphStore.append_many`` (one transaction), then sets HEAD and the final meta.
+``write_session(imported, db)`` writes one session in ONE transaction (one ``COMMIT``):
+the existence check, the deletion of the session it replaces, the session row with its
+final meta, every node (``append_many``: seq allocated, FTS rows) and HEAD all happen
+inside ``DagSessionManager.transaction()``. Why one: a second connection must never see
+a partial session (a row without its nodes, nodes without HEAD), and a failure or a
+killed process must leave no trace; SQLite's rollback (or, after a crash, the WAL that
+was never committed) gives both for free, where several commits would need a marker and
+a clean-up. One commit per session is also what keeps the whole corpus fast: a commit
+is the expensive step of a write.
 
-Atomicity. The store creates a session row in its own transaction, before the nodes'
-transaction, so "one transaction" is kept by a marker: the row is created with
-``extra_meta["_import_state"] = "incomplete"``; the nodes go in with one
-``append_many``; HEAD and the final meta (marker removed) are written last. If anything
-fails in between, the session is deleted again before the error propagates. If the
-process dies in between, the marker stays: ``opctx sessions`` flags such a session and
-the next import of the same recording replaces it (``session_is_incomplete``). No
-reader ever mistakes a partial import for a complete one.
+Older databases. Imports made before this used several transactions and marked the
+session row ``extra_meta["_import_state"] = "incomplete"`` until the last one. A process
+killed in between left that marker; such a session is still recognised
+(``session_is_incomplete``, flagged by ``opctx sessions``) and the next import of the
+same recording replaces it, inside the same single transaction. New imports never
+write the marker.
 
 Re-import. Session ids are derived from the recording (``cc-<sessionId>``,
 ``codex-<id>``, ``<format>-<sha1 of the file>``), so importing the same file twice is
@@ -28,6 +33,7 @@ from .base import ImportedSession
 
 __all__ = ["write_session", "session_exists", "session_is_incomplete", "IMPORT_STATE_KEY"]
 
+# The marker of an interrupted import in databases written by older versions (read only).
 IMPORT_STATE_KEY = "_import_state"
 
 
@@ -39,7 +45,7 @@ def session_exists(db: str | os.PathLike | sqlite3.Connection, session_id: str) 
 
 
 def session_is_incomplete(db: Any, session_id: str) -> bool:
-    """A session whose import was interrupted (see the module docstring)."""
+    """A session left half-written by an older version's import (see the module docstring)."""
     from opctx.dag.session import DagSessionManager
     from opctx.dag.store import SessionNotFound
 
@@ -53,9 +59,14 @@ def session_is_incomplete(db: Any, session_id: str) -> bool:
 
 def write_session(imported: ImportedSession, db: str | os.PathLike | sqlite3.Connection, *,
                   replace: bool = False) -> str:
-    """Write one parsed session. Returns ``"written"``, ``"replaced"`` or ``"exists"``."""
+    """Write one parsed session in one transaction.
+
+    Returns ``"written"``, ``"replaced"`` (``replace=True``, or an older import's
+    interrupted session) or ``"exists"`` (nothing written). On any error nothing of the
+    session is in the database (a replaced session is still there, unchanged) and the
+    error propagates.
+    """
     from opctx.dag.session import DagSessionManager
-    from opctx.dag.store import GraphStore
 
     sid = imported.session_id
     status = "written"
@@ -68,23 +79,16 @@ def write_session(imported: ImportedSession, db: str | os.PathLike | sqlite3.Con
         times = [c.created_at for c in imported.calls]
         meta.setdefault("recorded_started_at", min(times))
         meta.setdefault("recorded_ended_at", max(times))
-    with DagSessionManager(db) as mgr:
+    with DagSessionManager(db) as mgr, mgr.transaction():
+        # checked inside the write transaction: a concurrent import of the same
+        # recording waits for the lock and then sees this one's session
         if mgr.exists(sid):
-            if not (replace or mgr.get_extra_meta(sid).get(IMPORT_STATE_KEY) == "incomplete"):
+            interrupted = mgr.get_extra_meta(sid).get(IMPORT_STATE_KEY) == "incomplete"
+            if not (replace or interrupted):
                 return "exists"
             mgr.delete(sid)
             status = "replaced"
-        store = GraphStore(mgr.connection, sid, create=True, title=imported.title,
-                           model=imported.model, agent_id=imported.agent_id,
-                           source=imported.source, extra_meta={**meta, IMPORT_STATE_KEY: "incomplete"})
-        try:
-            store.append_many(imported.calls)
-            store.set_head(imported.head)
-            mgr.update_extra_meta(sid, remove=[IMPORT_STATE_KEY])
-        except BaseException:
-            if mgr.exists(sid):
-                mgr.delete(sid)
-            raise
-        finally:
-            store.close()
+        mgr.create(title=imported.title, model=imported.model, agent_id=imported.agent_id,
+                   source=imported.source, session_id=sid, extra_meta=meta,
+                   nodes=imported.calls, head=imported.head)
     return status
