@@ -10,28 +10,42 @@ Reads every session in the real-transcript corpus that carries provider usage:
   ``info.last_token_usage.input_tokens`` (cached tokens included) is the prompt of the
   request whose output items precede the event. Repeated events (same totals) are dropped.
 
-Two comparisons, each for method = heuristic and tiktoken (raw, scale 1.0) and auto (the
-per-family choice of ``tokens.FAMILY_PROFILES``, calibration scale included):
+Methods: heuristic and tiktoken (raw, scale 1.0), auto (the per-family choice of
+``tokens.FAMILY_PROFILES``, calibration scale included) and held-out (auto's counter with
+a scale fitted on the other half of the family's sessions: the honest check of a fitted
+factor; the two folds' fitted scales are printed).
 
 1. growth: for consecutive requests k-1, k, the provider increase ``P(k) - P(k-1)``
-   against the estimate of what was appended between them (the response of k-1 and the
-   tool results / user messages that followed). Pairs with an increase under
-   ``--min-delta`` tokens (default 300) are skipped: there the fixed per-request noise
-   dominates. Pairs across a compaction (the prompt shrinks) are skipped too.
+   against the estimate of what was appended between them (the response of k-1, its
+   lines merged back into one message per ``message.id``, and the tool results / user
+   messages that followed). Pairs with an increase under ``--min-delta`` tokens (default
+   300) are skipped: there the fixed per-request framing dominates. Pairs across a
+   compaction are skipped too. Two variants:
+
+   * text: everything appended is estimated from its text;
+   * usage: the response of k-1 is counted at the output tokens the provider reported
+     for it (plus one message of framing), the rest estimated. The reported output
+     includes thinking / reasoning the transcript does not show (empty or signed thinking
+     blocks, encrypted reasoning), which the next prompt does contain. A logged output
+     below half the visible reply's heuristic estimate is a streaming snapshot, not the
+     final figure (some Claude Code versions log ``output_tokens: 1``): those pairs fall
+     back to the text variant.
+
+   Columns: median and p90 absolute % error, the token-weighted error
+   ``sum|err| / sum(increase)`` (large pairs weigh more), and the median over pairs with
+   an increase of at least ``--big`` (1000) tokens.
 2. whole request: ``P(k)`` against ``C + estimate(all messages so far)``, the constant C
    (system prompt, tool schemas, the client's hidden scaffolding) calibrated once per
    segment from the first request of that segment; a compaction starts a new segment.
 
 Pairs are classed CJK-dominant when CJK characters carry >= 25% of the heuristic token
-mass of the appended text, else ASCII-dominant. Also printed: the median ratio
-provider/estimate per family and method, which is the calibration scale that
-``tokens.FAMILY_PROFILES`` uses.
+mass of the appended text, else ASCII-dominant. Claude Code sessions whose usage never
+carries Anthropic's cache keys come from a third-party Anthropic-compatible endpoint
+under a Claude model name (its tokenizer is not Claude's) and are reported as family
+``third-party``. ``--speed`` also times ``tokens.bpe_token_count`` (chunked) against one
+tiktoken call on long inputs without whitespace.
 
-Limitations, stated: encrypted reasoning (Codex) and signed thinking blocks are not
-visible text; Codex reasoning is estimated from its summary only. Claude Code injects
-some scaffolding not recorded in the transcript.
-
-Run:  .venv/bin/python benchmarks/estimator_accuracy.py [--corpus ../shared/corpus]
+Run:  .venv/bin/python benchmarks/estimator_accuracy.py [--corpus ../shared/corpus] [--sessions] [--speed]
 """
 
 from __future__ import annotations
@@ -73,6 +87,12 @@ class Session:
     fmt: str
     model: str
     requests: list[Request] = field(default_factory=list)
+    # Claude Code can talk to an Anthropic-compatible third-party endpoint under a Claude
+    # model name. Its usage is recognisable: Anthropic's usage always carries the
+    # cache_read / cache_creation keys (0 when unused); such an endpoint omits them (and
+    # logs output_tokens 0 on all but the last response). Its tokenizer is not Claude's, so
+    # its sessions are reported apart as "third-party".
+    third_party: bool = False
 
 
 # ----------------------------------------------------------------------------- readers
@@ -107,6 +127,7 @@ def read_claude_code(path: Path) -> Session | None:
     reply_count = 0  # leading messages of ``pending`` that are the last response
     last_id = None
     seen_ids: set[str] = set()
+    saw_cache_fields = False
     output_by_id: dict[str, int] = {}
     segment_start = True
     for entry in entries:
@@ -127,6 +148,8 @@ def read_claude_code(path: Path) -> Session | None:
             mid = msg.get("id")
             usage = msg.get("usage")
             if mid and isinstance(usage, dict):
+                if usage.get("input_tokens"):
+                    saw_cache_fields |= any(k.startswith("cache_") for k in usage)
                 # one response is logged as one line per content block, each repeating the
                 # usage; streaming snapshots may carry a partial output count: keep the largest
                 output_by_id[mid] = max(output_by_id.get(mid, 0), int(usage.get("output_tokens") or 0))
@@ -153,6 +176,7 @@ def read_claude_code(path: Path) -> Session | None:
             reply_count = len(pending)
         else:
             pending.append({"role": msg.get("role") or kind, "content": msg.get("content")})
+    session.third_party = bool(output_by_id) and not saw_cache_fields
     return session if len(session.requests) >= 2 else None
 
 
@@ -347,7 +371,7 @@ def collect(sessions: list[Session], min_delta: int):
     pairs: list[Pair] = []
     whole = defaultdict(list)
     for index, s in enumerate(sessions):
-        family = tokens.model_family(s.model)
+        family = report_family(s)
         auto_counter, auto_scale = est.resolve(s.model, "auto")
         counters = sorted({"heuristic", est.resolve(s.model, "tiktoken")[0], auto_counter})
         method_counter = {"heuristic": "heuristic", "tiktoken": est.resolve(s.model, "tiktoken")[0], "auto": auto_counter}
@@ -357,11 +381,14 @@ def collect(sessions: list[Session], min_delta: int):
         prev = None
         for req in s.requests:
             text, framing = _parts(est, req.appended, counters)
-            if req.segment_start:
+            # a prompt that shrinks by a third is a compaction or a cleared context the
+            # transcript does not mark (older hook-saved logs): a new segment
+            new_segment = req.segment_start or prev is None or req.prompt_tokens < 2 * prev / 3
+            if new_segment:
                 cumulative = dict.fromkeys(METHODS, 0)
             for m in METHODS:
                 cumulative[m] += math.ceil(text[method_counter[m]] * method_scale[m]) + framing
-            if req.segment_start or prev is None:
+            if new_segment:
                 base = {m: req.prompt_tokens - cumulative[m] for m in METHODS}
                 prev = req.prompt_tokens
                 continue
@@ -375,9 +402,14 @@ def collect(sessions: list[Session], min_delta: int):
                 continue
             rest_text, rest_framing = _parts(est, req.appended[req.reply_count :], counters)
             pairs.append(
-                Pair(index, family, cls, delta, req.opaque, text, framing, rest_text, rest_framing, _usable_reply_output(req))
+                Pair(index, family, cls, delta, req.opaque, text, framing, rest_text, rest_framing, None if s.third_party else _usable_reply_output(req))
             )
-    return pairs, whole, {tokens.model_family(s.model): s.model for s in sessions}
+    return pairs, whole, {report_family(s): s.model for s in sessions}
+
+
+def report_family(session: Session) -> str:
+    """The model family, or ``third-party`` for a Claude name served by another endpoint."""
+    return "third-party" if session.third_party else tokens.model_family(session.model)
 
 
 def estimate(pair: Pair, counter: str, scale: float, variant: str) -> float:
@@ -454,18 +486,56 @@ def summary(rows: list[tuple[float, int]], big: int) -> str:
 
 def print_growth(title: str, errors, families: list[str], big: int) -> None:
     print(f"\n{title}")
-    print(f"{'family':<11}{'class':<7}{'method':<11}{'n':>5}{'median%':>9}{'p90%':>8}{'weighted%':>10}{f'med>={big}':>9}")
+    print(f"{'family':<12}{'class':<7}{'method':<11}{'n':>5}{'median%':>9}{'p90%':>8}{'weighted%':>10}{f'med>={big}':>9}")
     for cls in ("ascii", "cjk"):
         for m in GROWTH_METHODS:
             rows = [r for f in families for r in errors.get((f, cls, m), [])]
-            print(f"{'all':<11}{cls:<7}{m:<11}" + summary(rows, big))
+            print(f"{'all':<12}{cls:<7}{m:<11}" + summary(rows, big))
     for family in families:
         for cls in ("ascii", "cjk"):
             for m in GROWTH_METHODS:
                 rows = errors.get((family, cls, m), [])
                 if rows:
-                    print(f"{family:<11}{cls:<7}{m:<11}" + summary(rows, big))
+                    print(f"{family:<12}{cls:<7}{m:<11}" + summary(rows, big))
 
+
+def speed_report(sizes_mb: tuple[int, ...] = (1, 4, 16)) -> None:
+    """Milliseconds per MB of ``bpe_token_count`` (chunked) vs one tiktoken call, on inputs
+    whose single-call cost grows faster than linearly. The one-call figure is skipped above
+    4 MB (it takes tens of seconds there)."""
+    import base64
+    import random
+    import time
+
+    enc = tokens.get_encoding()
+    if enc is None:
+        print("speed: no offline tiktoken encoding")
+        return
+    rng = random.Random(1)
+    prose = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    makers = {
+        "one letter": lambda n: "a" * n,
+        "spaces": lambda n: " " * n,
+        "base64": lambda n: base64.b64encode(rng.randbytes(n * 3 // 4)).decode(),
+        "prose": lambda n: (prose * (n // len(prose) + 1))[:n],
+    }
+    print("\nspeed: ms per MB (median of 5), chunked bpe_token_count vs one encode_ordinary call")
+    print(f"{'input':<12}{'MB':>4}{'chunked':>10}{'one call':>10}")
+
+    def ms_per_mb(fn, text: str) -> float:
+        runs = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            fn(text)
+            runs.append((time.perf_counter() - t0) * 1e9 / len(text))
+        return statistics.median(runs)
+
+    for name, make in makers.items():
+        for mb in sizes_mb:
+            text = make(mb * 1_000_000)
+            chunked = ms_per_mb(lambda t: tokens.bpe_token_count(enc, t), text)
+            whole = ms_per_mb(enc.encode_ordinary, text) if mb <= 4 else float("nan")
+            print(f"{name:<12}{mb:>4}{chunked:>10.0f}{whole:>10.0f}")
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
@@ -473,6 +543,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-delta", type=int, default=300)
     ap.add_argument("--big", type=int, default=1000, help="size filter of the last column")
     ap.add_argument("--sessions", action="store_true", help="print one line per session")
+    ap.add_argument("--speed", action="store_true", help="also time long inputs without whitespace")
     args = ap.parse_args(argv)
     if not (args.corpus / "manifest.json").is_file():
         print(f"corpus not found at {args.corpus}", file=sys.stderr)
@@ -498,30 +569,29 @@ def main(argv: list[str] | None = None) -> int:
         print_growth(title, errors, families, args.big)
         print("  held-out scales (fitted on one half of each family's sessions, applied to the other):")
         for (family, fold), (scale, n) in sorted(fitted.items()):
-            print(f"    {family:<11}fold {fold}: scale {scale:.3f} from {n} pairs")
+            print(f"    {family:<12}fold {fold}: scale {scale:.3f} from {n} pairs")
     print("\nwhole request: |C + estimate(history) - provider prompt| / prompt  (C from each segment's first request)")
-    print(f"{'family':<11}{'class':<7}{'method':<11}{'n':>5}{'median%':>9}{'p90%':>8}")
-    for cls in ("ascii", "cjk"):
-        for m in METHODS:
-            rows = [e for f in families for e in whole.get((f, cls, m), [])]
-            print(f"{'all':<11}{cls:<7}{m:<11}{len(rows):>5}{pct(rows, 0.5):>9.1f}{pct(rows, 0.9):>8.1f}")
-    if args.sessions:
-        print("\nper session: median growth error %, text variant")
-        errors_by_session = defaultdict(lambda: defaultdict(list))
-        est = tokens.Estimator("auto")
-        for p in pairs:
-            s = sessions[p.session]
+    print(f"{'family':<12}{'class':<7}{'method':<11}{'n':>5}{'median%':>9}{'p90%':>8}")
+    for family in ("all", *families):
+        for cls in ("ascii", "cjk"):
             for m in METHODS:
-                counter, scale = est.resolve(s.model, m)
-                errors_by_session[p.session][m].append(abs(estimate(p, counter, scale, "text") - p.delta) / p.delta * 100)
+                rows = [e for f in families if family in ("all", f) for e in whole.get((f, cls, m), [])]
+                if rows:
+                    print(f"{family:<12}{cls:<7}{m:<11}{len(rows):>5}{pct(rows, 0.5):>9.1f}{pct(rows, 0.9):>8.1f}")
+    if args.speed:
+        speed_report()
+    if args.sessions:
+        print("\nper session: median growth error % (auto), text variant / reply at its reported output")
+        est = tokens.Estimator("auto")
         for index, s in enumerate(sessions):
-            med = {m: statistics.median(v) for m, v in errors_by_session[index].items()}
+            counter, scale = est.resolve(s.model, "auto")
+            mine = [p for p in pairs if p.session == index]
+            cells = []
+            for variant in ("text", "usage"):
+                errs = [abs(estimate(p, counter, scale, variant) - p.delta) / p.delta * 100 for p in mine]
+                cells.append(f"{statistics.median(errs):5.1f}" if errs else "    -")
             name = "/".join(s.path.parts[-2:])[-60:]
-            print(
-                f"  {s.fmt:<12}{s.model[:26]:<27}{len(s.requests):>5} req  "
-                + "  ".join(f"{m}={med.get(m, float('nan')):.1f}" for m in METHODS)
-                + f"  {name}"
-            )
+            print(f"  {s.fmt:<12}{s.model[:26]:<27}{len(mine):>4} pairs  {cells[0]} / {cells[1]}  {name}")
     return 0
 
 

@@ -379,3 +379,18 @@ def test_tens_of_megabytes_of_one_character_are_estimated():
 def test_short_text_is_not_chunked():
     assert list(tokens.chunk_for_encoding("x" * _CHUNK)) == ["x" * _CHUNK]
     assert list(tokens.chunk_for_encoding("")) == [""]
+
+
+def test_claude_name_on_a_third_party_endpoint_can_drop_the_claude_factor():
+    # docs/tokens.md: a Claude model name served by an Anthropic-compatible third-party
+    # endpoint does not use Claude's tokenizer; registering it as "unknown" drops the factor
+    name = "claude-sonnet-4-5-via-gateway-test"
+    est = Estimator()
+    assert est.resolve(name)[1] == tokens.FAMILY_PROFILES["anthropic"].scale
+    register_model(name, 200_000, 64_000, family="unknown")
+    try:
+        assert est.resolve(name) == (tokens.OFFLINE_CL100K, 1.0)
+        text = "def handler(event):\n    return {'status': 200}\n" * 40
+        assert est.text_tokens(text, name) == est.text_tokens(text, method="tiktoken")
+    finally:
+        unregister_model(name)

@@ -41,6 +41,14 @@ missing or corrupt file, and a hanging download is exactly what must never happe
 Any other encoding name is accepted only as an offline plugin (``*_offline``). When no
 encoding is available the estimate silently uses the heuristic.
 
+Long text is handed to tiktoken in chunks of at most ``ENCODE_CHUNK_CHARS`` (8,192)
+characters (``chunk_for_encoding``, ``bpe_token_count``): tiktoken's cost grows faster
+than linearly with the length of one pre-tokeniser piece, and a 50 MB tool output of one
+character, a line of ``=``, a run of blanks or unpunctuated Chinese is one giant piece.
+Chunks end just before a space, newline or tab that starts a word, where the pre-tokeniser
+splits anyway, so ordinary text counts as if unchunked; only a run with no such boundary
+is cut hard, which moves the count by at most about a token per cut (<0.1%).
+
 ``method="heuristic"``: characters weighted per Unicode class over the *whole* text (not a
 verdict from a sample, SPEC-NOTES). Characters per token, one rate per class:
 
@@ -508,9 +516,21 @@ def get_encoding(name: str = OFFLINE_CL100K) -> Any | None:
 # slower per character as one multi-megabyte call. Cutting the text into bounded chunks
 # makes the count linear in the text's size whatever the text holds.
 ENCODE_CHUNK_CHARS = 8_192
-# The last whitespace character that starts a word, searched in the second half of a chunk:
-# greedy ".*" runs to the chunk end in C and backtracks to the last match.
+# The last whitespace character that starts a word, for windows where the last space or
+# newline does not start one (a run of blanks): greedy ".*" runs to the window end in C
+# and backtracks to the last match.
 _LAST_WORD_START = re.compile(r".*\s(?=\S)", re.DOTALL)
+
+
+def _chunk_end(text: str, lo: int, end: int) -> int:
+    """Where to end a chunk that must end in ``(lo, end]``: before a word-starting blank."""
+    blank = max(text.rfind(" ", lo, end), text.rfind("\n", lo, end), text.rfind("\t", lo, end))
+    if blank < lo:
+        return end  # no blank in the window (a blob, a run of one character): cut hard
+    if not text[blank + 1].isspace():
+        return blank  # the usual case: "foo| bar"
+    found = _LAST_WORD_START.match(text, lo, end + 1)
+    return found.end() - 1 if found is not None else end
 
 
 def chunk_for_encoding(text: str, limit: int = ENCODE_CHUNK_CHARS) -> Iterator[str]:
@@ -526,9 +546,7 @@ def chunk_for_encoding(text: str, limit: int = ENCODE_CHUNK_CHARS) -> Iterator[s
     n = len(text)
     start = 0
     while n - start > limit:
-        end = start + limit
-        found = _LAST_WORD_START.match(text, start + limit // 2, end + 1)
-        cut = found.end() - 1 if found is not None else end
+        cut = _chunk_end(text, start + limit // 2, start + limit)
         yield text[start:cut]
         start = cut
     if start < n or n == 0:
@@ -621,9 +639,13 @@ class FamilyProfile:
 
 
 # Chosen from benchmarks/estimator_accuracy.py (see docs/tokens.md for the figures):
-# tiktoken beat the heuristic in every measured class; Claude's tokenizer counts ~1.2x
-# cl100k on both ASCII (1.200) and CJK (1.234) text; Codex (OpenAI) matched at 1.02.
-# Families without usage data in the corpus use cl100k unscaled.
+# tiktoken beat the heuristic for every family whose usage is Anthropic's or OpenAI's own.
+# Claude's tokenizer counts ~1.2x cl100k: the factor fitted on one half of the Claude
+# sessions and checked on the other is 1.224 / 1.229 (both folds), on ASCII and CJK
+# alike. Codex (OpenAI) fits 0.97-1.10, so 1.0. Families without usage data in the corpus
+# use cl100k unscaled. A Claude model name served by a third-party Anthropic-compatible
+# endpoint has that endpoint's tokenizer (0.89x cl100k in the corpus): register the name
+# with ``register_model(name, window, max_output, family="unknown")`` to drop the factor.
 FAMILY_PROFILES: dict[str, FamilyProfile] = {
     "openai": FamilyProfile("tiktoken", "o200k_base", 1.0),
     "openai-legacy": FamilyProfile("tiktoken", OFFLINE_CL100K, 1.0),
