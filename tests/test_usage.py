@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from opctx.context.tokens import Estimator
+from opctx.context.tokens import MESSAGE_OVERHEAD_TOKENS, Estimator
 from opctx.context.usage import USAGE_META_KEY, UsageTracker, normalise_usage
 from opctx.dag.providers import Usage
 
@@ -252,3 +252,23 @@ def test_concurrent_records_are_all_counted():
     state = t.get("s")
     assert state.turn_count == 1600
     assert state.cumulative_prompt_tokens == 16_000
+
+
+def test_the_reply_to_the_counted_request_is_counted_at_its_reported_output():
+    est = Estimator("heuristic")
+    t = UsageTracker(estimator=est)
+    history = _history(6)
+    reply = {"id": "r", "role": "assistant", "content": "short visible answer"}
+    question = {"id": "q", "role": "user", "content": "and then?"}
+    grown = history + [reply, question]
+    # the reply carried 900 tokens of reasoning the transcript does not show
+    t.record("s", Usage(10_000, 900), history_len=6)
+    h = t.hybrid_estimate("s", grown)
+    assert h.total == 10_000 + 900 + MESSAGE_OVERHEAD_TOKENS + est.message_tokens(question)
+    # a partial figure (a streamed reply logged as 1 token) is not trusted
+    t.record("s", Usage(10_000, 1), history_len=6)
+    long_reply = {**reply, "content": "a considerably longer visible answer " * 20}
+    assert t.hybrid_estimate("s", history + [long_reply]).total == 10_000 + est.history_tokens([long_reply])
+    # the first appended message is not an assistant reply: nothing to correct
+    t.record("s", Usage(10_000, 900), history_len=6)
+    assert t.hybrid_estimate("s", history + [question]).total == 10_000 + est.history_tokens([question])
