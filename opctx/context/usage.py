@@ -39,9 +39,10 @@ anchor (if recorded) still sits at ``history[last_history_len - 1]``, the provid
 system prompt and tool schemas*, and only ``history[last_history_len:]`` is estimated
 and added; the first of those, when it is the assistant's reply to the counted request,
 is counted at the output tokens the provider reported for it (``_reply_correction``).
-System and tools are estimated too, but only to split the total into the budget's parts (``history = total - system - tools``, both shrunk in proportion in the
-rare case they exceed the provider's prefix figure); they are never added a second time
-(a defect of the public reference code). Otherwise the whole prompt is estimated.
+System and tools are estimated too, but only to split the total into the budget's parts
+(``history = total - system - tools``, both shrunk in proportion in the rare case they
+exceed the provider's prefix figure); they are never added a second time (a defect of
+the public reference code). Otherwise the whole prompt is estimated.
 
 All timestamps (``updated_at``) come from the injectable ``clock``.
 """
