@@ -9,6 +9,10 @@ Prints, on the synthetic coding-agent history of ``opctx.lab.synthetic_history``
 * ``_quadratic_reference_scan`` timed beside it where affordable (``--quadratic-max``,
   default 3,000 messages) and the ratio quadratic / tracker;
 * agreement: cited messages found by both / found by the quadratic scan;
+* the CPU time of the tracker beside its wall time (the machine is shared: CPU time is the
+  steadier figure when other jobs run);
+* adversarial texts: 200,000 characters of capitals, hex, one word... (each must stay
+  linear: the seed's CamelCase regex and hex-run lookup keys were quadratic there);
 * the same on the real corpus (every Claude Code / Codex session with provider usage,
   read at run time through the reader of ``estimator_accuracy.py``, concatenated), where
   far fewer messages are cited than in the synthetic history, which is the case where
@@ -34,12 +38,28 @@ from opctx.lab.synthetic_history import make_history  # noqa: E402
 
 
 def timed(fn, repeat: int) -> tuple[float, object]:
-    times, result = [], None
+    return timed_both(fn, repeat)[0::2]
+
+
+def timed_both(fn, repeat: int) -> tuple[float, float, object]:
+    """Median wall time, median CPU time, last result."""
+    wall, cpu, result = [], [], None
     for _ in range(repeat):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         result = fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), result
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
+    return statistics.median(wall), statistics.median(cpu), result
+
+
+ADVERSARIAL = {
+    "capitals": "T" * 200_000,
+    "capitals and digits": "T1" * 100_000,
+    "hex": "a1" * 100_000,
+    "one long word": "x" * 200_000,
+    "long path": "ab/" * 70_000,
+    "long CamelCase word": "Ab" * 100_000,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,17 +72,24 @@ def main(argv: list[str] | None = None) -> int:
     biggest = make_history(max(sizes) + 200, seed=0)
     chars = sum(len(message_text(m)) for m in biggest[: max(sizes)]) / max(sizes)
     print(f"synthetic history: {chars:.0f} text characters per message on average")
-    print(f"{'messages':>9}{'tracker s':>11}{'quadratic s':>13}{'ratio':>8}{'cited':>8}{'agreement':>11}")
+    print(f"{'messages':>9}{'tracker s':>11}{'cpu s':>8}{'quadratic s':>13}{'ratio':>8}{'cited':>8}{'agreement':>11}")
     for n in sizes:
         history = biggest[:n]
-        fast_s, fast = timed(lambda h=history: ReferenceTracker().build(h), args.repeat)
+        fast_s, fast_cpu, fast = timed_both(lambda h=history: ReferenceTracker().build(h), args.repeat)
         if n <= args.quadratic_max:
             slow_s, slow = timed(lambda h=history: _quadratic_reference_scan(h), 1)
             both = len(fast.cited_message_ids & slow.cited_message_ids)
             agree = f"{both / max(1, len(slow.cited_message_ids)):.4f}"
-            print(f"{n:>9}{fast_s:>11.3f}{slow_s:>13.3f}{slow_s / fast_s:>8.1f}{len(fast.cited_message_ids):>8}{agree:>11}")
+            print(
+                f"{n:>9}{fast_s:>11.3f}{fast_cpu:>8.3f}{slow_s:>13.3f}{slow_s / fast_s:>8.1f}"
+                f"{len(fast.cited_message_ids):>8}{agree:>11}"
+            )
         else:
-            print(f"{n:>9}{fast_s:>11.3f}{'-':>13}{'-':>8}{len(fast.cited_message_ids):>8}{'-':>11}")
+            print(f"{n:>9}{fast_s:>11.3f}{fast_cpu:>8.3f}{'-':>13}{'-':>8}{len(fast.cited_message_ids):>8}{'-':>11}")
+    for name, text in ADVERSARIAL.items():
+        pair = [{"id": "a", "role": "user", "content": text}, {"id": "b", "role": "user", "content": text}]
+        wall, _ = timed(lambda p=pair: ReferenceTracker().build(p), 1)
+        print(f"adversarial {name} ({len(text):,} chars, twice): {wall:.3f} s")
     corpus = ROOT.parent / "shared" / "corpus"
     if (corpus / "manifest.json").is_file():
         from estimator_accuracy import load_sessions

@@ -33,51 +33,77 @@ snippets, CamelCase, each kind in order of first appearance.
 Finding references without the quadratic scan
 =============================================
 The specification's scan checks every pair (i, j): O(n^2 * 32) substring searches.
-``ReferenceTracker`` visits each message once and keeps an **anchor index** of the
-distinctive strings of the messages not cited yet: ``anchor -> string -> [sources]``.
-A new message's text is tokenised once (the four regexes, which also give its own
-distinctive strings, and its ASCII alphanumeric words ``[A-Za-z0-9]+``); the anchors
-that occur among its *lookup keys* give the candidate strings, and each candidate is
-verified with ``s in text`` (C speed), so there are never false positives. The anchor of
-a string is chosen by tier:
+``ReferenceTracker`` visits each message once and keeps a table of the distinctive
+strings of the messages not cited yet, each filed under one **anchor**: a short key
+that is certain to be among the *lookup keys* of any later text in which the string
+occurs. A new text is tokenised once (the regexes above, which also give its own
+distinctive strings, plus its words); the anchors among its lookup keys give the
+candidate strings, and each candidate is verified with ``s in text`` (C speed), so there
+are never false positives. "Words" are maximal runs of ASCII ``[A-Za-z0-9_]``. The anchor
+of a string is chosen by tier:
 
-1. **An interior word** of ``s`` (a word bounded inside ``s`` by non-alphanumeric
-   characters on both sides), or a pair of consecutive interior words when there are
-   two or more (a pair is far more selective than ``src`` or ``main``); among several
-   candidates, the one with the fewest strings filed under it, then the longest. Wherever ``s`` occurs, that word occurs as a *complete* word,
-   because the characters around it belong to ``s`` (and two interior words occur as
-   consecutive words). Lookup keys: the words of the new text and the pairs of
-   consecutive words. **Exact.** (Most paths and multi-word snippets.)
-2. **The first camel hump** of a CamelCase string with at least two humps
-   (``Behavior`` for ``BehaviorMatch``), or the pair of its first two humps when it has
-   three or more (``("Parse", "Config")`` for ``ParseConfigError``: the second hump is
-   interior, so it is split the same way wherever the string occurs). Such a string can only occur inside a CamelCase
-   match of the later text (the regex starts at every capital and runs to the end of the
-   alphanumeric run, and the string itself satisfies its look-aheads), and the hump
-   tokeniser splits that match at the same place (a capital followed by lower-case
-   letters always starts a hump). Lookup keys: the humps of the new text's CamelCase
-   matches (``TestBehaviorMatching`` -> ``Test``, ``Behavior``, ``Matching``). **Exact.**
-3. **The string itself** for a hex id / number: it can only occur inside a maximal
-   ``[a-f0-9]`` run of the later text, which the hex regex returns. Lookup keys: those
-   runs plus their prefixes and suffixes of >= 6 characters (a short commit id inside a
-   full one). *Misses* an id strictly inside a longer run on both sides.
+1. **An interior word** of ``s`` (bounded inside ``s`` by non-word characters on both
+   sides; a snake_case word is preferred, then the longest). Wherever ``s`` occurs, that
+   word occurs as a *complete* word, because the characters around it belong to ``s``.
+   Lookup keys: the words of the new text. When ``s`` has no interior word but holds a
+   snake_case part between two underscores, the anchor is that part, the underscore and
+   the next character (``list_r`` for ``one_list_request``); lookup keys: the same
+   pattern at every underscore of the new text. **Exact.**
+2. **The first camel hump** of a string that starts with a capital, lower-case letters
+   and a capital or digit, with the next hump when a third follows (``("Parse",
+   "Config")`` for ``ParseConfigError``), else with the next character (``("Behavior",
+   "M")`` for ``BehaviorMatch``). Such a string can only occur inside a CamelCase match of
+   the later text (the regex starts at the first capital of every alphanumeric run and
+   runs to its end, and the string satisfies its look-aheads), where a capital followed
+   by lower-case letters always starts a hump. Lookup keys: each hump of the new text's
+   CamelCase matches with the next hump and with the next character. **Exact.**
+3. **A six-character window** (the last) of a hex id with a digit: it occurs inside a
+   maximal ``[a-f0-9]`` run of the later text, which the hex regex returns. Lookup keys:
+   every six-character window of those runs. **Exact** (a short commit id anywhere inside
+   a full one is found).
 4. **The longest word** of anything else (a one-word backtick snippet such as
-   ``parse_config``, a two-word path with no interior word). Lookup key: the complete
-   words of the new text. *Misses* the string when that word is glued to more letters in
-   the later text (``parse_config`` inside ``parse_configuration``: ``config`` is the anchor).
+   ``parse_config``, ``HTTPServer``). Lookup key: the complete words of the new text.
+   *Misses* the string when that word is glued to more word characters in the later text
+   (``parse_config`` inside ``parse_configuration``). The only approximation.
 
-A string with no ASCII alphanumeric at all (a Chinese backtick snippet) has no anchor and
-is checked directly against every new message until it is found (exact; such strings
-are few). Tiers 3 and 4 are the only approximations. On the real-transcript corpus the tracker and
-``_quadratic_reference_scan`` (the specification's algorithm, kept for this purpose) cite
-exactly the same messages in all 16 sessions with provider usage; the tests check
-agreement on synthetic histories and on hand-made near misses.
+A string with no ASCII word character at all (a Chinese backtick snippet) is filed under
+its rarest character, looked up in the set of the new text's characters (exact).
 
-When a message is cited, all of its strings leave the index (the specification's early
+On the synthetic histories the tracker cites exactly the messages the quadratic scan
+cites (1,000 and 3,000 messages, seeds 0 and 1); on the real-transcript corpus (all
+sessions with provider usage, concatenated, 2,364 messages) 1,416 of 1,418. The tests
+check agreement on synthetic histories, on the corpus sessions and on hand-made near
+misses.
+
+When a message is cited, all of its strings leave the table (the specification's early
 exit: a cited message is not checked again), and a string found in a new message cites
-every uncited holder at once. So the index holds only strings that have not recurred,
+every uncited holder at once. So the table holds only strings that have not recurred,
 and the per-message cost is one tokenising pass over its text plus the candidate checks:
-about linear in its length.
+linear in its length.
+
+Adversarial text
+================
+Every step is linear in the text. The spec's CamelCase regex retries every capital of a
+run and scans to the run's end each time: quadratic on a long run of capitals ("T" *
+8,000 took 0.9 s); a text with a word of 64 characters or more uses an equivalent
+one-attempt-per-run form. The lookup keys of a hex run are its windows, not its prefixes
+and suffixes (which were quadratic). Two messages of 200,000 characters each of capitals,
+hex, a single word, a path or a CamelCase word take 0.03-0.3 s (``tests/test_references.py``
+runs them; ``benchmarks/references.py`` times them).
+
+Cost
+====
+Measured with ``benchmarks/references.py`` on ``make_history`` (580 text characters per
+message) on the shared 2-core machine, under a load average of 5-6 from other jobs, so
+CPU times are the steadier figures: 10,000 messages take 1.4-1.8 s of CPU (2.8 s wall),
+2.6x less CPU than the previous anchor index (which built a word pair key for every pair
+of adjacent words of every text) measured in the same run; 3,000 messages take 0.88 s
+against 2.5 s for the quadratic scan; an incremental ``add`` after 10,000 messages takes
+0.15 ms (median). On an idle machine that is about 0.9 s for 10,000 messages (the old
+index took 2.3 s there): **the 0.5 s target is not met**. About half of the time is the
+regex passes that extraction itself needs (path, hex, CamelCase, words: some 40 us per
+message before any lookup), so a further gain needs fewer passes over each text rather
+than a better index.
 
 ``quoted_snippets_by_msg[id]`` holds the strings of message ``id`` found in the *first*
 message that cited it (the citing check stops there, as in the specification).
@@ -141,7 +167,13 @@ _WORD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 _NON_WORD_TO_SPACE = str.maketrans({chr(i): " " for i in range(128) if chr(i) not in _WORD_CHARS})
 # tier 2: a capital, its lower-case run and the next character, which is a capital or digit
 _HUMP_START = re.compile(r"([A-Z][a-z]++)([A-Z0-9])[A-Za-z0-9]*")
-_HUMP_KEYS = re.compile(r"([A-Z][a-z]++)(?=([A-Z0-9]))")
+# camel humps: "ParseHTTPConfig2" -> Parse|HTTP|Config|2 (each hump is scanned once from
+# the hump before it: linear)
+_HUMP = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+_HUMP_PAIRS = re.compile(r"([A-Z][a-z]++)(?=([A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+))")
+# tier 1 inside a snake_case word: an alphanumeric part between two underscores, the
+# second underscore and the next character ("one_list_request" -> "list_r")
+_SNAKE_KEYS = re.compile(r"_(?=([A-Za-z0-9]+_[A-Za-z0-9]))")
 _HEX_FULL = re.compile(r"[a-f0-9]{6,}")
 _WINDOW = 6
 
@@ -229,6 +261,24 @@ def extract_distinctive(text: str, limit: int = MAX_DISTINCTIVE) -> list[str]:
 Anchor = str | tuple[str, str]
 
 
+def _interior(s: str, words: list[str]) -> list[str]:
+    """The words of ``s`` (in order) minus those touching its ends."""
+    interior = words[1:] if s[0] in _WORD_CHARS else words
+    if interior and s[-1] in _WORD_CHARS:
+        interior = interior[:-1]
+    return interior
+
+
+def _hump_keys(camels: list[str]) -> set[tuple[str, str]]:
+    """Tier 2 lookup keys: each hump with the next hump, and with the next character."""
+    pairs = _HUMP_PAIRS.findall(" ".join(camels))
+    return set(pairs).union([(first, second[0]) for first, second in pairs])
+
+
+def _specificity(word: str) -> tuple[bool, int]:
+    return ("_" in word, len(word))
+
+
 def _anchor(s: str, rarity: Callable[[Anchor], int]) -> Anchor:
     """The key a string is filed under (module docstring, tiers 1-4).
 
@@ -238,13 +288,18 @@ def _anchor(s: str, rarity: Callable[[Anchor], int]) -> Anchor:
     words = _words(s)
     if not words:  # no ASCII word character: filed under its rarest character
         return min(sorted(set(s)), key=rarity)
-    interior = words[1:] if s[0] in _WORD_CHARS else words
-    if interior and s[-1] in _WORD_CHARS:
-        interior = interior[:-1]
-    if interior:  # tier 1
-        return max(interior, key=len)
+    interior = _interior(s, words)
+    if interior:  # tier 1: a snake_case word if any (rarer than a directory name), longest
+        return max(interior, key=_specificity)
+    if "_" in s:  # tier 1 inside a snake_case word: "one_list_request" -> "list_r"
+        inner = _SNAKE_KEYS.findall(s)
+        if inner:
+            return max(inner, key=len)
     hump = _HUMP_START.match(s)
     if hump and hump.end() >= 4:  # tier 2: the run is long enough to be a CamelCase match
+        second = _HUMP.match(s, len(hump[1]))
+        if second.end() < len(s):  # the second hump is interior: the pair is exact
+            return (hump[1], second[0])
         return (hump[1], hump[2])
     if _HEX_FULL.fullmatch(s) and not s.isalpha():  # tier 3: a hex id with a digit
         return s[-_WINDOW:]  # the last window: numbers that share a prefix differ at the end
@@ -267,26 +322,22 @@ def _as_dict(msg: Any) -> dict:
 
 
 class _Source:
-    """A message holding distinctive strings; ``cited`` once a later message quoted one."""
+    """A message holding distinctive strings, not cited yet."""
 
-    __slots__ = ("key", "tool_use_ids", "strings", "cited")
+    __slots__ = ("key", "tool_use_ids", "strings")
 
     def __init__(self, key: str, tool_use_ids: list[str], strings: list[str]):
         self.key = key
         self.tool_use_ids = tool_use_ids
         self.strings = strings
-        self.cited = False
 
 
 class ReferenceTracker:
     """Incremental ``ReferenceMap`` builder (module docstring). ``clock`` stamps the map."""
 
-    # anchors are remembered per string: a string that recurs is filed again after every
-    # citation. The memo is dropped past this many strings (it only saves work).
+    # anchors are remembered per string: most strings recur, and are filed again after
+    # each citation. The memo is dropped past this many strings (it only saves work).
     _ANCHOR_MEMO_MAX = 500_000
-    # strings of cited messages are left in the table (lazy deletion) until they are seen
-    # again or the table is compacted, once they outnumber the live ones by this much
-    _STALE_SLACK = 5_000
 
     def __init__(self, clock: Callable[[], float] = time.time, limit: int = MAX_DISTINCTIVE):
         self.clock = clock
@@ -294,14 +345,12 @@ class ReferenceTracker:
         self.reset()
 
     def reset(self) -> None:
-        # anchor -> the filed strings; string -> the messages holding it (oldest first)
+        # anchor -> the strings filed under it
         self._table: dict[Anchor, set[str]] = {}
-        self._holders: dict[str, list[_Source]] = {}
+        # string -> (its anchor, the uncited messages holding it, oldest first)
+        self._filed: dict[str, tuple[Anchor, list[_Source]]] = {}
         self._anchor_memo: dict[str, Anchor] = {}
         self._has_char_anchors = False
-        self._sources: list[_Source] = []  # every source since the last compaction
-        self._refs = 0  # (string, source) pairs in _holders
-        self._live_refs = 0  # of which held by uncited sources
         self._keys: list[str] = []
         self.map = ReferenceMap(last_built_at=self.clock())
 
@@ -345,39 +394,36 @@ class ReferenceTracker:
         if not text:
             return
         tok = _Tokens(text)
-        if self._table:
+        if self._filed:
             self._scan(text, tok)
         strings = _select(tok, self.limit)
         if not strings:
             return
         source = _Source(key, tool_result_ids(msg), strings)
-        self._sources.append(source)
-        self._refs += len(strings)
-        self._live_refs += len(strings)
-        holders_of = self._holders
+        filed = self._filed
         for s in strings:
-            holders = holders_of.get(s)
-            if holders is None:
-                holders_of[s] = [source]
-                self._file(s)
+            entry = filed.get(s)
+            if entry is not None:
+                entry[1].append(source)
+                continue
+            anchor = self._anchor_memo.get(s)
+            if anchor is None:
+                anchor = self._new_anchor(s)
+            filed[s] = (anchor, [source])
+            bucket = self._table.get(anchor)
+            if bucket is None:
+                self._table[anchor] = {s}
             else:
-                holders.append(source)
+                bucket.add(s)
 
-    def _file(self, s: str) -> None:
-        """Put ``s`` in the bucket of its anchor."""
+    def _new_anchor(self, s: str) -> Anchor:
         memo = self._anchor_memo
-        anchor = memo.get(s)
-        if anchor is None:
-            if len(memo) >= self._ANCHOR_MEMO_MAX:
-                memo.clear()
-            anchor = memo[s] = _anchor(s, self._bucket_size)
-        bucket = self._table.get(anchor)
-        if bucket is None:
-            self._table[anchor] = {s}
-            if len(anchor) == 1 and anchor not in _WORD_CHARS:
-                self._has_char_anchors = True
-        else:
-            bucket.add(s)
+        if len(memo) >= self._ANCHOR_MEMO_MAX:
+            memo.clear()
+        anchor = memo[s] = _anchor(s, self._bucket_size)
+        if len(anchor) == 1 and anchor not in _WORD_CHARS:
+            self._has_char_anchors = True
+        return anchor
 
     def _bucket_size(self, anchor: Anchor) -> int:
         return len(self._table.get(anchor, ()))
@@ -386,64 +432,51 @@ class ReferenceTracker:
         """Cite every uncited message with a string that occurs in ``text``."""
         table = self._table
         touched = table.keys() & tok.words
+        if "_" in text:
+            touched.update(table.keys() & _SNAKE_KEYS.findall(text))
         if tok.camels:
-            touched.update(table.keys() & _HUMP_KEYS.findall(" ".join(tok.camels)))
+            touched.update(table.keys() & _hump_keys(tok.camels))
         if tok.hexes:
             windows = [run[i : i + _WINDOW] for run in tok.hexes if not run.isalpha() for i in range(len(run) - _WINDOW + 1)]
             touched.update(table.keys() & windows)
         if self._has_char_anchors:
             touched.update(table.keys() & set(text))
-        hits: list[tuple[Anchor, str]] = []
-        for anchor in touched:
-            for s in table[anchor]:
-                if s in text:
-                    hits.append((anchor, s))
+        hits = [s for anchor in touched for s in table[anchor] if s in text]
         if not hits:
             return
         found: dict[int, tuple[_Source, list[str]]] = {}
-        for anchor, s in hits:
-            bucket = table[anchor]
-            bucket.discard(s)
-            if not bucket:
-                del table[anchor]
-            holders = self._holders.pop(s)
-            self._refs -= len(holders)
-            for src in holders:
-                if src.cited:  # a stale entry: cited earlier through another string
-                    continue
+        filed = self._filed
+        for s in hits:
+            for src in filed[s][1]:
                 entry = found.get(id(src))
                 if entry is None:
                     found[id(src)] = (src, [s])
                 else:
                     entry[1].append(s)
-        m = self.map
         for src, strings in found.values():
-            # the early exit: a cited message is not checked again (its other strings stay
-            # filed, stale, until they are seen again or the table is compacted)
-            src.cited = True
-            self._live_refs -= len(src.strings)
-            m.cited_message_ids.add(src.key)
-            m.cited_tool_use_ids.update(src.tool_use_ids)
-            m.quoted_snippets_by_msg[src.key] = set(strings)
-        if self._refs - self._live_refs > self._live_refs + self._STALE_SLACK:
-            self._compact()
+            self._cite(src, strings)
 
-    def _compact(self) -> None:
-        """Drop the strings of cited messages: refile those of the uncited ones."""
-        live = [src for src in self._sources if not src.cited]
-        self._sources = live
-        self._table = {}
-        self._holders = holders_of = {}
-        self._has_char_anchors = False
-        for src in live:
-            for s in src.strings:
-                holders = holders_of.get(s)
-                if holders is None:
-                    holders_of[s] = [src]
-                    self._file(s)
-                else:
-                    holders.append(src)
-        self._refs = self._live_refs = sum(len(src.strings) for src in live)
+    def _cite(self, source: _Source, found: list[str]) -> None:
+        """Mark ``source`` cited and take all its strings out of the table (early exit)."""
+        m = self.map
+        m.cited_message_ids.add(source.key)
+        m.cited_tool_use_ids.update(source.tool_use_ids)
+        m.quoted_snippets_by_msg[source.key] = set(found)
+        filed = self._filed
+        table = self._table
+        for s in source.strings:
+            entry = filed.get(s)
+            if entry is None:
+                continue
+            anchor, holders = entry
+            if len(holders) > 1:
+                holders.remove(source)
+                continue
+            del filed[s]
+            bucket = table[anchor]
+            bucket.discard(s)
+            if not bucket:
+                del table[anchor]
 
     # ------------------------------------------------------------------ queries
     def is_cited(self, msg_id: str | None = None, tool_use_id: str | None = None) -> bool:
