@@ -730,3 +730,56 @@ def test_a_rolled_back_transaction_gives_calls_their_seq_and_predecessor_back(st
     assert store.head() == head.id and store.count() == 1
     store.append_many(batch, follow_head=True)  # the same Calls can be written again
     assert [n.seq for n in batch] == [1, 2] and store.head() == batch[1].id
+
+
+_head_ops = st.lists(
+    st.tuples(
+        st.sampled_from(["append", "append", "append", "batch", "set_head", "clear_head"]),
+        st.integers(0, 10**6), st.integers(0, 10**6), st.booleans(),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_head_ops)
+def test_head_follows_the_rule_for_any_sequence_of_appends(operations):
+    """HEAD = a plain model of the documented rule, whatever the edges of the appended nodes."""
+    conn = connect(":memory:")
+    s = GraphStore(conn, "heads")
+    ids: list[str] = []
+    head: str | None = None
+
+    def model_append(node: Call) -> None:
+        nonlocal head
+        if (node.caller is None) if head is None else (node.predecessor == head):
+            head = node.id
+
+    def make(i: int, a: int, b: int, nested: bool) -> Call:
+        pred = ids[a % len(ids)] if ids and a % 3 else (head if a % 2 else None)
+        caller = ids[b % len(ids)] if nested and ids else ("outside-frame" if nested else None)
+        return Call(id=f"n{i}", role="code" if nested else "user", predecessor=pred, caller=caller)
+
+    for i, (op, a, b, nested) in enumerate(operations):
+        if op == "append":
+            node = make(i, a, b, nested)
+            s.append(node)
+            model_append(node)
+            ids.append(node.id)
+        elif op == "batch":
+            batch = []
+            for j in range(1 + a % 4):
+                node = make(i * 10 + j + 10_000, a + j, b + j, nested and j % 2 == 0)
+                batch.append(node)
+                ids.append(node.id)
+            s.append_many(batch)
+            for node in batch:
+                model_append(node)
+        elif op == "set_head" and ids:
+            head = ids[a % len(ids)]
+            s.set_head(head)
+        elif op == "clear_head":
+            head = None
+            s.set_head(None)
+        assert s.head() == head
+    conn.close()
