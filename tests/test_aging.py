@@ -255,26 +255,32 @@ _message_specs = st.tuples(
     st.booleans(),  # has an id
 )
 
-_operations = st.lists(
-    st.one_of(
-        st.tuples(st.just("append"), st.lists(_message_specs, min_size=1, max_size=6)),
-        st.tuples(st.just("rewind"), st.integers(min_value=1, max_value=5)),
-        st.tuples(st.just("compact"), st.integers(min_value=0, max_value=4)),
-        st.tuples(st.just("reread"), st.none()),
-        st.tuples(st.just("feed_back"), st.none()),
-        st.tuples(st.just("clock"), st.floats(min_value=-20, max_value=60)),
-        st.tuples(st.just("cite"), st.tuples(st.booleans(), st.integers(min_value=0, max_value=40))),
-        st.tuples(st.just("cite"), st.tuples(st.booleans(), st.integers(min_value=0, max_value=40))),
-        st.tuples(st.just("uncite"), st.integers(min_value=0, max_value=40)),
-        st.tuples(st.just("new_map"), st.booleans()),
-        st.tuples(st.just("switch"), st.none()),
-    ),
-    min_size=1,
-    max_size=30,
-)
+# weighted towards growth and citations: the incremental path is what is under test
+_OPERATION_KINDS = ["append"] * 5 + ["cite"] * 3 + [
+    "rewind", "compact", "reread", "feed_back", "clock", "uncite", "new_map", "switch",
+]
 
 
-@settings(max_examples=300, deadline=None)
+@st.composite
+def _operation(draw):
+    kind = draw(st.sampled_from(_OPERATION_KINDS))
+    if kind == "append":
+        return kind, draw(st.lists(_message_specs, min_size=1, max_size=8))
+    if kind == "cite":
+        return kind, draw(st.tuples(st.booleans(), st.integers(min_value=0, max_value=12)))
+    if kind in ("rewind", "compact", "uncite"):
+        return kind, draw(st.integers(min_value=1 if kind == "rewind" else 0, max_value=40 if kind == "uncite" else 5))
+    if kind == "clock":
+        return kind, draw(st.floats(min_value=-20, max_value=60))
+    if kind == "new_map":
+        return kind, draw(st.booleans())
+    return kind, None
+
+
+_operations = st.lists(_operation(), min_size=10, max_size=50)
+
+
+@settings(max_examples=200, deadline=None)
 @given(
     ops=_operations,
     turns=st.integers(min_value=0, max_value=4),
@@ -285,7 +291,7 @@ _operations = st.lists(
 def test_incremental_ager_matches_a_fresh_one(ops, turns, seconds, first, own_tracker):
     estimator = Estimator("heuristic")
     params = dict(keep_recent_turns=turns, keep_recent_seconds=seconds, min_tokens=30, protect_first_n=first)
-    clock = {"drift": 0.0}  # the clock runs this far ahead of the newest timestamp
+    clock = {"drift": 10.0}  # the clock runs this far ahead of the newest timestamp
     counter = {"n": 0, "ts": 0.0}
 
     def now():
@@ -325,7 +331,7 @@ def test_incremental_ager_matches_a_fresh_one(ops, turns, seconds, first, own_tr
             clock["drift"] += arg
         elif op == "cite" and history:  # a later message quotes this one (in place, like the tracker)
             by_tool, k = arg
-            target = history[k % len(history)]
+            target = history[k % len(history)]  # older messages: the ones past the gates
             tool_ids = [target.get("tool_call_id")] + [b.get("tool_use_id") for b in blocks(target) if isinstance(b, dict)]
             if by_tool:
                 refs.cited_tool_use_ids.update(i for i in tool_ids if i)
@@ -385,6 +391,25 @@ def test_incremental_ager_reuses_aged_copies_while_the_input_is_the_same():
     third, _ = ager.age(reread, ReferenceMap())
     assert third == second and third[3] is not second[3]  # rebuilt from the new objects
     assert all(third[i] is reread[i] for i in range(len(reread)) if i != 3)
+
+
+def test_incremental_ager_sees_the_clock_going_back():
+    history = _history()
+    ager = _ager()
+    assert ager.age(history, ReferenceMap(), now=T0 + 100)[1].redacted == 1
+    aged, report = ager.age(history, ReferenceMap(), now=T0 + 30)  # 27 s old again: kept
+    assert report.redacted == 0 and aged[3] is history[3]
+
+
+def test_incremental_turn_gate_at_exactly_keep_recent_turns():
+    """A result before every assistant message, with as many assistant messages as the gate asks for."""
+    history = _history()[:2] + [_history()[3]] + [
+        {"id": f"a{k}", "role": "assistant", "content": "ok", "timestamp": T0 + 10 + k} for k in range(4)
+    ]
+    history[2] = dict(history[2], extra={"blocks": [{"type": "tool_result", "tool_use_id": "t1", "content": BIG}]})
+    ager = _ager(keep_recent_turns=4)
+    assert ager.age(history[:-1], ReferenceMap())[1].redacted == 0  # three turns after it
+    assert ager.age(history, ReferenceMap())[1].redacted == 1  # four: exactly the gate
 
 
 def test_changing_a_gate_on_the_instance_is_seen():

@@ -6,12 +6,15 @@ import inspect
 
 import pytest
 from _compaction_fixtures import assistant, call, chat_turns, filler, results, tool_turn, user
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from opctx.context.engine import (
     CONTEXT_ENGINE_REGISTRY,
     ContextEngine,
     DefaultContextEngine,
     EngineError,
+    _ProviderCache,
     default_engine,
     get_engine,
     register_engine,
@@ -197,6 +200,85 @@ def test_provider_messages_repair_broken_pairs() -> None:
     out = to_provider_messages(reused)
     assert [m["role"] for m in out] == ["user", "assistant", "tool", "user", "assistant", "tool", "user"]
     assert out[-1]["content"] == "[result of tool step (call call_0)]\ndup"
+
+
+# mostly well-paired turns (the flat fast path), sometimes an open call or an orphan result (the repair path)
+_PAIRING_KINDS = ["user", "turn", "turn", "turn2", "text", "empty", "call", "orphan"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["append"] * 4 + ["append_in_place", "age_one", "age_one", "rewind", "copy", "same"]),
+            st.lists(st.tuples(st.sampled_from(_PAIRING_KINDS), st.integers(0, 3)), min_size=1, max_size=5),
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_provider_cache_assembles_like_the_one_shot_conversion(ops) -> None:
+    """The incremental assembly (appends, aged copies patched in, rewinds, re-read copies) equals a fresh conversion."""
+    cache = _ProviderCache()
+    history: list[dict] = []
+    counter = [0]
+
+    def fresh_id(prefix: str) -> str:
+        counter[0] += 1
+        return f"{prefix}{counter[0]}"
+
+    def messages(kind: str, k: int) -> list[dict]:
+        if kind in ("turn", "turn2", "call"):
+            ids = [fresh_id("c") for _ in range(2 if kind == "turn2" else 1)]
+            call_msg = {"id": fresh_id("a"), "role": "assistant", "content": "",
+                        "tool_calls": [{"id": i, "name": "run", "arguments": {"k": k}} for i in ids]}
+            if kind == "call":  # left open
+                return [call_msg]
+            return [call_msg] + [
+                {"id": fresh_id("t"), "role": "tool", "name": "run", "tool_call_id": i, "content": f"out {k} " * (k + 1)}
+                for i in ids
+            ]
+        if kind == "orphan":
+            return [{"id": fresh_id("t"), "role": "tool", "name": "cat", "tool_call_id": f"gone{k}", "content": "x"}]
+        if kind == "empty":
+            return [{"id": fresh_id("a"), "role": "assistant", "content": ""}]
+        return [{"id": fresh_id("u"), "role": "user" if kind == "user" else "assistant", "content": f"text {k}"}]
+
+    for op, specs in ops:
+        new = [m for kind, k in specs for m in messages(kind, k)]
+        if op == "append":
+            history = history + new
+        elif op == "append_in_place":  # the caller grows the very list it passed last time
+            history.extend(new)
+        elif op == "age_one" and history:  # aging replaced one message by a new object
+            i = (specs[0][1] * 7 + len(history) // 2) % len(history)
+            msg = history[i]
+            if msg["role"] == "tool":
+                cleared = dict(msg, content="[Old tool result content cleared (was 9 tokens)]", _redacted=True)
+            elif specs[0][1] % 2:  # another message in its place (new id): pairing and counts may change
+                cleared = new[0]
+            else:
+                cleared = dict(msg, content=(msg.get("content") or "") + " note")
+            history = history[:i] + [cleared] + history[i + 1 :]
+        elif op == "rewind":
+            history = history[: max(0, len(history) - specs[0][1] - 1)]
+        elif op == "copy":  # the branch read again: new dicts
+            history = [dict(m) for m in history]
+        got = to_provider_messages(history, cache)
+        assert got == to_provider_messages(history)
+        got.append({"role": "user", "content": "the caller may change the list it got"})
+        assert to_provider_messages(history, cache) == to_provider_messages(history)
+
+
+def test_provider_cache_replacement_that_changes_the_message_count() -> None:
+    c = call("grep")
+    history = [user("a"), c, *results(c), assistant("done"), user("b")]
+    cache = _ProviderCache()
+    assert to_provider_messages(history, cache) == to_provider_messages(history)
+    emptied = history[:3] + [{"id": "e1", "role": "assistant", "content": ""}] + history[4:]
+    assert to_provider_messages(emptied, cache) == to_provider_messages(emptied) and len(to_provider_messages(emptied)) == 4
+    refilled = emptied[:3] + [assistant("back")] + emptied[4:]
+    assert to_provider_messages(refilled, cache) == to_provider_messages(refilled)
 
 
 # ------------------------------------------------------------------ compact

@@ -284,7 +284,7 @@ class TurnAger:
         for pos, state in enumerate(self._states):
             k = len(state.seen)
             # `not now >= state.now`: the clock went backwards (or is NaN), decisions may flip back
-            if state.signature != signature or not now >= state.now:
+            if k > n or state.signature != signature or not now >= state.now:
                 continue
             if all(map(operator.is_, history, state.seen)):
                 same = True

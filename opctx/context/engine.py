@@ -56,10 +56,13 @@ structural summary) or ``"auto_compact_disabled"``.
 
 Incremental cost: per session the engine keeps a ``MessageFacts`` table (token
 estimates and tool pairing per message, extended when the history only grew),
-a ``ReferenceTracker`` (extended likewise) and a cache of provider messages per
-message. After the first call a prepare on an append-only history costs
-O(new messages) plus a few C-speed passes (identity checks of the list).
-Only ``compact`` re-reads the branch from the store.
+a ``ReferenceTracker`` (extended likewise) and a ``_ProviderCache`` (conversions
+per message plus the assembled provider messages and tool-pairing state of the
+last call, patched where aging replaced a message). The ``TurnAger`` remembers
+its decisions too (aging.py, "Speed"). After the first call a prepare on an
+append-only history costs O(new messages) plus a few C-speed passes (identity,
+then equality, checks of the list). Only ``compact`` re-reads the branch from
+the store.
 
 compact
 =======
@@ -118,6 +121,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from itertools import compress
 from typing import Any
 
 from opctx.dag.messages import as_text, blocks, is_tool_result
@@ -367,7 +371,8 @@ class _ProviderCache:
     conversions in order, their flattened provider messages (with where each
     message's part starts) and the running tool-pairing state (calls still waiting
     for a result, whether a result came without its call). The next history is
-    compared with the last by identity at C speed; on an append-only history only
+    compared with the last by identity at C speed (then by equality, so that a branch
+    re-read from the store as new dicts counts as unchanged); on an append-only history only
     the new messages are converted, flattened and paired, and a message replaced by
     a new object (aging cleared one more tool result) is patched in place. A
     shorter history (rewind) or a replacement that changes the message count or
@@ -407,8 +412,11 @@ class _ProviderCache:
             self._reset_assembly()  # a rewind: the pairing state cannot be undone
             k = 0
         elif k and not all(map(operator.is_, history, last)):
-            changed = [i for i, hit in enumerate(map(operator.is_, history, last)) if not hit]
-            if not self._patch(history, changed):
+            # equal copies (the branch re-read from the store) keep their conversions;
+            # both passes run at C speed, only the messages that really differ are visited
+            differs = list(map(operator.ne, history, last))
+            changed = list(compress(range(k), differs))
+            if changed and not self._patch(history, changed):
                 self._reset_assembly()
                 k = 0
         get = self.get
