@@ -6,7 +6,8 @@ compaction (random window, keep override, protected head/tail sizes):
 
 * the active branch has no orphaned tool call or result and no split parallel group;
 * the protected head is kept verbatim, first, followed by the summary node;
-* the latest user request is on the new branch;
+* the latest user request is on the new branch (in the tail, or pinned right after the
+  summary when the tail starts inside an autonomous run);
 * every original node is still in the store, unchanged;
 * a compaction that could not run changed nothing.
 """
@@ -156,8 +157,13 @@ def test_any_compaction_keeps_the_conversation_valid(
         summary = after[p]
         assert summary["type"] == "compactionSummary" and summary["id"] == res.summary_id
         kept = after[p + 1 :]
-        assert [m["copied_from"] for m in kept] == [m["id"] for m in before[res.cut_index :]]
-        assert summary["compaction"]["folded_ids"] == [m["id"] for m in before[p : res.cut_index]]
+        # a pinned request (an autonomous run's task) is copied first, ahead of the tail
+        pinned = summary["compaction"].get("pinned_ids", [])
+        assert all(m["role"] == "user" for m in before if m["id"] in pinned)
+        assert [m["copied_from"] for m in kept] == pinned + [m["id"] for m in before[res.cut_index :]]
+        assert summary["compaction"]["folded_ids"] == [
+            m["id"] for m in before[p : res.cut_index] if m["id"] not in pinned
+        ]
         # the latest user request survives, on the new branch
         request = latest_request(before)
         if request is not None:

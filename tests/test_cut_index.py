@@ -231,3 +231,33 @@ def test_config_validation() -> None:
         SummarizerConfig.from_dict({"nope": 1})
     with pytest.raises(ValueError, match="context_window"):
         keep_budget(0)
+
+
+def test_an_autonomous_run_pins_the_request_instead_of_folding_nothing() -> None:
+    # one request, then a long run of tool rounds: snapping back to the request would
+    # keep everything; the request is pinned after the summary and the run is cut
+    history = chat_turns(3, size=100)
+    history.append(user("fix every failing test"))
+    for _ in range(60):
+        c = call("run", text="next step")
+        history += [c, *results(c, 400)]
+    request = latest_user_index(history)
+    cut = find_cut_index(history, 32_000, SummarizerConfig(), estimate=char_tokens)
+    assert cut.ok and cut.pinned == (request,)
+    assert cut.index > request + 1
+    assert any("pinned" in s for s in cut.steps)
+    # the cut keeps tool groups whole and the tail is near the keep budget
+    assert history[cut.index]["role"] == "assistant"
+    assert cut.tail_tokens <= cut.effective_keep * 2
+    folded = sum(char_tokens(m) for m in history[cut.protected_head : cut.index]) - char_tokens(history[request])
+    assert folded > 2 * sum(char_tokens(m) for m in history[cut.protected_head : request])
+
+
+def test_no_pin_when_snapping_back_folds_enough() -> None:
+    history = chat_turns(40, size=200)
+    history.append(user("long task"))
+    for _ in range(12):
+        c = call("run", text="running the next step")
+        history += [c, *results(c, 1_000)]
+    cut = find_cut_index(history, 32_000, SummarizerConfig(protect_last_n=5), estimate=char_tokens)
+    assert cut.pinned == () and cut.index == latest_user_index(history)

@@ -122,3 +122,27 @@ def test_failed_write_leaves_the_session_as_it_was(db: DagSessionDB) -> None:
         Persister(Failing()).insert_summary_node(sid, "S", 8, history, 2)
     assert db.get_head(sid) == head_before
     assert [m["id"] for m in db.get_branch(sid)] == [m["id"] for m in history]
+
+
+def test_a_pinned_request_is_copied_right_after_the_summary(db: DagSessionDB) -> None:
+    msgs = [user("hello"), assistant("hi"), user("context"), user("refactor the parser")]
+    for _ in range(6):
+        c = call("edit")
+        msgs += [c, *results(c)]
+    sid, history = store_history(db, msgs)
+    snapshot = {m["id"]: dict(m) for m in db.get_messages(sid)}
+    p, u, cut = 3, 3, 10
+    Persister(db).insert_summary_node(sid, "S", cut, history, p, pinned=[u])
+    branch = db.get_branch(sid)
+    assert [m.get("copied_from") for m in branch[:p]] == [m["id"] for m in history[:p]]
+    assert branch[p]["type"] == "compactionSummary"
+    assert branch[p + 1]["copied_from"] == history[u]["id"]
+    assert branch[p + 1]["content"] == "refactor the parser"
+    assert [m["copied_from"] for m in branch[p + 2 :]] == [m["id"] for m in history[cut:]]
+    meta = branch[p]["compaction"]
+    assert meta["pinned_ids"] == [history[u]["id"]]
+    assert meta["kept_ids"][0] == history[u]["id"]
+    assert meta["folded_ids"] == [m["id"] for m in history[p:cut] if m["id"] != history[u]["id"]]
+    assert {m["id"]: m for m in db.get_messages(sid) if m["id"] in snapshot} == snapshot
+    with pytest.raises(PersistError, match="pinned positions"):
+        Persister(db).insert_summary_node(sid, "S", cut, history, p, pinned=[cut])

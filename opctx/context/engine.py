@@ -989,8 +989,9 @@ class DefaultContextEngine(ContextEngine):
                     )
                 )
 
-            head_n, cut_idx = cut.protected_head, cut.index
-            folded = history[head_n:cut_idx]
+            head_n, cut_idx, pinned = cut.protected_head, cut.index, cut.pinned
+            # a pinned request (CutPoint.pinned) is kept verbatim after the summary
+            folded = [m for i, m in enumerate(history[head_n:cut_idx], head_n) if i not in pinned]
             if previous_summary is None:
                 previous_summary = _latest_summary_text(folded)
             force = None
@@ -1020,7 +1021,7 @@ class DefaultContextEngine(ContextEngine):
                 {"role": "system", "content": f"{SUMMARY_PREFIX}\n{summary.text}"}
             )
             head_tokens = table.prefix_tokens[head_n]
-            tail_tokens = table.tail_tokens(cut_idx)
+            tail_tokens = table.tail_tokens(cut_idx) + sum(table.tokens_at(i) for i in pinned)
             tokens_after = system_tokens + tools_tokens + head_tokens + summary_tokens + tail_tokens
             base = dict(
                 summary_text=summary.text,
@@ -1031,7 +1032,7 @@ class DefaultContextEngine(ContextEngine):
                 reason=why,
                 fell_back_to_structural=summary.fell_back_to_structural,
                 cut_index=cut_idx,
-                kept_count=len(history) - cut_idx,
+                kept_count=len(history) - cut_idx + len(pinned),
                 protected_count=head_n,
             )
             if tokens_after >= tokens_before:
@@ -1062,6 +1063,7 @@ class DefaultContextEngine(ContextEngine):
                 tokens_after=tokens_after,
                 fell_back_to_structural=summary.fell_back_to_structural,
                 session_db=db,
+                **({"pinned": pinned} if pinned else {}),  # custom persisters predate pinning
             )
             self.usage_tracker.record_compaction(session_id)
             saved = (tokens_before - tokens_after) / tokens_before if tokens_before else 0.0

@@ -6,6 +6,11 @@ Layout (docs/ARCHITECTURE.md, "Compaction layout"), for an active branch
     m0 - ... - m{p-1} - m{p} ... m{cut-1} - m{cut} ... m{n-1}     original, untouched
     c0 - ... - c{p-1} - S - k{cut} - ... - k{n-1}                 new branch, HEAD = k{n-1}
 
+When the cut pins the latest user request ``m{u}`` (``p <= u < cut``, see
+``find_cut_index``), its copy goes right after the summary:
+``c0 - ... - c{p-1} - S - k{u} - k{cut} - ... - k{n-1}``; it is not in
+``folded_ids``, it heads ``kept_ids`` and is named in ``pinned_ids``.
+
 * ``c*`` / ``k*`` are copies with fresh ids ``k_<hex>`` and
   ``copied_from = <original id>``, chained by ``parent_id``; the first node of
   the new branch has ``parent_id=None``, so that walking the new branch back
@@ -144,11 +149,15 @@ class Persister:
         fell_back_to_structural: bool = False,
         session_db: Any = None,
         extra_compaction: dict[str, Any] | None = None,
+        pinned: Sequence[int] = (),
     ) -> PersistResult:
         """Write head copies, the summary and tail copies; move HEAD; save the summary text.
 
         ``history`` is the active branch as read from the store (every message has
-        an id); ``history[protect_first_n:cut_idx]`` is folded.
+        an id); ``history[protect_first_n:cut_idx]`` is folded, except the positions
+        in ``pinned`` (``CutPoint.pinned``: the latest user request), which are copied
+        right after the summary, ahead of the tail, and listed first in ``kept_ids``
+        (and in ``pinned_ids``).
         """
         db = self._db(session_db)
         n = len(history)
@@ -164,11 +173,18 @@ class Persister:
             raise PersistError(
                 f"history messages without an id at positions {missing[:5]}: read it from the store"
             )
-        head, folded, kept = (
-            history[:protect_first_n],
-            history[protect_first_n:cut_idx],
-            history[cut_idx:],
-        )
+        pinned_set = set(pinned)
+        if any(not protect_first_n <= i < cut_idx for i in pinned_set):
+            raise PersistError(
+                f"pinned positions {sorted(pinned_set)} must lie in the folded range "
+                f"[{protect_first_n}, {cut_idx})"
+            )
+        head = history[:protect_first_n]
+        folded = [m for i, m in enumerate(history[protect_first_n:cut_idx], protect_first_n)
+                  if i not in pinned_set]
+        kept = [history[i] for i in sorted(pinned_set)] + list(history[cut_idx:])
+        if not folded:
+            raise PersistError("nothing to fold: every message of the range is pinned")
         compaction = {
             "kind": "summary",
             "folded_ids": [m["id"] for m in folded],
@@ -183,6 +199,8 @@ class Persister:
             "recorded": False,
             "format": None,
         }
+        if pinned_set:
+            compaction["pinned_ids"] = [history[i]["id"] for i in sorted(pinned_set)]
         if extra_compaction:
             compaction.update(extra_compaction)
 

@@ -58,7 +58,16 @@ tool-result ids):
    then still fits the ceiling; (c) the nearest boundary that keeps tool groups
    whole (forward within the same bound, else backward within the ceiling): the
    tail then starts mid-turn, after a complete tool exchange; (d) the earlier
-   user request even over the ceiling. A cut that folds nothing returns
+   user request even over the ceiling. **Pinning** (an addition): when the
+   latest user request lies between the head and the cut, snapping back to it
+   keeps everything after it. In an autonomous run (one request, hundreds of tool
+   calls: most Claude Code and Codex sessions) that folds next to nothing, and
+   compaction stops for lack of progress. So if (b) would fold less than half of
+   what cutting at the nearest tool-group boundary folds, the cut stays there and
+   the request is *pinned*: kept verbatim, as a copy, right after the summary
+   (``CutPoint.pinned``). The request is still on the new branch, word for word,
+   which is what SPEC-NOTES' "latest user request in the kept tail" protects; Codex
+   keeps recent user messages after its summary the same way. A cut that folds nothing returns
    ``CutPoint(ok=False, reason=...)``. The forward snap of (a) may give back the
    one assistant message in front of the user request that the gates counted;
    that is the specification's behaviour and is kept.
@@ -328,6 +337,9 @@ class FactsTable:
     def tail_tokens(self, i: int) -> int:
         return self.prefix_tokens[-1] - self.prefix_tokens[i]
 
+    def tokens_at(self, i: int) -> int:
+        return self.prefix_tokens[i + 1] - self.prefix_tokens[i]
+
     def tail_text(self, i: int) -> int:
         return self.prefix_text[-1] - self.prefix_text[i]
 
@@ -455,13 +467,18 @@ def find_cut_index(
     table = facts.table(messages)
     n = len(table)
 
-    def result(index: int, ok: bool, reason: str | None, head_end: int = 0) -> CutPoint:
+    def result(
+        index: int, ok: bool, reason: str | None, head_end: int = 0, pinned: tuple[int, ...] = ()
+    ) -> CutPoint:
         return CutPoint(
+            pinned=pinned,
             index=index,
             desired_keep=desired,
             max_safe_keep=max_safe,
             effective_keep=effective,
-            tail_tokens=table.tail_tokens(index) if n else 0,
+            tail_tokens=(table.tail_tokens(index) + sum(table.tokens_at(i) for i in pinned))
+            if n
+            else 0,
             tail_text_messages=table.tail_text(index) if n else 0,
             protected_head=head_end,
             steps=steps,
@@ -564,6 +581,17 @@ def find_cut_index(
             steps.append(
                 f"6:snapped backward {cut} -> {chosen} (forward would cross the floor or the latest user request)"
             )
+    if last_user is not None and (chosen is None or chosen == backward_user):
+        # the gates cut past the latest request: snap back to it (b) only if that
+        # still folds at least half of what pinning it would
+        pin = _pin_latest_request(table, head_end, cut, floor, last_user, chosen)
+        if pin is not None:
+            pin_cut, folded_back, folded_pinned = pin
+            steps.append(
+                f"6:latest user request {last_user} pinned after the summary; cut at {pin_cut} "
+                f"(snapping back would fold {folded_back} tokens, pinning folds {folded_pinned})"
+            )
+            return result(pin_cut, True, None, head_end, (last_user,))
     if chosen is None:
         # (c) no user request fits: the nearest boundary that keeps tool groups whole,
         # forward first (a smaller tail), then backward within the ceiling
@@ -591,6 +619,36 @@ def find_cut_index(
         )
         return result(head_end, False, reason, head_end)
     return result(chosen, True, None, head_end)
+
+
+def _pin_latest_request(
+    table: Any, head_end: int, cut: int, floor: int, last_user: int, snapped: int | None
+) -> tuple[int, int, int] | None:
+    """``(cut, tokens folded by snapping back, tokens folded by pinning)`` when pinning wins.
+
+    ``snapped`` is the backward snap of step 6 (b), or ``None`` when it was refused
+    (its tail would exceed the ceiling).
+
+    Pinning the latest request ``u`` means folding ``[head_end, pin_cut)`` minus ``u``
+    and keeping ``u`` verbatim after the summary. It needs ``u`` to stand alone (no
+    tool exchange runs across it) and a tool-group boundary after it near the gates'
+    cut: forward up to the floor, else backward down to ``u + 2``.
+    """
+    forbid, prefix = table.forbid, table.prefix_tokens
+    n = len(table)
+    if not head_end < last_user < cut or forbid[last_user] or forbid[last_user + 1]:
+        return None
+    bound = max(floor, last_user + 2)
+    pin_cut = next((b for b in range(cut, min(bound, n - 1) + 1) if not forbid[b]), None)
+    if pin_cut is None:
+        pin_cut = next((b for b in range(cut - 1, last_user + 1, -1) if not forbid[b]), None)
+    if pin_cut is None:
+        return None
+    folded_back = prefix[snapped] - prefix[head_end] if snapped is not None else 0
+    folded_pinned = prefix[pin_cut] - prefix[head_end] - table.tokens_at(last_user)
+    if folded_pinned <= 0 or 2 * folded_back >= folded_pinned:
+        return None
+    return pin_cut, folded_back, folded_pinned
 
 
 # --------------------------------------------------------------------------- rendering

@@ -113,6 +113,9 @@ class CutPoint:
     steps: list[str] = field(default_factory=list)
     ok: bool = True
     reason: str | None = None
+    # addition: indices before ``index`` kept verbatim right after the summary (the
+    # latest user request, when snapping back to it would give up most of the fold)
+    pinned: tuple[int, ...] = ()
 
 
 @dataclass
