@@ -56,10 +56,9 @@ Choices where the specification is open
   native tool calls are still answered (as unknown tools).
 * ``runtime`` is a ``DagRuntime``, or a ``DagSession`` whose ``runtime`` slot
   holds one (see ``DagRuntime.for_session``).
-* **Folded reads keep system nodes.** ``fold_history`` keeps only (user, final
-  llm) of earlier turns; a system-role node on the chain (the compaction
-  summary) is kept too, in chain order, since dropping it would lose the whole
-  folded past.
+* **Folded reads keep system nodes.** ``fold_history`` keeps (user, final llm)
+  of earlier turns and every system-role node on the chain (the compaction
+  summary), in chain order, since dropping it would lose the whole folded past.
 * Results are recorded JSON-safe (see ``runtime.json_safe``).
 
 ``parse_tool_call(text_or_reply) -> list[ToolCall]`` (empty: no tool call)
@@ -382,19 +381,14 @@ class ChatResult(Reply):
 
 
 def turn_reads(runtime: Any) -> list[str]:
-    """The reads of the next LLM call of the turn: ``fold_history`` plus system nodes of the chain."""
-    graph = runtime.graph
+    """The reads of the next LLM call of the turn: ``fold_history`` of the head.
+
+    ``fold_history`` keeps system-role nodes of the chain (a compaction summary) in
+    chain order, so the folded past stays in the prompt.
+    """
     if runtime.head is None:
         return []
-    folded = fold_history(runtime.head, graph)
-    kept = {n.id for n in folded}
-    systems = [
-        n for n in graph.chain(runtime.head)
-        if n.metadata.get("role") == "system" and n.id not in kept
-    ]
-    if not systems:
-        return [n.id for n in folded]
-    return [n.id for n in sorted(folded + systems, key=lambda n: n.seq)]
+    return [n.id for n in fold_history(runtime.head, runtime.graph)]
 
 
 def chat_turn(
