@@ -6,7 +6,9 @@ ratio to a baseline run side by side:
 1. replay of the longest corpus session (most messages) with the ``default``
    preset, against the ``none`` preset (the cost of the strategy itself);
 2. replay of a 1,300-message synthetic session (target: < 2 s) with ``default``,
-   against ``none``;
+   against ``none``, and the same session cut to 325 / 650 / 1,300 messages:
+   an incremental replay costs about linearly in the length (time per message
+   about constant), not quadratically;
 3. a sweep of 50 configurations over every corpus session, serially and with a
    2-worker dask ``LocalCluster`` (processes; target: < 60 s), ratio
    parallel/serial;
@@ -14,6 +16,10 @@ ratio to a baseline run side by side:
    ``sessions_df``, cheap ``nodes_df`` columns, text/token columns for 100
    sessions, ``turns_df`` for 100 sessions, against the naive baseline of
    loading and parsing every node's JSON.
+
+Wall-clock and CPU (``process_time``) medians are both printed, with the load
+average: on a shared machine the wall clock of a single-threaded replay is
+inflated by other processes, its CPU time much less.
 
 The corpus is imported into a temporary database first (``opctx.importers``);
 without a corpus (``OPCTX_CORPUS`` or ../shared/corpus) parts 1 and 3 run on
@@ -44,12 +50,20 @@ from opctx.lab.sweep import sweep  # noqa: E402
 CORPUS = Path(os.environ.get("OPCTX_CORPUS", ROOT.parent / "shared" / "corpus"))
 
 
-def timed(fn, runs: int) -> list[float]:
-    out = []
+class Times(list):
+    """Wall-clock seconds of each run, with the CPU seconds alongside (``.cpu``)."""
+
+    cpu: list[float]
+
+
+def timed(fn, runs: int) -> Times:
+    out = Times()
+    out.cpu = []
     for _ in range(runs):
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         fn()
         out.append(time.perf_counter() - started)
+        out.cpu.append(time.process_time() - cpu)
     return out
 
 
@@ -57,9 +71,16 @@ def describe(label: str, times: list[float], baseline: list[float] | None = None
     med = statistics.median(times)
     p95 = sorted(times)[max(0, int(round(0.95 * len(times))) - 1)]
     text = f"{label:<58} median {med:7.3f} s  p95 {p95:7.3f} s"
+    cpu = getattr(times, "cpu", None)
+    if cpu:
+        text += f"  cpu {statistics.median(cpu):7.3f} s"
     if baseline:
         text += f"  x{med / statistics.median(baseline):5.2f} vs baseline"
     return text
+
+
+def load() -> str:
+    return "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg()) + f" on {os.cpu_count()} cores"
 
 
 def import_corpus(db_path: Path) -> list[SessionSpec]:
@@ -128,13 +149,23 @@ def main() -> None:
         print(describe("replay none (baseline)", base))
         print(describe("replay default", dflt, base))
         print(describe("replay observation-masking", mask, base))
+        print("   incremental: cost per message at three lengths (default preset)")
+        for n in (325, 650, 1300):
+            t = timed(lambda n=n: replay(synthetic[:n], "default", keep_contexts=False), runs)
+            print(describe(f"replay default, {n} messages", t)
+                  + f"  {1000 * statistics.median(t.cpu) / n:6.2f} ms cpu/message")
+        print(f"   ({load()})")
 
         configs = fifty_configs()[:10] if args.quick else fifty_configs()
         print(f"\n3. sweep: {len(configs)} configurations x {len(specs)} sessions (target < 60 s)")
-        started = time.perf_counter()
+        print(f"   ({load()})")
+        started, cpu = time.perf_counter(), time.process_time()
         serial = sweep(specs, configs, progress=False)
         t_serial = time.perf_counter() - started
-        print(f"{'sweep serial (baseline)':<58} {t_serial:7.1f} s   errors: {serial['error'].notna().sum()}")
+        print(f"{'sweep serial (baseline)':<58} {t_serial:7.1f} s   cpu {time.process_time() - cpu:7.1f} s"
+              f"   errors: {serial['error'].notna().sum()}")
+        for error, n in serial["error"].dropna().value_counts().head(3).items():
+            print(f"   {n} x {error}")
         from distributed import Client, LocalCluster
 
         with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
@@ -143,6 +174,7 @@ def main() -> None:
                 started = time.perf_counter()
                 parallel = sweep(specs, configs, executor=client.get_executor(), progress=False)
                 t_par = time.perf_counter() - started
+        print(f"   ({load()})")
         same = serial.equals(parallel)
         print(f"{'sweep dask LocalCluster, 2 worker processes':<58} {t_par:7.1f} s   x{t_par / t_serial:5.2f} vs serial; identical frame: {same}")
         if not same:

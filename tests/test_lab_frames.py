@@ -29,7 +29,9 @@ def db(tmp_path_factory):
 
 def test_sessions_df(db):
     df = frames.sessions_df(db, columns=[*frames.SESSION_COLUMNS[:-1]])
-    assert "n_compactions" not in frames.sessions_df(db).columns  # reads every node: on request
+    default = frames.sessions_df(db)
+    # the count of compactions is a default column (notebooks 02-05 filter on it); extra is not
+    assert list(default["n_compactions"]) == [0, 1] and "extra" not in default.columns
     assert list(df["session_id"]) == ["scenario-0001", "scenario-0002"]
     assert isinstance(df["created_at"].dtype, pd.DatetimeTZDtype) and str(df["created_at"].dt.tz) == "UTC"
     assert df["format"].dtype == "category" and set(df["format"]) == {"scenario"}
@@ -124,3 +126,67 @@ def test_several_databases_get_a_db_column(db, tmp_path):
         frames.sessions_df(tmp_path / "missing.db")
     with pytest.raises(ValueError, match="no database"):
         frames.sessions_df([])
+
+
+def _clone_sessions(path, source: str, n: int) -> None:
+    """Sessions ``s00001`` .. ``s{n:05d}``, copies of ``source`` (rows copied in SQL: seconds)."""
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(
+            "WITH RECURSIVE k(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM k WHERE i < ?)"
+            " INSERT INTO sessions (id, title, created_at, updated_at, model, agent_id, source,"
+            " extra_json, last_node_id, next_seq)"
+            " SELECT printf('s%05d', i), title, created_at + i, updated_at + i, model, agent_id,"
+            " source, extra_json, last_node_id, next_seq FROM sessions, k WHERE id = ?",
+            (n, source),
+        )
+        conn.execute(
+            "INSERT INTO nodes (id, session_id, type, predecessor, caller, created_at, seq, data_json)"
+            " SELECT n.id, s.id, n.type, n.predecessor, n.caller, n.created_at, n.seq, n.data_json"
+            " FROM nodes n, sessions s WHERE n.session_id = ? AND s.id GLOB 's[0-9]*'"
+            " AND s.id != 's00000'",
+            (source,),
+        )
+        conn.execute("DELETE FROM nodes WHERE session_id = ?", (source,))
+        conn.execute("DELETE FROM sessions WHERE id = ?", (source,))
+    conn.close()
+
+
+def test_ten_thousand_sessions_stay_quick_typed_and_lazy(tmp_path):
+    import time
+
+    path = tmp_path / "many.db"
+    sdb = DagSessionDB(str(path))
+    messages = generate_session(1, n_turns=2).messages
+    sdb.create_session(session_id="s00000", model="claude-sonnet-4-5", source="import:claude_code")
+    sdb.append_messages("s00000", messages)
+    engine = DefaultContextEngine(session_db=sdb, context_window=20_000, aging=False)
+    assert engine.compact(None, "s00000", None, user_initiated=True).ok  # one compaction
+    sdb.create_session(session_id="template", model="claude-sonnet-4-5", source="import:claude_code")
+    sdb.append_messages("template", [dict(m, id=f"t{i}") for i, m in enumerate(messages[:6])])
+    sdb.close()
+    _clone_sessions(path, "template", 9_999)
+
+    started = time.perf_counter()
+    df = frames.sessions_df(path)
+    elapsed = time.perf_counter() - started
+    assert len(df) == 10_000
+    assert elapsed < 5.0, f"sessions_df over 10,000 sessions took {elapsed:.1f} s"
+    assert list(df["n_compactions"].value_counts().sort_index().items()) == [(0, 9_999), (1, 1)]
+    assert (df["n_nodes"].iloc[1:] == 6).all()
+    assert isinstance(df["created_at"].dtype, pd.DatetimeTZDtype)
+    assert isinstance(df["last_at"].dtype, pd.DatetimeTZDtype)
+    assert df["format"].dtype == "category" and list(df["format"].cat.categories) == ["claude_code"]
+    assert df["n_nodes"].dtype == "int64"
+
+    # columns= computes only what is asked for; session_ids= filters in SQL
+    started = time.perf_counter()
+    narrow = frames.sessions_df(path, columns=["session_id", "n_nodes"])
+    assert list(narrow.columns) == ["session_id", "n_nodes"]
+    some = ["s00000"] + [f"s{i:05d}" for i in range(1_000, 10_000, 1_000)]
+    nodes = frames.nodes_df(path, columns=["session_id", "kind", "text"], session_ids=some)
+    assert set(nodes["session_id"]) == set(some) and nodes["kind"].dtype == "category"
+    assert (nodes["kind"] == "summary").sum() == 1
+    assert time.perf_counter() - started < 5.0

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from opctx.dag.messages import message_text
+from opctx.dag.messages import is_tool_result, message_text
 from opctx.lab.metrics import (
     broken_pairs_per_step,
     common_prefix_length,
@@ -191,3 +191,40 @@ def test_estimator_error_against_recorded_usage():
     assert m["estimator_steps"] == len(result.steps_df)
     assert m["estimator_mean_rel_error"] == pytest.approx(-1 / 11, abs=0.01)
     assert (result.steps_df["output_tokens"] == 7).all()
+
+
+def _losses_rebuilding_every_request(result):
+    """Reference losses with the request view rebuilt from scratch for every use: the
+    definition in the module docstring, written the slow, obvious way."""
+    stream, texts = result.stream, result.stream_texts
+    points = list(result.steps_df["stream_index"])
+    first_seen: dict[str, list[int]] = {}
+    out = []
+    for j, msg in enumerate(stream):
+        idents = identifiers(texts[j])
+        if msg.get("role") in ("user", "assistant") and not is_tool_result(msg):
+            k = next((k for k, p in enumerate(points) if p >= j), None)
+            if k is not None:
+                request = result.context(k)
+                for ident in idents:
+                    sources = first_seen.get(ident)
+                    if not sources:
+                        continue
+                    present = [m for m in request if result.origin_of(m) in sources]
+                    synthetic = [m for m in request if result.origin_of(m) is None]
+                    if any(ident in message_text(m) for m in present + synthetic):
+                        continue
+                    out.append((ident, j, k, "masked" if present else "folded"))
+        for ident in idents:
+            first_seen.setdefault(ident, []).append(j)
+    return out
+
+
+@pytest.mark.parametrize(("preset", "window"), [("observation-masking", None), ("default", 24_000), ("claude-code", 40_000)])
+def test_incremental_request_views_give_the_direct_losses(preset, window):
+    scenario = generate_session(11, n_turns=30)
+    result = replay(scenario.messages, preset, context_window=window)
+    got = reference_losses(result)
+    expected = _losses_rebuilding_every_request(result)
+    assert expected, "the replay must lose something for this comparison to mean anything"
+    assert list(zip(got["identifier"], got["use_index"], got["step"], got["reason"].astype(str), strict=True)) == expected

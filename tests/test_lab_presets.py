@@ -6,6 +6,7 @@ import pytest
 
 from opctx.context.engine import CONTEXT_ENGINE_REGISTRY, DefaultContextEngine, get_engine
 from opctx.lab.presets import (
+    ENGINE_SOURCES,
     MASK_PLACEHOLDER,
     PRESETS,
     ObservationMasker,
@@ -22,6 +23,11 @@ def test_every_preset_says_where_its_numbers_come_from():
     for spec in PRESETS.values():
         assert spec.description and spec.sources, spec.name
         assert all(isinstance(v, str) and v for v in spec.sources.values())
+        # every number the preset sets is named in one of its sources
+        described = " ".join(spec.sources)
+        for param in spec.params:
+            assert param in described or param == "aging" and "aging" in described, (spec.name, param)
+    assert all(v for v in ENGINE_SOURCES.values())
 
 
 def test_presets_are_registered_engines():
@@ -52,6 +58,9 @@ def test_hermes_and_default_numbers():
     hermes = build_engine("hermes", context_window=100_000)
     assert hermes.auto_compact_pct == 0.5 and hermes.config.protect_first_n == 3
     assert hermes.config.keep_ratio == 0.10 and hermes.ager is None
+    # spec §4 comparison table: Hermes' tail is proportional, without Claude Code's 8K/40K clamps
+    assert (hermes.config.keep_min_tokens, hermes.config.keep_min_messages) == (0, 0)
+    assert hermes.config.keep_max_tokens >= 100_000 and hermes.config.protect_last_n == 20
     default = build_engine("default", context_window=100_000)
     assert (default.recommend_pct, default.auto_compact_pct, default.emergency_pct) == (0.70, 0.80, 0.95)
 

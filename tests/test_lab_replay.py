@@ -176,3 +176,39 @@ def test_messages_without_ids_or_timestamps(scenario):
     last = r.context(len(r.steps_df) - 1)
     assert all(r.origin_of(m) is not None for m in last if m.get("type") != "compactionSummary")
     assert any(str(m["id"]).startswith("replay_") for m in r.context(0))
+
+
+def test_chained_structural_summaries_stay_deterministic():
+    # chained structural summaries soon list more than fits and name the omitted range by
+    # the ids of earlier copies and summaries. Those ids are minted deterministically by the
+    # replay's database, so the text (and its tokens) is the same on every run.
+    msgs = generate_session(7, n_turns=50).messages
+    a = replay(msgs, "default", context_window=32_000, keep_contexts=False)
+    b = replay(msgs, "default", context_window=32_000, keep_contexts=False)
+    assert any("(ids " in c.summary_text for c in a.compactions), "the test must reach the omitted-ids line"
+    assert [c.summary_text for c in a.compactions] == [c.summary_text for c in b.compactions]
+    assert [c.summary_id for c in a.compactions] == [c.summary_id for c in b.compactions]
+    pd.testing.assert_frame_equal(a.steps_df, b.steps_df)
+
+
+def test_engine_guard_notes_become_one_clear_warning(caplog):
+    import logging
+
+    msgs = generate_session(2, n_turns=40).messages
+    with caplog.at_level(logging.INFO, logger="opctx"):
+        r = replay(msgs, "hermes", context_window=32_000)
+    engine_records = [x for x in caplog.records if x.name == "opctx.context.engine"]
+    lab_records = [x for x in caplog.records if x.name == "opctx.lab.replay"]
+    assert engine_records == []  # kept in the result instead
+    notes = [e for e in r.events if e["event"] == "engine_log"]
+    assert any(n["level"] == "WARNING" and "auto-compaction disabled" in n["message"] for n in notes)
+    counts = r.metrics(reference_loss=False)
+    assert counts["auto_compaction_disabled"] > 0 and counts["compactions_failed"] > 0
+    assert len(lab_records) == 1 and lab_records[0].levelno == logging.WARNING
+    text = lab_records[0].getMessage()
+    assert "'hermes'" in text and "32,000" in text and "protect_last_n" in text
+    # outside a replay the engine's records pass through untouched
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="opctx"):
+        logging.getLogger("opctx.context.engine").warning("outside a replay")
+    assert [x.getMessage() for x in caplog.records] == ["outside a replay"]

@@ -49,7 +49,8 @@ def test_serial_sweep_rows_and_columns(serial):
 
 def test_dask_local_cluster_gives_the_identical_frame(specs, serial):
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+    # worker processes, as a user who outgrows one machine would run them
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         with distributed.Client(cluster) as client:
             parallel = sweep(specs, GRID, executor=client.get_executor(), progress=False, configs_per_task=2)
     pd.testing.assert_frame_equal(serial, parallel)
@@ -75,3 +76,26 @@ def test_errors_are_recorded_or_raised(specs):
         sweep(specs[:1], grid, progress=False, errors="raise")
     with pytest.raises(ValueError, match="no configurations"):
         sweep(specs, [], progress=False)
+
+
+def test_process_pool_matches_serial_when_summaries_chain(caplog):
+    # long enough for chained structural summaries that name earlier copies by id: the
+    # figures depend on those ids, which the replay mints deterministically in every process
+    import logging
+    from concurrent.futures import ProcessPoolExecutor
+
+    sessions = [generate_session(7, n_turns=50).messages]
+    grid = [{"preset": "default", "context_window": 32_000}, {"preset": "hermes", "context_window": 32_000}]
+    with caplog.at_level(logging.WARNING, logger="opctx"):
+        serial = sweep(sessions, grid, progress=False)
+    records = list(caplog.records)
+    with ProcessPoolExecutor(2) as pool:
+        parallel = sweep(sessions, grid, executor=pool, progress=False, configs_per_task=1)
+    pd.testing.assert_frame_equal(serial, parallel)
+    assert serial["compactions"].min() > 0
+    # the engine's anti-thrash notes: counted per row, one warning for the whole sweep
+    hermes = serial[serial["preset"] == "hermes"].iloc[0]
+    assert hermes["auto_compaction_disabled"] > 0 and hermes["compactions_failed"] > 0
+    sweep_warnings = [r for r in records if r.name == "opctx.lab.sweep"]
+    assert len(sweep_warnings) == 1 and "hermes(context_window=32000) (1)" in sweep_warnings[0].getMessage()
+    assert not [r for r in records if r.name in ("opctx.context.engine", "opctx.lab.replay")]

@@ -258,24 +258,50 @@ def reference_losses_from(
         raise ValueError("requests must be ordered by stream index")
     first_seen: dict[str, list[int]] = {}
     losses: list[dict[str, Any]] = []
-    # per request: origin -> messages, built once on first use
-    by_origin_cache: dict[int, tuple[dict[int, list[dict]], list[dict]]] = {}
+    # request messages are mostly the same dicts from request to request: their text once
+    text_cache: dict[int, tuple[dict, str]] = {}
+
+    def text_of(msg: dict) -> str:
+        hit = text_cache.get(id(msg))
+        if hit is not None and hit[0] is msg:
+            return hit[1]
+        text = message_text(msg)
+        text_cache[id(msg)] = (msg, text)
+        return text
+
+    # the view of the request last looked at: origin -> messages, synthetic messages.
+    # Uses arrive in request order and consecutive requests share most of their
+    # messages, so the view is moved from one request to the next by undoing the
+    # old request's messages after the common prefix and adding the new one's
+    # (masking changes one message near the end, an append adds a few): about
+    # linear over a replay instead of one full rebuild per request.
+    view_k = -1
+    view_msgs: Sequence[dict] = ()
+    by_origin: dict[int, list[dict]] = {}
+    synthetic: list[dict] = []
 
     def request_view(k: int) -> tuple[dict[int, list[dict]], list[dict]]:
-        view = by_origin_cache.get(k)
-        if view is None:
-            by_origin: dict[int, list[dict]] = {}
-            synthetic: list[dict] = []
-            for msg in requests[k][1]:
+        nonlocal view_k, view_msgs
+        if k != view_k:
+            msgs = requests[k][1]
+            p = common_prefix_length(view_msgs, msgs)
+            for msg in view_msgs[p:]:
+                origin = origin_of(msg)
+                bucket = synthetic if origin is None else by_origin[origin]
+                for i in range(len(bucket) - 1, -1, -1):
+                    if bucket[i] is msg:
+                        del bucket[i]
+                        break
+                if origin is not None and not bucket:
+                    del by_origin[origin]
+            for msg in msgs[p:]:
                 origin = origin_of(msg)
                 if origin is None:
                     synthetic.append(msg)
                 else:
                     by_origin.setdefault(origin, []).append(msg)
-            view = (by_origin, synthetic)
-            by_origin_cache.clear()  # keep one request's view: uses arrive in order
-            by_origin_cache[k] = view
-        return view
+            view_k, view_msgs = k, msgs
+        return by_origin, synthetic
 
     for j, msg in enumerate(stream):
         idents = stream_identifiers[j] if stream_identifiers is not None else identifiers(texts[j])
@@ -289,7 +315,7 @@ def reference_losses_from(
                     sources = first_seen.get(ident)
                     if not sources:
                         continue
-                    reason = _loss_reason(ident, sources, by_origin, synthetic, j)
+                    reason = _loss_reason(ident, sources, by_origin, synthetic, text_of)
                     if reason is not None:
                         losses.append(
                             {
@@ -313,16 +339,16 @@ def _loss_reason(
     sources: list[int],
     by_origin: dict[int, list[dict]],
     synthetic: list[dict],
-    use_index: int,
+    text_of: Callable[[dict], str] = message_text,
 ) -> str | None:
     modified_present = False
     for s in sources:
         for msg in by_origin.get(s, ()):
-            if ident in message_text(msg):
+            if ident in text_of(msg):
                 return None
             modified_present = True
     for msg in synthetic:
-        if ident in message_text(msg):
+        if ident in text_of(msg):
             return None
     return "masked" if modified_present else "folded"
 
@@ -517,8 +543,13 @@ def summarize(
     invalidated = df["prefix_invalidated_tokens"].to_numpy(dtype="int64")
     broken = np.asarray(broken_pairs_per_step(result.context(k) for k in range(n)), dtype="int64")
     stream = result.stream
+    indices = tuple(df["stream_index"].tolist())
+    # the recording's own broken pairs: the same for every replay of this history
     broken_none = np.asarray(
-        broken_pairs_per_step(stream[: int(i)] for i in df["stream_index"].tolist()), dtype="int64"
+        result.history.derived(
+            ("broken_pairs_none", indices), lambda: broken_pairs_per_step(stream[:i] for i in indices)
+        ),
+        dtype="int64",
     )
     ratios = [c.tokens_before / c.tokens_after for c in result.compactions if c.tokens_after and c.tokens_before]
     provider = df["provider_input_tokens"].to_numpy(dtype="float64", na_value=np.nan)
@@ -552,6 +583,10 @@ def summarize(
         "estimator_mean_rel_error": float(rel.mean()) if rel.size else math.nan,
         "estimator_mean_abs_rel_error": float(np.abs(rel).mean()) if rel.size else math.nan,
     }
+    # the engine's anti-thrash guard at work (opctx.lab.replay: "the engine's notes")
+    from .replay import guard_counts
+
+    out.update(guard_counts(result.events))
     if reference_loss:
         requests = [(int(idx), result.context(step)) for step, idx in enumerate(df["stream_index"].tolist())]
         losses = reference_losses_from(

@@ -10,7 +10,9 @@ that every replay has its own state, its own in-memory database and the
 recording's clock.
 
 Where a number comes from is written next to it in ``PRESETS[name].sources``;
-"assumed" marks the numbers nobody published.
+"assumed" marks the numbers nobody published. The engine's own guards, shared by
+every preset (``min_saving``, ``rearm_fraction``, ``tail_budget_share``), are
+sourced once in ``ENGINE_SOURCES``.
 
 Percentages are of opctx's *input budget* (``context_window - output_reserve``,
 ``BudgetAllocation.input_used_pct``), so presets that are known as "N tokens
@@ -34,11 +36,16 @@ a percentage for the replay's window (``thresholds_for``).
     head. Not modelled: Claude Code re-attaching recently read files after a
     compaction.
 ``hermes``
-    Hermes Agent-like (SPEC-NOTES, spec §4 table "Hermes" rows): auto-compact at
-    0.50, ``protect_first_n`` 3, tail 10% of the window, ``protect_last_n`` 20;
-    no tool-result aging (spec §3 comparison table: Hermes has none);
-    recommend = trigger (no separate tier, assumed); emergency 0.95 and the
-    8K/40K tail clamps (assumed: the spec's, Hermes' own are not documented).
+    Hermes Agent-like (SPEC-NOTES, spec §4 parameter and comparison tables):
+    auto-compact at 0.50, ``protect_first_n`` 3, tail 10% of the window with no
+    absolute bounds and no text-message gate (the §4 comparison table gives
+    Hermes neither; the 8K/40K clamps are Claude Code's), ``protect_last_n`` 20;
+    no tool-result aging (§3 comparison table); recommend = trigger (the
+    two-tier trigger is OpenProgram's); emergency 0.95 (assumed). On small
+    windows the 20 protected messages can be as large as the trigger: the
+    engine then cannot compact below it, disables auto-compaction and re-arms
+    later - a property of the strategy that the replay reports (one warning,
+    ``compactions_failed`` / ``auto_compaction_disabled`` in the metrics).
 ``codex``
     Codex CLI-like (SPEC-NOTES): auto-compact at 90% of the context window,
     keep recent user messages up to 20,000 tokens. Codex budgets against the
@@ -104,6 +111,7 @@ __all__ = [
     "EngineDriver",
     "instantiate",
     "MASK_PLACEHOLDER",
+    "ENGINE_SOURCES",
 ]
 
 logger = logging.getLogger(__name__)
@@ -135,11 +143,11 @@ PRESETS: dict[str, PresetSpec] = {
         description="The specification's defaults (two-tier trigger, adaptive tail, aging).",
         params={},
         sources={
-            "recommend_pct 0.70 / auto_compact_pct 0.80 / emergency_pct 0.95": "spec §4 table, §4.1; SPEC-NOTES",
-            "keep_ratio 0.10, keep_min_tokens 8000, keep_max_tokens 40000, keep_min_messages 5": "spec §4 table",
-            "protect_first_n 3, protect_last_n 20": "spec §4 table (from Hermes)",
+            "recommend_pct 0.70 / auto_compact_pct 0.80 / emergency_pct 0.95": "spec §4 parameter table, §4.1; SPEC-NOTES (EMERGENCY_PCT 0.95)",
+            "keep_ratio 0.10, keep_min_tokens 8000, keep_max_tokens 40000, keep_min_messages 5": "spec §4 parameter table",
+            "protect_first_n 3, protect_last_n 20": "spec §4 parameter table (from Hermes)",
             "aging 4 turns / 60 s / 800 tokens / first 2": "spec §3.1-3.2",
-            "output reserve min(max output or 16384, 25% of window)": "SPEC-NOTES (budget)",
+            "output reserve min(max output or 16384, 25% of window), never below 1024": "SPEC-NOTES (budget)",
         },
     ),
     "claude-code": PresetSpec(
@@ -157,11 +165,12 @@ PRESETS: dict[str, PresetSpec] = {
         },
         token_thresholds={"recommend": 20_000, "auto": 13_000, "emergency": 3_000},
         sources={
-            "effective window = window - min(max output, 20000)": "Claude Code 2.x behaviour as publicly reverse-engineered (assumed)",
-            "auto-compact 13000 tokens before the effective window (~92-93% of 200K)": "SPEC-NOTES; Claude Code autocompact buffer (assumed exact value)",
-            "warning 20000 / blocking 3000 tokens before": "Claude Code 2.x thresholds as publicly reverse-engineered (assumed)",
-            "tail ~0 (summarise everything)": "SPEC-NOTES / task brief; Claude Code /compact keeps no verbatim tail",
-            "aging on, no protected head": "spec §3 comparison table (Claude Code: aging yes, protect-first-N no); parameters assumed = spec's",
+            "output_reserve 20000: effective window = window - min(max output, 20000)": "Claude Code 2.x behaviour as publicly reverse-engineered (assumed)",
+            "auto-compact 13000 tokens before the effective window (~92-93% of 200K)": "SPEC-NOTES (~92-93%); spec §4 trigger_pct row (Claude Code 93%); the 13000 buffer assumed",
+            "recommend 20000 / emergency 3000 tokens before (warning / blocking)": "Claude Code 2.x thresholds as publicly reverse-engineered (assumed)",
+            "keep_ratio 0, keep_min_tokens 0, keep_max_tokens 0, keep_min_messages 0 (summarise everything)": "classic Claude Code auto-compact summarises the whole conversation (assumed; the spec's 8K/40K/5-message tail borrows the ideas of its newer tail-keeping compaction, not modelled here)",
+            "protect_first_n 0, protect_last_n 0, aging_protect_first_n 0": "spec §3 and §4 comparison tables (Claude Code: no protect-first-N, no protect-last-N)",
+            "aging on, other aging numbers = the spec's": "spec §3 comparison table (Claude Code: aging, wall-clock and turn gates); numbers assumed = spec §3.1",
         },
     ),
     "hermes": PresetSpec(
@@ -172,16 +181,23 @@ PRESETS: dict[str, PresetSpec] = {
             "recommend_pct": 0.50,
             "emergency_pct": 0.95,
             "keep_ratio": 0.10,
+            "keep_min_tokens": 0,
+            "keep_max_tokens": 1_000_000_000,
+            "keep_min_messages": 0,
             "protect_first_n": 3,
             "protect_last_n": 20,
             "aging": False,
         },
         sources={
-            "auto_compact_pct 0.50": "SPEC-NOTES; spec §4 table note (Hermes 50%)",
-            "protect_first_n 3, protect_last_n 20": "SPEC-NOTES; spec §4 table (Hermes)",
-            "keep_ratio 0.10": "SPEC-NOTES (tail ~10%)",
+            "auto_compact_pct 0.50": "SPEC-NOTES (trigger 0.50); spec §4 parameter table, trigger_pct row (Hermes 50%)",
+            "protect_first_n 3": "SPEC-NOTES; spec §4 parameter table (Hermes: task + first reply + clarification)",
+            "protect_last_n 20": "spec §4 parameter table (protect_last_n 20 from Hermes); §4 comparison table (Hermes protects the last N)",
+            "keep_ratio 0.10 (tail = 10% of the window)": "SPEC-NOTES (tail ~10%); spec §4 comparison table (Hermes: tail proportional to the window)",
+            "no 8K/40K tail clamp (keep_min_tokens 0, keep_max_tokens 1e9 = unbounded)": "spec §4 comparison table (Hermes: no absolute tail bounds; the 8K/40K clamps are Claude Code's)",
+            "no text-message gate (keep_min_messages 0)": "spec §4 comparison table (Hermes: no text-block message gate)",
             "aging off": "spec §3 comparison table (Hermes: no tool-result aging)",
-            "recommend = trigger, emergency 0.95, tail clamps 8K/40K": "assumed",
+            "recommend_pct 0.50 = the trigger (no separate tier)": "spec §4 comparison table (two-tier trigger is OpenProgram's only)",
+            "emergency_pct 0.95": "assumed (opctx's structural fallback tier; Hermes has none per the §4 table)",
         },
     ),
     "codex": PresetSpec(
@@ -199,9 +215,10 @@ PRESETS: dict[str, PresetSpec] = {
         },
         sources={
             "auto-compact at 90% of the context window": "SPEC-NOTES (Codex-like)",
-            "keep recent user messages up to 20000 tokens": "SPEC-NOTES; approximated by a contiguous 20000-token tail",
-            "output reserve 1024 (budget against the whole window)": "assumed",
-            "emergency at 100% of the window, no aging": "assumed",
+            "keep_min_tokens = keep_max_tokens 20000, keep_ratio 0, keep_min_messages 0": "SPEC-NOTES (keep recent user messages up to 20000 tokens); approximated by a contiguous 20000-token tail",
+            "protect_first_n 0, protect_last_n 0": "SPEC-NOTES (Codex keeps recent messages only); no protected head or count assumed",
+            "output_reserve 1024 (budget against the whole window)": "assumed (Codex thresholds are fractions of the whole window)",
+            "emergency at 100% of the window, aging off": "assumed (no structural tier, no tool-result aging documented)",
         },
     ),
     "observation-masking": PresetSpec(
@@ -210,7 +227,7 @@ PRESETS: dict[str, PresetSpec] = {
         params={"keep_last": 10},
         kind="masking",
         sources={
-            "M = 10": "Lindenbauer et al. 2025, 'The Complexity Trap' (M=10 best); SPEC-NOTES",
+            "keep_last M = 10": "Lindenbauer et al. 2025, 'The Complexity Trap' (M=10 best); SPEC-NOTES",
             "placeholder text": "assumed (says how many tokens were omitted)",
             "never summarise": "The Complexity Trap (observation masking alone)",
         },
@@ -222,6 +239,14 @@ PRESETS: dict[str, PresetSpec] = {
         kind="none",
         sources={"everything off": "baseline"},
     ),
+}
+
+
+# Numbers every preset shares: the engine's guards (opctx.context.engine), not a preset choice.
+ENGINE_SOURCES: dict[str, str] = {
+    "min_saving 0.10 (two compactions in a row under 10% disable auto-compaction)": "SPEC-NOTES (compaction must not loop)",
+    "rearm_fraction 0.25 (re-arm after the history grows by 25% of the input budget)": "assumed (opctx: the guard must not latch off forever, SPEC-NOTES peer pitfalls)",
+    "tail_budget_share 0.5 (the kept tail is at most half the room)": "spec §4 min_prompt_ratio / small-window cap (OpenClaw); the 0.5 assumed",
 }
 
 
@@ -336,6 +361,26 @@ class ObservationMasker:
             return list(self._aged), report
 
 
+class _NoReferences:
+    """Stands in for the engine's ``ReferenceTracker`` when nothing reads references.
+
+    ``DefaultContextEngine.prepare`` hands the reference map to the ager and to
+    nothing else, so an engine without an ager (``none``, ``hermes``,
+    ``codex``, ``aging=False``) or with ``ObservationMasker`` (which keeps the
+    last M results whatever is cited) gets identical results from an empty map,
+    without scanning every message of every request for identifiers - about a
+    third of a replay's time in a sweep.
+    """
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+
+    def update(self, history: Sequence[Any]) -> ReferenceMap:
+        return ReferenceMap(last_built_at=self.clock())
+
+    build = update
+
+
 def _split_params(params: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
     engine_kw: dict[str, Any] = {}
     config_kw: dict[str, Any] = {}
@@ -436,6 +481,8 @@ def build_engine(
         config=config,
         name=name,
         aging=bool(ager is not None),
+        # only an ager that may read the reference map (TurnAger) needs the real tracker
+        references=None if ager is not None and not isinstance(ager, ObservationMasker) else _NoReferences(clock),
         **engine_kw,
     )
     if isinstance(ager, ObservationMasker):
@@ -616,7 +663,9 @@ class EngineDriver:
         one ``append_messages`` transaction instead of one per message.
         """
         if self._pending:
-            self.db.append_messages(self.session_id, self._pending)
+            # the replay's database keeps recorded ids on this path (opctx.lab.replay._ReplaySessionDB)
+            append = getattr(self.db, "append_recorded", self.db.append_messages)
+            append(self.session_id, self._pending)
             self._pending = []
 
     def after_turn(self, usage: dict, prep: Any) -> None:

@@ -57,7 +57,11 @@ request message comes from), ``metrics()`` (``opctx.lab.metrics.summarize``).
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -76,6 +80,108 @@ __all__ = [
 ]
 
 DECISIONS = ("none", "recommend", "auto", "emergency", "recorded")
+
+logger = logging.getLogger(__name__)
+
+# -- the engine's notes during a replay ------------------------------------------------------
+#
+# The engine logs a WARNING each time its anti-thrash guard disables auto-compaction for a
+# session (and INFO when it re-arms). In a live agent that is one line about one session. In
+# a replay it is the *strategy* meeting this history: a preset whose trigger sits below what
+# it must keep verbatim (protected head, the last ``protect_last_n`` messages, the tail
+# budget) disables, re-arms after the history grows, disables again - a dozen lines per
+# replay, hundreds per sweep, none saying which replay or what to change. So while a replay
+# runs, the engine's records below ERROR from that thread are kept in ``ReplayResult.events``
+# (``"engine_log"``) instead of being printed, and the replay logs ONE warning naming the
+# session, the preset, the window, the counts and what to change. A sweep logs one warning
+# for all its replays and reports the counts per row (``compactions_failed``,
+# ``auto_compaction_disabled``). Errors from the engine always pass through.
+
+_ENGINE_LOGGER = "opctx.context.engine"
+_notes = threading.local()
+
+
+class _EngineNotesFilter(logging.Filter):
+    """Diverts the engine's sub-ERROR records of the replay running in this thread."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        sink = getattr(_notes, "sink", None)
+        if sink is None or record.levelno >= logging.ERROR:
+            return True
+        sink.append({"event": "engine_log", "level": record.levelname, "message": record.getMessage()})
+        return False
+
+
+def _install_notes_filter() -> None:
+    engine_logger = logging.getLogger(_ENGINE_LOGGER)
+    if not any(isinstance(f, _EngineNotesFilter) for f in engine_logger.filters):
+        engine_logger.addFilter(_EngineNotesFilter())
+
+
+_install_notes_filter()
+
+
+def quiet_replays() -> Any:
+    """A context manager: replays in this thread do not log their one-line summary.
+
+    ``opctx.lab.sweep`` uses it and logs one summary for the whole sweep; the
+    counts stay in every ``ReplayResult`` (``events``) and sweep row.
+    """
+    import contextlib
+
+    @contextlib.contextmanager
+    def manager() -> Any:
+        before = getattr(_notes, "quiet", False)
+        _notes.quiet = True
+        try:
+            yield
+        finally:
+            _notes.quiet = before
+
+    return manager()
+
+
+def guard_counts(events: Sequence[dict]) -> dict[str, int]:
+    """``compactions_failed`` / ``auto_compaction_disabled`` counted from a replay's events."""
+    return {
+        "compactions_failed": sum(1 for e in events if e.get("event") == "compaction_failed"),
+        "auto_compaction_disabled": sum(1 for e in events if e.get("event") == "auto_compaction_disabled"),
+    }
+
+
+def _collecting_engine_notes(fn: Callable[..., ReplayResult]) -> Callable[..., ReplayResult]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> ReplayResult:
+        outer = getattr(_notes, "sink", None)
+        sink: list[dict] = []
+        _notes.sink = sink
+        try:
+            result = fn(*args, **kwargs)
+        finally:
+            _notes.sink = outer
+        result.events.extend(sink)
+        if not getattr(_notes, "quiet", False):
+            _log_guard_summary(result)
+        return result
+
+    return wrapper
+
+
+def _log_guard_summary(result: ReplayResult) -> None:
+    counts = guard_counts(result.events)
+    if not counts["auto_compaction_disabled"]:
+        return
+    first = next((e.get("error") for e in result.events if e.get("event") == "auto_compaction_disabled"), None)
+    logger.warning(
+        "replay of %s with preset %r (window %s): auto-compaction was disabled %d time(s) "
+        "(first: %s); %d compaction attempt(s) made no progress. What the strategy must keep "
+        "verbatim (protected head, the last protect_last_n messages, the tail budget) leaves too "
+        "little to fold below its trigger; a larger context_window or a smaller protect_last_n / "
+        "keep_* lets it compact. Details: ReplayResult.events.",
+        result.history.session_id or result.history.title or "a message list", result.preset,
+        f"{result.context_window:,}", counts["auto_compaction_disabled"], first or "see events",
+        counts["compactions_failed"],
+    )
 
 
 class ReplayClock:
@@ -210,10 +316,61 @@ class _RecordedSummaryProvider:
         return self.text
 
 
+class _ReplaySessionDB:
+    """``DagSessionDB(":memory:")`` whose compaction copies get deterministic ids.
+
+    The persister names the copies and the summary node it writes with random
+    ids (``k_<hex>``, ``summary_<hex>``), and a chained structural summary
+    quotes the ids of the branch it folds, so random ids would change the
+    summary's text, its token count and every figure after it: two replays of
+    one history would differ by a few tokens (and a sweep would differ between
+    executors). ``append_messages`` - the persister's one write - renames
+    every message of the batch (and the parent links inside it), in place, to
+    ids derived from a per-replay counter, keeping each id's prefix and length,
+    so everything downstream sees the new ids. Recorded messages are written with ``append_recorded`` and keep
+    the recording's ids.
+    """
+
+    def __init__(self, clock: ReplayClock) -> None:
+        from opctx.dag.session_db import DagSessionDB
+
+        self._db = DagSessionDB(":memory:", clock=clock)
+        self._minted = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+    def _mint(self, old: str) -> str:
+        prefix, sep, tail = old.rpartition("_")
+        if not sep:
+            prefix, tail = "n", old
+        self._minted += 1
+        digest = hashlib.sha1(f"opctx-replay:{self._minted}".encode()).hexdigest()
+        return f"{prefix}_{digest[: max(8, min(len(tail), 40))]}"
+
+    def append_recorded(self, session_id: str, msgs: Sequence[dict]) -> list[dict]:
+        return self._db.append_messages(session_id, msgs)
+
+    def append_messages(self, session_id: str, msgs: Sequence[dict]) -> list[dict]:
+        # renamed in place: the persister's PersistResult.summary_id is read from its own
+        # summary dict, not from the returned messages, so that dict must carry the new id
+        renamed: dict[str, str] = {}
+        batch = list(msgs)
+        for msg in batch:
+            old = msg.get("id")
+            if old:
+                renamed[old] = msg["id"] = self._mint(str(old))
+            parent = msg.get("parent_id")
+            if parent in renamed:
+                msg["parent_id"] = renamed[parent]
+        return self._db.append_messages(session_id, batch)
+
+
 def _is_request(msg: dict) -> bool:
     return msg.get("role") == "assistant"
 
 
+@_collecting_engine_notes
 def replay(
     session_or_history: Any,
     engine_or_preset: Any = "default",
@@ -245,7 +402,6 @@ def replay(
     ``feed_usage``: see the module docstring.
     """
     from opctx.context.tokens import Estimator, real_context_window
-    from opctx.dag.session_db import DagSessionDB
 
     from . import presets
 
@@ -264,7 +420,7 @@ def replay(
     messages = history.messages
     first_time = next((m.get("timestamp") for m in messages if m.get("timestamp") is not None), 0.0)
     clock = ReplayClock(first_time or 0.0)
-    db = DagSessionDB(":memory:", clock=clock)
+    db = _ReplaySessionDB(clock)
     session_id = db.create_session(title=history.title or "replay", model=model_name, source="replay")
     preset_name, engine, engine_cfg = presets.instantiate(
         engine_or_preset,

@@ -40,11 +40,17 @@ actually used), the metrics of ``opctx.lab.metrics.summarize``, ``messages``,
 from __future__ import annotations
 
 import itertools
+import logging
+import os
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .history import RecordedHistory, SessionSpec
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["sweep", "expand_grid", "session_label", "run_task"]
 
@@ -86,17 +92,63 @@ def session_label(session: Any, index: int) -> str:
     return f"messages-{index}"
 
 
+_HISTORY_CACHE: OrderedDict[tuple, RecordedHistory] = OrderedDict()
+_HISTORY_CACHE_SIZE = 4
+_HISTORY_CACHE_LOCK = threading.Lock()
+
+
+def _file_state(path: str) -> tuple:
+    """What says a database file changed: size and mtime of it and of its WAL."""
+    out: list[Any] = []
+    for p in (path, path + "-wal"):
+        try:
+            st = os.stat(p)
+            out += [st.st_size, st.st_mtime_ns]
+        except OSError:
+            out += [None, None]
+    return tuple(out)
+
+
+def _load_history(session: Any) -> RecordedHistory:
+    """``as_history(session)``, with a small per-process cache for database sessions.
+
+    A sweep cuts one session's configurations into several tasks; without the
+    cache every task would load the history again and recompute what replays
+    of it share (texts, identifiers, token estimates: ``RecordedHistory.derived``).
+    The key includes the database file's (and its WAL's) size and mtime, so a
+    database written to between sweeps is read afresh.
+    """
+    from .history import as_history
+
+    if isinstance(session, tuple) and len(session) == 2 and isinstance(session[1], str):
+        session = SessionSpec(str(session[0]), session[1])
+    if not isinstance(session, SessionSpec):
+        return as_history(session)
+    path = os.path.abspath(session.db_path)
+    key = (path, session.session_id, _file_state(path))
+    with _HISTORY_CACHE_LOCK:
+        history = _HISTORY_CACHE.get(key)
+        if history is not None:
+            _HISTORY_CACHE.move_to_end(key)
+            return history
+    history = as_history(session)
+    with _HISTORY_CACHE_LOCK:
+        _HISTORY_CACHE[key] = history
+        while len(_HISTORY_CACHE) > _HISTORY_CACHE_SIZE:
+            _HISTORY_CACHE.popitem(last=False)
+    return history
+
+
 def run_task(session: Any, configs: Sequence[tuple[int, dict[str, Any]]], timings: bool = False) -> list[dict[str, Any]]:
     """Replay one session under several configurations; one row dict per configuration.
 
     Module-level (picklable) so that process and dask executors can run it.
     """
-    from .history import as_history
-    from .replay import replay
+    from .replay import quiet_replays, replay
 
     rows: list[dict[str, Any]] = []
     try:
-        history = as_history(session)
+        history = _load_history(session)
         load_error = None
     except Exception as exc:  # recorded per row below
         history, load_error = None, f"{type(exc).__name__}: {exc}"
@@ -109,15 +161,16 @@ def run_task(session: Any, configs: Sequence[tuple[int, dict[str, Any]]], timing
         params = {k: v for k, v in config.items() if k not in _REPLAY_KEYS}
         started = time.perf_counter()
         try:
-            result = replay(
-                history,
-                config.get("preset", "default"),
-                context_window=config.get("context_window"),
-                model=config.get("model"),
-                summaries=config.get("summaries", "structural"),
-                keep_contexts=True,
-                **params,
-            )
+            with quiet_replays():  # the sweep logs one summary for all its replays
+                result = replay(
+                    history,
+                    config.get("preset", "default"),
+                    context_window=config.get("context_window"),
+                    model=config.get("model"),
+                    summaries=config.get("summaries", "structural"),
+                    keep_contexts=True,
+                    **params,
+                )
             row.update(result.metrics())
             row["context_window"] = result.context_window
             row["model"] = result.model
@@ -129,6 +182,25 @@ def run_task(session: Any, configs: Sequence[tuple[int, dict[str, Any]]], timing
             row["elapsed_s"] = time.perf_counter() - started
         rows.append(row)
     return rows
+
+
+def _log_guard_summary(df: Any) -> None:
+    """One warning for every replay of the sweep whose engine disabled auto-compaction."""
+    if "auto_compaction_disabled" not in df.columns:
+        return
+    hit = df[df["auto_compaction_disabled"].fillna(0) > 0]
+    if hit.empty:
+        return
+    configs = hit.groupby("config", sort=False, observed=True).size()
+    listed = ", ".join(f"{name} ({n})" for name, n in configs.head(5).items())
+    more = f" and {len(configs) - 5} more" if len(configs) > 5 else ""
+    logger.warning(
+        "sweep: in %d of %d replays auto-compaction was disabled after compactions that did not "
+        "shrink the request enough - the strategy keeps too much verbatim to get below its trigger on "
+        "these sessions. Configurations (replays): %s%s. Per row: columns compactions_failed and "
+        "auto_compaction_disabled; a larger context_window or smaller protect_last_n / keep_* helps.",
+        len(hit), len(df), listed, more,
+    )
 
 
 def sweep(
@@ -217,6 +289,7 @@ def sweep(
     df = pd.DataFrame.from_records(records)
     if "error" not in df.columns:
         df["error"] = None
+    _log_guard_summary(df)
     for col in ("session", "config", "preset"):
         if col in df.columns:
             df[col] = df[col].astype("category")
