@@ -59,6 +59,7 @@ _EXPORTS = {
     "load_scenario": "scenarios",
     "build_scenario_sessions": "scenarios",
     "make_history": "synthetic_history",
+    "open_database": "sources",
 }
 
 __all__ = sorted(_EXPORTS)
