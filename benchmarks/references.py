@@ -10,7 +10,8 @@ Prints, on the synthetic coding-agent history of ``opctx.lab.synthetic_history``
   default 3,000 messages) and the ratio quadratic / tracker;
 * agreement: cited messages found by both / found by the quadratic scan;
 * the CPU time of the tracker beside its wall time (the machine is shared: CPU time is the
-  steadier figure when other jobs run);
+  steadier figure when other jobs run), and, at the largest size, how that CPU time splits
+  between assembling the texts, the tokenising regex passes and the rest;
 * adversarial texts: 200,000 characters of capitals, hex, one word... (each must stay
   linear: the seed's CamelCase regex and hex-run lookup keys were quadratic there);
 * the same on the real corpus (every Claude Code / Codex session with provider usage,
@@ -32,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from opctx.context.references import ReferenceTracker, _quadratic_reference_scan  # noqa: E402
+from opctx.context.references import ReferenceTracker, _quadratic_reference_scan, _Tokens  # noqa: E402
 from opctx.dag.messages import message_text  # noqa: E402
 from opctx.lab.synthetic_history import make_history  # noqa: E402
 
@@ -73,9 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     chars = sum(len(message_text(m)) for m in biggest[: max(sizes)]) / max(sizes)
     print(f"synthetic history: {chars:.0f} text characters per message on average")
     print(f"{'messages':>9}{'tracker s':>11}{'cpu s':>8}{'quadratic s':>13}{'ratio':>8}{'cited':>8}{'agreement':>11}")
+    cpu_by_size: dict[int, float] = {}
     for n in sizes:
         history = biggest[:n]
         fast_s, fast_cpu, fast = timed_both(lambda h=history: ReferenceTracker().build(h), args.repeat)
+        cpu_by_size[n] = fast_cpu
         if n <= args.quadratic_max:
             slow_s, slow = timed(lambda h=history: _quadratic_reference_scan(h), 1)
             both = len(fast.cited_message_ids & slow.cited_message_ids)
@@ -86,6 +89,17 @@ def main(argv: list[str] | None = None) -> int:
             )
         else:
             print(f"{n:>9}{fast_s:>11.3f}{fast_cpu:>8.3f}{'-':>13}{'-':>8}{len(fast.cited_message_ids):>8}{'-':>11}")
+    # where the time goes at the largest size: text assembly, the tokenising regex passes
+    # (extraction and lookup keys), and the rest (lookups, checks, filing, citing)
+    history = biggest[: max(sizes)]
+    _, text_s, texts = timed_both(lambda: [message_text(m) for m in history], args.repeat)
+    _, token_s, _ = timed_both(lambda: [_Tokens(t) for t in texts if t], args.repeat)
+    total = cpu_by_size[max(sizes)]
+    print(
+        f"{max(sizes)} messages, CPU split: message_text {text_s:.3f} s, tokenising {token_s:.3f} s, "
+        f"the rest (lookups, checks, filing, citing) {max(0.0, total - text_s - token_s):.3f} s"
+    )
+    print("CPU per 1,000 messages: " + ", ".join(f"{n}: {1000 * c / n:.3f} s" for n, c in cpu_by_size.items()))
     for name, text in ADVERSARIAL.items():
         pair = [{"id": "a", "role": "user", "content": text}, {"id": "b", "role": "user", "content": text}]
         wall, _ = timed(lambda p=pair: ReferenceTracker().build(p), 1)

@@ -17,6 +17,7 @@ from opctx.context.references import (
     MAX_DISTINCTIVE,
     STOP_WORDS,
     ReferenceTracker,
+    _anchor,
     _quadratic_reference_scan,
     build_reference_map,
     extract_distinctive,
@@ -123,6 +124,24 @@ def test_embedded_occurrences_are_found(source, later):
     quadratic = _quadratic_reference_scan(history)
     assert quadratic.cited_message_ids == {"m0"}, "fixture must be a real citation"
     assert ReferenceTracker().build(history).cited_message_ids == {"m0"}
+
+
+@pytest.mark.parametrize(
+    ("string", "anchor"),
+    [
+        ("ParseConfigError", ("Parse", "Config")),  # tier 2, the second hump is interior
+        ("BehaviorMatch", ("Behavior", "M")),  # tier 2, hump and next character
+        ("Python3", ("Python", "3")),
+        ("4f3a9c2e", "3a9c2e"),  # tier 3, the last window
+        ("HTTPServer", "HTTPServer"),  # tier 4, the word itself
+        ("src/app/load_config.py", "load_config"),  # tier 1, the snake_case interior word
+        ("one_list_request", "list_r"),  # tier 1 inside a snake_case word
+        ("load the config", "the"),  # tier 1, the longest interior word
+    ],
+)
+def test_anchor_tiers(string, anchor):
+    # single alphanumeric words take a shortcut past the word split: same tiers
+    assert _anchor(string, len) == anchor
 
 
 def test_stop_words_never_hold_a_slash_or_a_hex_id():

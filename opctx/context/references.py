@@ -94,16 +94,29 @@ runs them; ``benchmarks/references.py`` times them).
 Cost
 ====
 Measured with ``benchmarks/references.py`` on ``make_history`` (580 text characters per
-message) on the shared 2-core machine, under a load average of 5-6 from other jobs, so
-CPU times are the steadier figures: 10,000 messages take 1.4-1.8 s of CPU (2.8 s wall),
-2.6x less CPU than the previous anchor index (which built a word pair key for every pair
-of adjacent words of every text) measured in the same run; 3,000 messages take 0.88 s
-against 2.5 s for the quadratic scan; an incremental ``add`` after 10,000 messages takes
-0.15 ms (median). On an idle machine that is about 0.9 s for 10,000 messages (the old
-index took 2.3 s there): **the 0.5 s target is not met**. About half of the time is the
-regex passes that extraction itself needs (path, hex, CamelCase, words: some 40 us per
-message before any lookup), so a further gain needs fewer passes over each text rather
-than a better index.
+message, 5.8 MB of text for 10,000) on the shared 2-core machine at a load average under
+1: 10,000 messages take 1.3-1.4 s of CPU (wall the same; 1.4-1.6 s before this round's
+changes, measured interleaved in the same process: a 3 % gain), 1,000 take 0.12-0.13 s and
+3,000 take 0.39-0.41 s (against 1.7 s for the quadratic scan); an incremental ``add``
+after 10,000 messages takes 0.09 ms (median). **The 0.5 s target is not met.** The cost
+is linear: 0.12-0.13 s per 1,000 messages at 1,000, 0.13-0.14 s at 10,000 (the table
+holds 1,300-2,400 uncited strings throughout, its largest bucket 6 strings, and a message
+verifies 2.7 candidates on average); the few per cent of growth is the garbage collector
+and a larger working set, and figures of 2.3 s for 10,000 were load from other jobs.
+
+Where the 1.4 s goes at 10,000 messages: assembling the texts 0.04 s; the tokenising
+passes 0.45-0.55 s, each near the floor of CPython's ``re`` and ``str`` primitives over
+5.8 MB (words by ``translate`` and ``split`` 0.13 s, hex ids 0.10 s, paths 0.09 s,
+CamelCase 0.05 s, backticks 0.01 s); the lookup keys 0.12 s (snake parts, hump pairs and
+hex windows, 0.04 s each); and some 0.7 s of Python bookkeeping spread thin: selecting
+and filing 90,000 strings (anchors for 42,000 distinct ones, 0.09 s), citing 8,900
+messages, the per-message calls. Tried and measured without gain: paths and hex ids from
+``translate`` and ``split`` instead of regexes (same time), other hex regexes (up to 2x
+slower), the regexes over the de-duplicated words of each text (30 % less regex time,
+paid back by building the de-duplicated text), per-run memos of hex windows (most hex
+runs are new ids and timestamps) and of hump pairs. Reaching 0.5 s needs the tokenising
+done once in compiled code (a single C pass for words, paths, ids and CamelCase), not a
+better index.
 
 ``quoted_snippets_by_msg[id]`` holds the strings of message ``id`` found in the *first*
 message that cited it (the citing check stops there, as in the specification).
@@ -275,26 +288,31 @@ def _hump_keys(camels: list[str]) -> set[tuple[str, str]]:
     return set(pairs).union([(first, second[0]) for first, second in pairs])
 
 
-def _specificity(word: str) -> tuple[bool, int]:
-    return ("_" in word, len(word))
-
-
 def _anchor(s: str, rarity: Callable[[Anchor], int]) -> Anchor:
     """The key a string is filed under (module docstring, tiers 1-4).
 
     Tier 1 takes the longest interior word: a long word (``build_as_graph``) occurs in far
     fewer texts than a short one (``src``), so its bucket is touched less often.
     """
+    if s.isalnum() and s.isascii():
+        # one alphanumeric word (every id, every CamelCase string): no interior word and no
+        # "_", so tiers 2-4 decide; skips splitting the string into words
+        return _single_word_anchor(s)
     words = _words(s)
     if not words:  # no ASCII word character: filed under its rarest character
         return min(sorted(set(s)), key=rarity)
     interior = _interior(s, words)
     if interior:  # tier 1: a snake_case word if any (rarer than a directory name), longest
-        return max(interior, key=_specificity)
+        return max([w for w in interior if "_" in w] or interior, key=len)
     if "_" in s:  # tier 1 inside a snake_case word: "one_list_request" -> "list_r"
         inner = _SNAKE_KEYS.findall(s)
         if inner:
             return max(inner, key=len)
+    return _single_word_anchor(s, words)
+
+
+def _single_word_anchor(s: str, words: list[str] | None = None) -> Anchor:
+    """Tiers 2-4 for a string without an interior word (``words``: its words if known)."""
     hump = _HUMP_START.match(s)
     if hump and hump.end() >= 4:  # tier 2: the run is long enough to be a CamelCase match
         second = _HUMP.match(s, len(hump[1]))
@@ -303,6 +321,8 @@ def _anchor(s: str, rarity: Callable[[Anchor], int]) -> Anchor:
         return (hump[1], hump[2])
     if _HEX_FULL.fullmatch(s) and not s.isalpha():  # tier 3: a hex id with a digit
         return s[-_WINDOW:]  # the last window: numbers that share a prefix differ at the end
+    if words is None:
+        return s
     return max(words, key=len)  # tier 4: the longest (edge) word
 
 
@@ -401,18 +421,20 @@ class ReferenceTracker:
             return
         source = _Source(key, tool_result_ids(msg), strings)
         filed = self._filed
+        memo = self._anchor_memo
+        table = self._table
         for s in strings:
             entry = filed.get(s)
             if entry is not None:
                 entry[1].append(source)
                 continue
-            anchor = self._anchor_memo.get(s)
+            anchor = memo.get(s)
             if anchor is None:
                 anchor = self._new_anchor(s)
             filed[s] = (anchor, [source])
-            bucket = self._table.get(anchor)
+            bucket = table.get(anchor)
             if bucket is None:
-                self._table[anchor] = {s}
+                table[anchor] = {s}
             else:
                 bucket.add(s)
 
@@ -431,16 +453,19 @@ class ReferenceTracker:
     def _scan(self, text: str, tok: _Tokens) -> None:
         """Cite every uncited message with a string that occurs in ``text``."""
         table = self._table
-        touched = table.keys() & tok.words
+        anchors = table.keys()
+        touched = anchors & tok.words
         if "_" in text:
-            touched.update(table.keys() & _SNAKE_KEYS.findall(text))
+            touched.update(anchors & _SNAKE_KEYS.findall(text))
         if tok.camels:
-            touched.update(table.keys() & _hump_keys(tok.camels))
+            touched.update(anchors & _hump_keys(tok.camels))
         if tok.hexes:
             windows = [run[i : i + _WINDOW] for run in tok.hexes if not run.isalpha() for i in range(len(run) - _WINDOW + 1)]
-            touched.update(table.keys() & windows)
+            touched.update(anchors & windows)
         if self._has_char_anchors:
-            touched.update(table.keys() & set(text))
+            touched.update(anchors & set(text))
+        if not touched:
+            return
         hits = [s for anchor in touched for s in table[anchor] if s in text]
         if not hits:
             return
@@ -460,23 +485,23 @@ class ReferenceTracker:
         """Mark ``source`` cited and take all its strings out of the table (early exit)."""
         m = self.map
         m.cited_message_ids.add(source.key)
-        m.cited_tool_use_ids.update(source.tool_use_ids)
+        if source.tool_use_ids:
+            m.cited_tool_use_ids.update(source.tool_use_ids)
         m.quoted_snippets_by_msg[source.key] = set(found)
         filed = self._filed
         table = self._table
         for s in source.strings:
-            entry = filed.get(s)
-            if entry is None:
-                continue
-            anchor, holders = entry
+            # every string of an uncited source is filed, with the source among its holders
+            anchor, holders = filed[s]
             if len(holders) > 1:
                 holders.remove(source)
                 continue
             del filed[s]
             bucket = table[anchor]
-            bucket.discard(s)
-            if not bucket:
+            if len(bucket) == 1:
                 del table[anchor]
+            else:
+                bucket.discard(s)
 
     # ------------------------------------------------------------------ queries
     def is_cited(self, msg_id: str | None = None, tool_use_id: str | None = None) -> bool:
