@@ -783,3 +783,18 @@ def test_head_follows_the_rule_for_any_sequence_of_appends(operations):
             s.set_head(None)
         assert s.head() == head
     conn.close()
+
+
+def test_text_index_can_be_turned_off_for_scratch_databases():
+    from opctx.dag.store import set_text_index
+
+    store = GraphStore(":memory:", "scratch")
+    store.append(UserMessage("indexed needle", id="a"))
+    set_text_index(store.connection, False)
+    store.append(UserMessage("unindexed needle", id="b"))
+    store.update("a", output="changed while off")
+    assert [h.node_id for h in store.search("needle")] == ["a"]  # stale, as documented
+    assert store.load().get("b").content == "unindexed needle"
+    set_text_index(store.connection, True)
+    store.append(UserMessage("indexed again needle", id="c"))
+    assert sorted(h.node_id for h in store.search("needle")) == ["a", "c"]

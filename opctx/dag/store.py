@@ -127,6 +127,7 @@ __all__ = [
     "transaction",
     "literal_fts_query",
     "fts_text",
+    "set_text_index",
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "FTS_TEXT_LIMIT",
@@ -232,6 +233,7 @@ def connect(db_path: str | os.PathLike) -> sqlite3.Connection:
     conn.opctx_lock = threading.RLock()
     conn.opctx_depth = 0  # open write transactions of ours (see _write)
     conn.opctx_undo = []  # undo actions for the Python side (see _on_rollback)
+    conn.opctx_index_text = True  # see set_text_index
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         conn.execute("PRAGMA foreign_keys = ON")
@@ -248,6 +250,17 @@ def connect(db_path: str | os.PathLike) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def set_text_index(conn: sqlite3.Connection, enabled: bool) -> None:
+    """Turn full-text indexing of new and updated nodes on or off for this connection.
+
+    For scratch databases only: the lab's replays write every compaction into an
+    in-memory database that nobody searches, and building the search text is about a
+    tenth of a replay's cost. Nodes written while it is off are not found by
+    ``search``; a database meant to be kept should never turn it off.
+    """
+    conn.opctx_index_text = bool(enabled)
 
 
 @contextmanager
@@ -953,8 +966,9 @@ class GraphStore:
         # Serialise before taking the write lock: a bad value fails fast, and the
         # lock is held only for the inserts themselves.
         payloads = [_node_data_json(n) for n in nodes]
-        texts = [fts_text(n) for n in nodes]
         conn = self._conn
+        indexing = conn.opctx_index_text
+        texts = [fts_text(n) for n in nodes] if indexing else [""] * len(nodes)
         sid = self.session_id
         with _guard(conn), _write(conn):
             srow = self._require_session()
@@ -995,10 +1009,12 @@ class GraphStore:
                     )
                 except sqlite3.IntegrityError as e:
                     raise self._explain_integrity(nodes, e, rows[0][0]) from None
-                conn.executemany(
-                    "INSERT INTO nodes_fts(rowid, text, session_id, node_id) VALUES (?, ?, ?, ?)",
-                    fts_rows,
-                )
+                if indexing:
+                    conn.executemany(
+                        "INSERT INTO nodes_fts(rowid, text, session_id, node_id) "
+                        "VALUES (?, ?, ?, ?)",
+                        fts_rows,
+                    )
                 conn.execute(
                     "UPDATE sessions SET last_node_id = ?, next_seq = ?, updated_at = ? "
                     "WHERE id = ?",
@@ -1061,11 +1077,12 @@ class GraphStore:
                 "WHERE pk = ?",
                 (node.predecessor, node.caller, node.created_at, data_json, pk),
             )
-            conn.execute("DELETE FROM nodes_fts WHERE rowid = ?", (pk,))
-            conn.execute(
-                "INSERT INTO nodes_fts(rowid, text, session_id, node_id) VALUES (?, ?, ?, ?)",
-                (pk, fts_text(node), self.session_id, node_id),
-            )
+            if conn.opctx_index_text:
+                conn.execute("DELETE FROM nodes_fts WHERE rowid = ?", (pk,))
+                conn.execute(
+                    "INSERT INTO nodes_fts(rowid, text, session_id, node_id) VALUES (?, ?, ?, ?)",
+                    (pk, fts_text(node), self.session_id, node_id),
+                )
             conn.execute(
                 "UPDATE sessions SET updated_at = ? WHERE id = ?", (self.clock(), self.session_id)
             )

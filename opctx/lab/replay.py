@@ -333,8 +333,10 @@ class _ReplaySessionDB:
 
     def __init__(self, clock: ReplayClock) -> None:
         from opctx.dag.session_db import DagSessionDB
+        from opctx.dag.store import set_text_index
 
         self._db = DagSessionDB(":memory:", clock=clock)
+        set_text_index(self._db.connection, False)  # a scratch database nobody searches
         self._minted = 0
 
     def __getattr__(self, name: str) -> Any:
