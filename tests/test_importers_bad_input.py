@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 from pathlib import Path
 
 import pytest
@@ -146,9 +145,7 @@ def test_fifty_megabyte_tool_output(tmp_path, db_path):
     lines = good_lines()
     huge = cc_line(3, "user", 2, [{"type": "tool_result", "tool_use_id": "t1", "content": big}])
     p = write(tmp_path / "big.jsonl", lines[:2] + [json.dumps(huge, ensure_ascii=False)] + lines[3:])
-    started = time.perf_counter()
-    report = import_paths([p], db_path)
-    elapsed = time.perf_counter() - started
+    report = import_paths([p], db_path)  # its time is measured by benchmarks/importers.py
     assert report.ok and report.sessions == 1
     with GraphStore(db_path, "cc-bad-1", create=False) as store:
         g = store.load()
@@ -157,7 +154,6 @@ def test_fifty_megabyte_tool_output(tmp_path, db_path):
         # found by search through the head of the output, which the index keeps
         (hit,) = store.search("zebramarker7731", limit=5)
         assert hit.node_id == code.id
-    assert elapsed < 45
 
 
 def test_skip_mode_reports_and_continues(tmp_path, db_path):

@@ -572,17 +572,11 @@ def test_cjk_segmentation_puts_a_zero_width_space_after_each_cjk_character(text)
     assert store_mod._segment_cjk(text) == _segment_reference(text)
 
 
-def test_cjk_segmentation_is_fast_on_long_cjk_text():
-    # The template-string version took ~6 µs a character; 200,000 characters
-    # would take over a second. The run-based one is well under that.
-    import time
-
+def test_cjk_segmentation_of_long_cjk_text():
+    # 200,000 characters: the template-string version took over a second here; the
+    # run-based one is timed by benchmarks/importers.py, this checks it stays exact.
     text = ("上下文管理的设计と実装" * 20_000)[:200_000]
-    t = time.perf_counter()
-    out = store_mod._segment_cjk(text)
-    elapsed = time.perf_counter() - t
-    assert out == _segment_reference(text)
-    assert elapsed < 0.25, f"{elapsed:.3f} s for 200,000 CJK characters"
+    assert store_mod._segment_cjk(text) == _segment_reference(text)
 
 
 def test_cjk_substrings_are_found_in_mixed_text(store):

@@ -263,7 +263,6 @@ def test_eight_k_window_turns() -> None:
 def test_three_hundred_turns_on_a_32k_window() -> None:
     db, sid, engine = make(window=32_000)
     provider = ToolThenAnswer(seed=7)  # tool outputs of 200-6,000 tokens
-    started = time.monotonic()
     compactions = 0
     head_ids = None
     for i in range(300):
@@ -285,7 +284,6 @@ def test_three_hundred_turns_on_a_32k_window() -> None:
             assert branch[3]["type"] == "compactionSummary"
             assert_pairs_intact(branch)
     assert compactions >= 20
-    assert time.monotonic() - started < 60
 
 
 def test_default_engine_summarises_with_the_agents_provider() -> None:
