@@ -95,6 +95,13 @@ def _spawn(code: str, *args: object) -> subprocess.Popen:
     )
 
 
+def _reap_killed(proc: subprocess.Popen) -> None:
+    """Wait for a process this test SIGKILLed (or that died) and close its pipes."""
+    proc.wait(timeout=30)
+    proc.stdout.close()
+    proc.stderr.close()
+
+
 @pytest.mark.slow
 def test_two_processes_appending_to_one_session_lose_nothing(db_path):
     per_process, batch = 5000, 250
@@ -148,9 +155,7 @@ def test_a_writer_killed_mid_append_many_leaves_whole_batches(db_path):
         time.sleep(0.02)  # inside batch 2's transaction, FTS insert under way
         os.kill(proc.pid, signal.SIGKILL)
     finally:
-        proc.wait(timeout=30)
-        proc.stdout.close()
-        proc.stderr.close()
+        _reap_killed(proc)
     assert proc.returncode == -signal.SIGKILL
 
     conn = connect(db_path)  # opens fine, recovers the WAL
@@ -186,9 +191,7 @@ def test_an_importer_killed_inside_a_transaction_leaves_no_session(db_path):
         assert line.strip() == "inside", f"importer failed: {proc.stderr.read()}"
         os.kill(proc.pid, signal.SIGKILL)
     finally:
-        proc.wait(timeout=30)
-        proc.stdout.close()
-        proc.stderr.close()
+        _reap_killed(proc)
     assert proc.returncode == -signal.SIGKILL
     conn = connect(db_path)
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

@@ -858,8 +858,12 @@ _CDN_BOOTSTRAP = re.compile(
 )
 
 
+@lru_cache(maxsize=4)
 def _offline_template_env(template_dir: str) -> Any:
-    """pyvis's jinja environment, serving its templates without the Bootstrap links."""
+    """pyvis's jinja environment, serving its templates without the Bootstrap links.
+
+    One per template folder, so templates are compiled once, not on every render.
+    """
     from jinja2 import Environment, FileSystemLoader, FunctionLoader
 
     files = FileSystemLoader(template_dir)

@@ -285,9 +285,9 @@ class CompactionTuner(widgets.VBox):
 
     def run(self) -> Any:
         """Replay with the current settings (memoised) and return the ``ReplayResult``."""
-        params = self.params()
-        window = int(self.window.value) or None
         key = self._key()
+        _preset, window, items = key
+        params = dict(items)
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
