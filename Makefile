@@ -9,7 +9,8 @@ PYTEST_ARGS ?=
 
 .PHONY: install system-deps data lab test lint bench clean
 
-$(STAMP): pyproject.toml
+# setup.py builds the C core of references.py: a change to it reinstalls (recompiles)
+$(STAMP): pyproject.toml setup.py opctx/context/_refscan.c
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[all]'

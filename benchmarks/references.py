@@ -3,15 +3,17 @@
 Prints, on the synthetic coding-agent history of ``opctx.lab.synthetic_history``:
 
 * build time of ``ReferenceTracker`` over N messages (median of ``--repeat`` runs) for
-  N in ``--sizes`` (default up to 10,000; target < 0.5 s at 10,000);
-* one incremental ``add`` after a 10,000-message build (median and p95 over 200
-  new messages; target < 5 ms);
-* ``_quadratic_reference_scan`` timed beside it where affordable (``--quadratic-max``,
-  default 3,000 messages) and the ratio quadratic / tracker;
-* agreement: cited messages found by both / found by the quadratic scan;
-* the CPU time of the tracker beside its wall time (the machine is shared: CPU time is the
-  steadier figure when other jobs run), and, at the largest size, how that CPU time splits
-  between assembling the texts, the tokenising regex passes and the rest;
+  N in ``--sizes`` (default up to 10,000; target < 0.5 s at 10,000), with the compiled
+  core (the default where it is built) and the pure-Python fallback side by side;
+* ``_quadratic_reference_scan`` timed beside them where affordable (``--quadratic-max``,
+  default 3,000 messages) and the ratios quadratic / tracker;
+* agreement with the quadratic scan: cited messages found by both / by the scan, and
+  whether the compiled core's map is identical (cited ids, tool ids, snippets);
+* the CPU time beside the wall time (the machine is shared: CPU time is the steadier
+  figure when other jobs run), and, at the largest size, how the compiled build's time
+  splits between assembling the texts, the compiled core and the Python around it;
+* one incremental ``add`` after a 10,000-message build (median and p95 over 200 new
+  messages; target < 5 ms), both cores;
 * adversarial texts: 200,000 characters of capitals, hex, one word... (each must stay
   linear: the seed's CamelCase regex and hex-run lookup keys were quadratic there);
 * the same on the real corpus (every Claude Code / Codex session with provider usage,
@@ -33,7 +35,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from opctx.context.references import ReferenceTracker, _quadratic_reference_scan, _Tokens  # noqa: E402
+from opctx.context import references  # noqa: E402
+from opctx.context.references import (  # noqa: E402
+    HAVE_COMPILED_CORE,
+    MAX_DISTINCTIVE,
+    STOP_WORDS,
+    ReferenceTracker,
+    _quadratic_reference_scan,
+)
 from opctx.dag.messages import message_text  # noqa: E402
 from opctx.lab.synthetic_history import make_history  # noqa: E402
 
@@ -63,47 +72,79 @@ ADVERSARIAL = {
 }
 
 
+CORES = (["compiled"] if HAVE_COMPILED_CORE else []) + ["python"]
+
+
+def tracker(core: str) -> ReferenceTracker:
+    return ReferenceTracker(compiled=core == "compiled")
+
+
+def agreement(fast, slow) -> str:
+    both = len(fast.cited_message_ids & slow.cited_message_ids)
+    share = both / max(1, len(slow.cited_message_ids))
+    identical = (
+        fast.cited_message_ids == slow.cited_message_ids
+        and fast.cited_tool_use_ids == slow.cited_tool_use_ids
+        and fast.quoted_snippets_by_msg == slow.quoted_snippets_by_msg
+    )
+    return f"{share:.4f}" + (" =" if identical else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--sizes", default="1000,3000,10000")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--quadratic-max", type=int, default=3000)
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     biggest = make_history(max(sizes) + 200, seed=0)
     chars = sum(len(message_text(m)) for m in biggest[: max(sizes)]) / max(sizes)
     print(f"synthetic history: {chars:.0f} text characters per message on average")
-    print(f"{'messages':>9}{'tracker s':>11}{'cpu s':>8}{'quadratic s':>13}{'ratio':>8}{'cited':>8}{'agreement':>11}")
-    cpu_by_size: dict[int, float] = {}
+    if not HAVE_COMPILED_CORE:
+        print("compiled core NOT built: pure-Python figures only")
+    print("agreement: share of the quadratic scan's cited messages found; '=' the whole map is identical")
+    print(f"{'messages':>9}{'core':>10}{'tracker s':>11}{'cpu s':>8}{'quadratic s':>13}{'ratio':>8}{'cited':>8}{'agreement':>12}")
+    cpu_by_size: dict[tuple[int, str], float] = {}
     for n in sizes:
         history = biggest[:n]
-        fast_s, fast_cpu, fast = timed_both(lambda h=history: ReferenceTracker().build(h), args.repeat)
-        cpu_by_size[n] = fast_cpu
-        if n <= args.quadratic_max:
-            slow_s, slow = timed(lambda h=history: _quadratic_reference_scan(h), 1)
-            both = len(fast.cited_message_ids & slow.cited_message_ids)
-            agree = f"{both / max(1, len(slow.cited_message_ids)):.4f}"
-            print(
-                f"{n:>9}{fast_s:>11.3f}{fast_cpu:>8.3f}{slow_s:>13.3f}{slow_s / fast_s:>8.1f}"
-                f"{len(fast.cited_message_ids):>8}{agree:>11}"
-            )
-        else:
-            print(f"{n:>9}{fast_s:>11.3f}{fast_cpu:>8.3f}{'-':>13}{'-':>8}{len(fast.cited_message_ids):>8}{'-':>11}")
-    # where the time goes at the largest size: text assembly, the tokenising regex passes
-    # (extraction and lookup keys), and the rest (lookups, checks, filing, citing)
-    history = biggest[: max(sizes)]
-    _, text_s, texts = timed_both(lambda: [message_text(m) for m in history], args.repeat)
-    _, token_s, _ = timed_both(lambda: [_Tokens(t) for t in texts if t], args.repeat)
-    total = cpu_by_size[max(sizes)]
-    print(
-        f"{max(sizes)} messages, CPU split: message_text {text_s:.3f} s, tokenising {token_s:.3f} s, "
-        f"the rest (lookups, checks, filing, citing) {max(0.0, total - text_s - token_s):.3f} s"
-    )
-    print("CPU per 1,000 messages: " + ", ".join(f"{n}: {1000 * c / n:.3f} s" for n, c in cpu_by_size.items()))
+        slow_s, slow = timed(lambda h=history: _quadratic_reference_scan(h), 1) if n <= args.quadratic_max else (None, None)
+        for core in CORES:
+            fast_s, fast_cpu, fast = timed_both(lambda h=history, c=core: tracker(c).build(h), args.repeat)
+            cpu_by_size[n, core] = fast_cpu
+            if slow is not None:
+                print(
+                    f"{n:>9}{core:>10}{fast_s:>11.3f}{fast_cpu:>8.3f}{slow_s:>13.3f}{slow_s / fast_s:>8.1f}"
+                    f"{len(fast.cited_message_ids):>8}{agreement(fast, slow):>12}"
+                )
+            else:
+                print(f"{n:>9}{core:>10}{fast_s:>11.3f}{fast_cpu:>8.3f}{'-':>13}{'-':>8}{len(fast.cited_message_ids):>8}{'-':>12}")
+    n = max(sizes)
+    if HAVE_COMPILED_CORE:
+        # where the compiled build's time goes: the texts, the core (extraction, window
+        # scan, filing, citing, all in C), and the Python around it (message keys, the map)
+        history = biggest[:n]
+        _, text_s, texts = timed_both(lambda: [message_text(m) for m in history], args.repeat)
+
+        def core_only():
+            scanner = references._refscan.Scanner(MAX_DISTINCTIVE, STOP_WORDS)
+            for t in texts:
+                scanner.add(t)
+            return scanner
+
+        _, core_s, scanner = timed_both(core_only, args.repeat)
+        total = cpu_by_size[n, "compiled"]
+        print(
+            f"{n} messages, compiled build CPU split: message_text {text_s:.3f} s, compiled core {core_s:.3f} s "
+            f"({scanner.comparisons:,} in-place comparisons, {scanner.live_strings:,} strings on file at the end), "
+            f"Python around it {max(0.0, total - text_s - core_s):.3f} s"
+        )
+        print(f"pure-Python / compiled at {n}: {cpu_by_size[n, 'python'] / total:.1f}x")
+    for core in CORES:
+        print(f"CPU per 1,000 messages ({core}): " + ", ".join(f"{m}: {1000 * cpu_by_size[m, core] / m:.3f} s" for m in sizes))
     for name, text in ADVERSARIAL.items():
         pair = [{"id": "a", "role": "user", "content": text}, {"id": "b", "role": "user", "content": text}]
-        wall, _ = timed(lambda p=pair: ReferenceTracker().build(p), 1)
-        print(f"adversarial {name} ({len(text):,} chars, twice): {wall:.3f} s")
+        walls = [timed(lambda p=pair, c=core: tracker(c).build(p), 1)[0] for core in CORES]
+        print(f"adversarial {name} ({len(text):,} chars, twice): " + ", ".join(f"{c} {w:.3f} s" for c, w in zip(CORES, walls, strict=True)))
     corpus = ROOT.parent / "shared" / "corpus"
     if (corpus / "manifest.json").is_file():
         from estimator_accuracy import load_sessions
@@ -118,27 +159,27 @@ def main(argv: list[str] | None = None) -> int:
                         m["content"] = ""
                     real.append(m)
         chars = sum(len(message_text(m)) for m in real) / len(real)
-        fast_s, fast = timed(lambda: ReferenceTracker().build(real), args.repeat)
         slow_s, slow = timed(lambda: _quadratic_reference_scan(real), 1)
-        both = len(fast.cited_message_ids & slow.cited_message_ids)
+        for core in CORES:
+            fast_s, fast = timed(lambda c=core: tracker(c).build(real), args.repeat)
+            print(
+                f"real corpus, {len(real)} messages ({chars:.0f} chars each), {core}: tracker {fast_s:.3f} s, "
+                f"quadratic {slow_s:.3f} s, ratio {slow_s / fast_s:.1f}, cited {len(fast.cited_message_ids)}/"
+                f"{len(slow.cited_message_ids)}, agreement {agreement(fast, slow)}"
+            )
+    for core in CORES:
+        incremental = tracker(core)
+        incremental.build(biggest[:n])
+        per_add = []
+        for msg in biggest[n : n + 200]:
+            start = time.perf_counter()
+            incremental.add(msg)
+            per_add.append((time.perf_counter() - start) * 1000)
+        per_add.sort()
         print(
-            f"real corpus, {len(real)} messages ({chars:.0f} chars each): tracker {fast_s:.3f} s, "
-            f"quadratic {slow_s:.3f} s, ratio {slow_s / fast_s:.1f}, cited {len(fast.cited_message_ids)}/"
-            f"{len(slow.cited_message_ids)}, agreement {both / max(1, len(slow.cited_message_ids)):.4f}"
+            f"incremental add after {n} messages ({core}): median {statistics.median(per_add):.3f} ms, "
+            f"p95 {per_add[int(0.95 * len(per_add))]:.3f} ms (200 adds)"
         )
-    n = max(sizes)
-    tracker = ReferenceTracker()
-    tracker.build(biggest[:n])
-    per_add = []
-    for msg in biggest[n : n + 200]:
-        start = time.perf_counter()
-        tracker.add(msg)
-        per_add.append((time.perf_counter() - start) * 1000)
-    per_add.sort()
-    print(
-        f"incremental add after {n} messages: median {statistics.median(per_add):.3f} ms, "
-        f"p95 {per_add[int(0.95 * len(per_add))]:.3f} ms (200 adds)"
-    )
     return 0
 
 

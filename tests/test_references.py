@@ -1,8 +1,15 @@
-"""ReferenceTracker (spec §3.3): distinctive strings, citation, agreement with the O(n^2) scan."""
+"""ReferenceTracker (spec §3.3): distinctive strings, citation, agreement with the O(n^2) scan.
+
+Tracker tests run on both cores: the compiled one (exact: it cites what the quadratic scan
+cites, with the same snippets) and the pure-Python fallback (one documented approximation).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import pickle
 import random
 from pathlib import Path
 
@@ -10,20 +17,46 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from opctx.context import references
 from opctx.context.references import (
     _CAMEL,
     _CAMEL_LINEAR,
     _HEX_ID,
+    HAVE_COMPILED_CORE,
     MAX_DISTINCTIVE,
     STOP_WORDS,
     ReferenceTracker,
     _anchor,
+    _extract_python,
     _quadratic_reference_scan,
     build_reference_map,
     extract_distinctive,
 )
 from opctx.dag.messages import message_to_call
 from opctx.lab.synthetic_history import make_history
+
+needs_core = pytest.mark.skipif(not HAVE_COMPILED_CORE, reason="compiled core not built")
+
+
+@pytest.fixture(params=["compiled", "python"])
+def core(request) -> str:
+    if request.param == "compiled" and not HAVE_COMPILED_CORE:
+        pytest.skip("compiled core not built")
+    return request.param
+
+
+def _tracker(core: str, **kwargs) -> ReferenceTracker:
+    return ReferenceTracker(compiled=core == "compiled", **kwargs)
+
+
+def test_compiled_core_is_built_in_ci():
+    # setup.py marks the extension optional so installs without a compiler still work;
+    # CI has one, and a silent fallback there would hide a broken build
+    if os.environ.get("CI") and not HAVE_COMPILED_CORE:
+        pytest.fail("opctx.context._refscan did not build")
+    assert ReferenceTracker().compiled == HAVE_COMPILED_CORE
+    with pytest.raises(RuntimeError) if not HAVE_COMPILED_CORE else contextlib.nullcontext():
+        ReferenceTracker(compiled=True)
 
 
 def _msg(i: int, text: str, role: str = "assistant") -> dict:
@@ -74,10 +107,46 @@ def test_extraction_is_bounded_and_each_string_is_in_the_text(text):
     assert all(s in text for s in out)
 
 
+# code-like text: every class the scans tell apart, plus non-ASCII of 1, 2 and 4 bytes
+_CODE_ALPHABET = "aAbBfFgGzZ09_./-`\n \t()é配😀"
+
+
+@needs_core
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=_CODE_ALPHABET, max_size=300), st.integers(min_value=-1, max_value=40))
+def test_compiled_extraction_equals_the_regexes(text, limit):
+    assert references._refscan.extract(text, limit, STOP_WORDS) == _extract_python(text, limit)
+
+
+@needs_core
+@settings(max_examples=150, deadline=None)
+@given(st.text(max_size=400))
+def test_compiled_extraction_equals_the_regexes_on_any_text(text):
+    assert references._refscan.extract(text, MAX_DISTINCTIVE, STOP_WORDS) == _extract_python(text)
+
+
+@needs_core
+@pytest.mark.parametrize("limit", [63, 64, 65, 1000, 10**9])
+def test_compiled_extraction_with_a_large_limit(limit):
+    # past 64 strings the compiled selection switches from in-place comparisons to a set
+    words = [f"src/m{i % 150}/f.py 1a2b3c{i % 90:02d} `snip {i % 70}` Parse{i % 80}Config" for i in range(400)]
+    text = " ".join(words)
+    out = references._refscan.extract(text, limit, STOP_WORDS)
+    assert out == _extract_python(text, limit)
+    assert len(out) == min(limit, 150 + 90 + 70 + 80)
+
+
+@needs_core
+def test_compiled_extraction_equals_the_regexes_on_synthetic_text():
+    for m in make_history(400, seed=5):
+        text = references.message_text(m)
+        assert references._refscan.extract(text, MAX_DISTINCTIVE, STOP_WORDS) == _extract_python(text)
+
+
 # ---------------------------------------------------------------- citation
 
 
-def test_tool_result_cited_by_later_message():
+def test_tool_result_cited_by_later_message(core):
     history = [
         _msg(0, "please look at the repo", "user"),
         {"id": "m1", "role": "assistant", "content": "", "tool_calls": [{"id": "t1", "name": "ls", "arguments": {"path": "."}}]},
@@ -85,23 +154,23 @@ def test_tool_result_cited_by_later_message():
         _tool_result(3, "t2", "nothing interesting here at all"),
         _msg(4, "The engine lives in src/opctx/engine.py, I will edit it."),
     ]
-    refs = ReferenceTracker().build(history)
+    refs = _tracker(core).build(history)
     assert "m2" in refs.cited_message_ids
     assert refs.is_cited(tool_use_id="t1") and not refs.is_cited(tool_use_id="t2")
     assert refs.quoted_snippets_by_msg["m2"] == {"src/opctx/engine.py"}
     assert "m3" not in refs.cited_message_ids
 
 
-def test_direction_matters_earlier_mention_does_not_cite():
+def test_direction_matters_earlier_mention_does_not_cite(core):
     history = [_msg(0, "I will check src/opctx/engine.py"), _msg(1, "src/opctx/engine.py contents...")]
-    refs = ReferenceTracker().build(history)
+    refs = _tracker(core).build(history)
     # m1 repeats m0's path: m0 is cited, m1 (the last message) is not
     assert refs.cited_message_ids == {"m0"}
 
 
-def test_string_held_by_several_sources_cites_all():
+def test_string_held_by_several_sources_cites_all(core):
     history = [_msg(0, "first src/a/b/c.py"), _msg(1, "again src/a/b/c.py"), _msg(2, "finally src/a/b/c.py")]
-    assert ReferenceTracker().build(history).cited_message_ids == {"m0", "m1"}
+    assert _tracker(core).build(history).cited_message_ids == {"m0", "m1"}
     assert _quadratic_reference_scan(history).cited_message_ids == {"m0", "m1"}
 
 
@@ -119,11 +188,11 @@ def test_string_held_by_several_sources_cites_all():
         ("`配置文件` 已更新", "请检查配置文件是否正确"),  # no ASCII word: direct check
     ],
 )
-def test_embedded_occurrences_are_found(source, later):
+def test_embedded_occurrences_are_found(core, source, later):
     history = [_msg(0, source), _msg(1, later)]
     quadratic = _quadratic_reference_scan(history)
     assert quadratic.cited_message_ids == {"m0"}, "fixture must be a real citation"
-    assert ReferenceTracker().build(history).cited_message_ids == {"m0"}
+    assert _tracker(core).build(history).cited_message_ids == {"m0"}
 
 
 @pytest.mark.parametrize(
@@ -169,7 +238,7 @@ _PATHOLOGICAL = {
 
 
 @pytest.mark.parametrize("name", sorted(_PATHOLOGICAL))
-def test_pathological_text_is_handled_in_linear_time(name):
+def test_pathological_text_is_handled_in_linear_time(core, name):
     # each took minutes with a quadratic step (a CamelCase retry per capital, the prefixes
     # and suffixes of a hex run); linear now, so the suite stays fast
     text = _PATHOLOGICAL[name]
@@ -178,33 +247,36 @@ def test_pathological_text_is_handled_in_linear_time(name):
     # the others hold no path, no id with a digit, no snippet, no lower-case CamelCase
     whole_run = name in ("hex", "long path", "long CamelCase word")
     assert strings == ([text] if whole_run else [])
-    tracker = ReferenceTracker()
+    tracker = _tracker(core)
     tracker.add(_msg(0, text))
     tracker.add(_msg(1, "and again: " + text))
     assert tracker.map.cited_message_ids == ({"m0"} if strings else set())
 
 
 def test_documented_approximation_glued_edge_word():
-    # tier 4: a one-word snippet glued to more letters in the later text is missed
+    # pure-Python tier 4: a one-word snippet glued to more letters in the later text is
+    # missed; the compiled core compares in place and finds it
     history = [_msg(0, "call `parse_config` first"), _msg(1, "parse_configuration() failed")]
     assert _quadratic_reference_scan(history).cited_message_ids == {"m0"}
-    assert ReferenceTracker().build(history).cited_message_ids == set()
+    assert ReferenceTracker(compiled=False).build(history).cited_message_ids == set()
+    if HAVE_COMPILED_CORE:
+        assert ReferenceTracker(compiled=True).build(history).cited_message_ids == {"m0"}
 
 
-def test_incremental_add_equals_build():
+def test_incremental_add_equals_build(core):
     history = make_history(300, seed=3)
-    tracker = ReferenceTracker()
+    tracker = _tracker(core)
     for m in history:
         tracker.add(m)
-    full = build_reference_map(history)
+    full = _tracker(core).build(history)
     assert tracker.map.cited_message_ids == full.cited_message_ids
     assert tracker.map.cited_tool_use_ids == full.cited_tool_use_ids
     assert tracker.message_count == 300
 
 
-def test_update_extends_or_rebuilds():
+def test_update_extends_or_rebuilds(core):
     history = make_history(120, seed=4)
-    tracker = ReferenceTracker()
+    tracker = _tracker(core)
     tracker.update(history[:100])
     assert tracker.update(history).cited_message_ids == build_reference_map(history).cited_message_ids
     # a different branch: rebuilt from scratch
@@ -214,27 +286,49 @@ def test_update_extends_or_rebuilds():
     assert tracker.message_count == 50
 
 
-def test_clock_stamps_the_map_and_calls_are_accepted():
+def test_pickled_tracker_carries_on_where_it_stopped(core):
+    history = make_history(160, seed=6)
+    tracker = _tracker(core)
+    tracker.build(history[:100])
+    copy = pickle.loads(pickle.dumps(tracker))
+    for m in history[100:]:
+        tracker.add(m)
+        copy.add(m)
+    assert copy.map.cited_message_ids == tracker.map.cited_message_ids
+    assert copy.map.quoted_snippets_by_msg == tracker.map.quoted_snippets_by_msg
+    assert copy.message_count == 160
+
+
+def test_clock_stamps_the_map_and_calls_are_accepted(core):
     history = [_msg(0, "open src/app/main.py", "user"), _msg(1, "src/app/main.py has 3 functions")]
-    tracker = ReferenceTracker(clock=lambda: 42.0)
+    tracker = _tracker(core, clock=lambda: 42.0)
     refs = tracker.build([message_to_call(dict(m, timestamp=1.0, parent_id=None)) for m in history])
     assert refs.last_built_at == 42.0 and refs.cited_message_ids == {"m0"}
 
 
-def test_messages_without_ids_use_their_index():
-    refs = ReferenceTracker().build([{"role": "user", "content": "src/app/main.py"}, {"role": "assistant", "content": "src/app/main.py"}])
+def test_messages_without_ids_use_their_index(core):
+    refs = _tracker(core).build([{"role": "user", "content": "src/app/main.py"}, {"role": "assistant", "content": "src/app/main.py"}])
     assert refs.cited_message_ids == {"#0"}
 
 
 # ---------------------------------------------------------------- agreement
 
 
+def _assert_same_as_quadratic(fast, slow):
+    assert fast.cited_message_ids == slow.cited_message_ids
+    assert fast.cited_tool_use_ids == slow.cited_tool_use_ids
+    assert fast.quoted_snippets_by_msg == slow.quoted_snippets_by_msg
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("style", ["anthropic", "openai"])
-def test_agreement_with_quadratic_scan_on_synthetic_histories(seed, style):
+def test_agreement_with_quadratic_scan_on_synthetic_histories(core, seed, style):
     history = make_history(400, seed=seed, style=style)
-    fast = ReferenceTracker().build(history)
+    fast = _tracker(core).build(history)
     slow = _quadratic_reference_scan(history)
+    if core == "compiled":
+        _assert_same_as_quadratic(fast, slow)
+        return
     # never a false citation; misses only from the documented tier 4 approximation
     assert fast.cited_message_ids <= slow.cited_message_ids
     assert len(fast.cited_message_ids) >= 0.99 * len(slow.cited_message_ids)
@@ -258,12 +352,38 @@ def test_agreement_property(messages, glue):
     # tokens joined by spaces (or glued, which exercises the embedded cases)
     sep = "" if glue else " "
     history = [_msg(i, sep.join(tokens)) for i, tokens in enumerate(messages)]
-    fast = ReferenceTracker().build(history)
     slow = _quadratic_reference_scan(history)
-    # the fast tracker never cites what the scan does not (every hit is verified)
+    if HAVE_COMPILED_CORE:
+        _assert_same_as_quadratic(ReferenceTracker(compiled=True).build(history), slow)
+    fast = ReferenceTracker(compiled=False).build(history)
+    # the Python tracker never cites what the scan does not (every hit is verified)
     assert fast.cited_message_ids <= slow.cited_message_ids
     if not glue:
         assert fast.cited_message_ids == slow.cited_message_ids
+
+
+@needs_core
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet=_CODE_ALPHABET, max_size=120), min_size=1, max_size=12))
+def test_compiled_core_equals_quadratic_scan_on_random_text(texts):
+    # mixed string widths: an ASCII string must be found inside a text holding "配" or "😀"
+    history = [_msg(i, t) for i, t in enumerate(texts)]
+    _assert_same_as_quadratic(ReferenceTracker(compiled=True).build(history), _quadratic_reference_scan(history))
+
+
+@needs_core
+def test_compiled_core_tracks_only_uncited_strings():
+    scanner = references._refscan.Scanner(MAX_DISTINCTIVE, STOP_WORDS)
+    assert scanner.add("open src/app/main.py and `load_it`") == []
+    assert scanner.live_strings == 2 and scanner.strings(0) == ["src/app/main.py", "load_it"]
+    assert scanner.add("no reference here") == []
+    assert scanner.add("/home/me/src/app/main.py:12") == [(0, ["src/app/main.py"])]
+    # message 0 is cited: its strings leave the table, message 2's own path is filed
+    assert scanner.strings(0) == [] and scanner.live_strings == 1 and scanner.message_count == 3
+    with pytest.raises(TypeError):
+        scanner.add(b"bytes")
+    with pytest.raises(IndexError):
+        scanner.strings(3)
 
 
 def test_agreement_on_random_glued_text_is_high():
@@ -271,7 +391,7 @@ def test_agreement_on_random_glued_text_is_high():
     agree = total = 0
     for _ in range(200):
         history = [_msg(i, "".join(rng.choice(_TOKENS) for _ in range(rng.randint(1, 10)))) for i in range(8)]
-        fast = ReferenceTracker().build(history).cited_message_ids
+        fast = ReferenceTracker(compiled=False).build(history).cited_message_ids
         slow = _quadratic_reference_scan(history).cited_message_ids
         assert fast <= slow
         agree += len(fast)
@@ -299,14 +419,17 @@ def _claude_code_messages(path: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_agreement_on_real_transcripts(corpus_dir):
+def test_agreement_on_real_transcripts(corpus_dir, core):
     files = sorted((corpus_dir / "claude_code_jsonl").rglob("*.jsonl"))
     assert files
     for path in files:
         history = _claude_code_messages(path)
         if len(history) < 2:
             continue
-        fast = ReferenceTracker().build(history).cited_message_ids
-        slow = _quadratic_reference_scan(history).cited_message_ids
-        assert fast <= slow
-        assert len(fast) >= 0.98 * len(slow), path.name
+        fast = _tracker(core).build(history)
+        slow = _quadratic_reference_scan(history)
+        if core == "compiled":
+            _assert_same_as_quadratic(fast, slow)
+            continue
+        assert fast.cited_message_ids <= slow.cited_message_ids
+        assert len(fast.cited_message_ids) >= 0.98 * len(slow.cited_message_ids), path.name

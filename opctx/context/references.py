@@ -34,13 +34,29 @@ Finding references without the quadratic scan
 =============================================
 The specification's scan checks every pair (i, j): O(n^2 * 32) substring searches.
 ``ReferenceTracker`` visits each message once and keeps a table of the distinctive
-strings of the messages not cited yet, each filed under one **anchor**: a short key
-that is certain to be among the *lookup keys* of any later text in which the string
-occurs. A new text is tokenised once (the regexes above, which also give its own
-distinctive strings, plus its words); the anchors among its lookup keys give the
-candidate strings, and each candidate is verified with ``s in text`` (C speed), so there
-are never false positives. "Words" are maximal runs of ASCII ``[A-Za-z0-9_]``. The anchor
-of a string is chosen by tier:
+strings of the messages not cited yet. When a message is cited, all of its strings leave
+the table (the specification's early exit: a cited message is not checked again), so the
+table holds only strings that have not recurred (2,400 after 10,000 synthetic messages).
+There are two implementations of that table; both never cite falsely.
+
+**The compiled core** (``_refscan.c``, built by ``setup.py``; used by default, exact). Every
+distinctive string has three characters or more. Each is filed under one of its
+three-character windows, its *anchor*; the scan of a new text computes the window at each
+position, and a window that anchors a string has that string compared in place. So every
+occurrence is found, as in the quadratic scan (the tests compare the whole map, cited ids,
+tool ids and snippets, on synthetic histories, random text of mixed widths and the real
+corpus). A string is anchored at its window seen least often so far in all the texts
+(``ferences.py`` under ``s.p``, not ``enc``), which keeps comparisons to about 60 per
+message. Extraction is compiled too: one branch-free pass over the code points replaces
+the four regexes (equal results, checked by property tests against ``_extract_python``).
+
+**The pure-Python fallback** (``compiled=False``, or where no C compiler was available at
+install time). Each string is filed under one **anchor**: a short key that is certain
+to be among the *lookup keys* of any later text in which the string occurs. A new text is
+tokenised once (the regexes above, which also give its own distinctive strings, plus its
+words); the anchors among its lookup keys give the candidate strings, and each candidate
+is verified with ``s in text``. "Words" are maximal runs of ASCII ``[A-Za-z0-9_]``. The
+anchor of a string is chosen by tier:
 
 1. **An interior word** of ``s`` (bounded inside ``s`` by non-word characters on both
    sides; a snake_case word is preferred, then the longest). Wherever ``s`` occurs, that
@@ -64,59 +80,45 @@ of a string is chosen by tier:
 4. **The longest word** of anything else (a one-word backtick snippet such as
    ``parse_config``, ``HTTPServer``). Lookup key: the complete words of the new text.
    *Misses* the string when that word is glued to more word characters in the later text
-   (``parse_config`` inside ``parse_configuration``). The only approximation.
+   (``parse_config`` inside ``parse_configuration``). The fallback's only approximation:
+   on the real-transcript corpus (all sessions with provider usage, concatenated, 2,364
+   messages) it cites 1,416 of the scan's 1,418 messages.
 
 A string with no ASCII word character at all (a Chinese backtick snippet) is filed under
 its rarest character, looked up in the set of the new text's characters (exact).
 
-On the synthetic histories the tracker cites exactly the messages the quadratic scan
-cites (1,000 and 3,000 messages, seeds 0 and 1); on the real-transcript corpus (all
-sessions with provider usage, concatenated, 2,364 messages) 1,416 of 1,418. The tests
-check agreement on synthetic histories, on the corpus sessions and on hand-made near
-misses.
-
-When a message is cited, all of its strings leave the table (the specification's early
-exit: a cited message is not checked again), and a string found in a new message cites
-every uncited holder at once. So the table holds only strings that have not recurred,
-and the per-message cost is one tokenising pass over its text plus the candidate checks:
-linear in its length.
-
 Adversarial text
 ================
-Every step is linear in the text. The spec's CamelCase regex retries every capital of a
-run and scans to the run's end each time: quadratic on a long run of capitals ("T" *
-8,000 took 0.9 s); a text with a word of 64 characters or more uses an equivalent
-one-attempt-per-run form. The lookup keys of a hex run are its windows, not its prefixes
-and suffixes (which were quadratic). Two messages of 200,000 characters each of capitals,
-hex, a single word, a path or a CamelCase word take 0.03-0.3 s (``tests/test_references.py``
-runs them; ``benchmarks/references.py`` times them).
+Every step is linear in the text, in both implementations. The spec's CamelCase regex
+retries every capital of a run and scans to the run's end each time: quadratic on a long
+run of capitals ("T" * 8,000 took 0.9 s); the fallback uses an equivalent
+one-attempt-per-run form for a text with a word of 64 characters or more, and takes the
+windows of a hex run as its lookup keys, not its prefixes and suffixes (which were
+quadratic). Two messages of 200,000 characters each of capitals, hex, a single word, a
+path or a CamelCase word take 2-10 ms compiled, 0.02-0.22 s in Python
+(``tests/test_references.py`` runs them; ``benchmarks/references.py`` times them).
 
 Cost
 ====
 Measured with ``benchmarks/references.py`` on ``make_history`` (580 text characters per
-message, 5.8 MB of text for 10,000) on the shared 2-core machine at a load average under
-1: 10,000 messages take 1.3-1.4 s of CPU (wall the same; 1.4-1.6 s before this round's
-changes, measured interleaved in the same process: a 3 % gain), 1,000 take 0.12-0.13 s and
-3,000 take 0.39-0.41 s (against 1.7 s for the quadratic scan); an incremental ``add``
-after 10,000 messages takes 0.09 ms (median). **The 0.5 s target is not met.** The cost
-is linear: 0.12-0.13 s per 1,000 messages at 1,000, 0.13-0.14 s at 10,000 (the table
-holds 1,300-2,400 uncited strings throughout, its largest bucket 6 strings, and a message
-verifies 2.7 candidates on average); the few per cent of growth is the garbage collector
-and a larger working set, and figures of 2.3 s for 10,000 were load from other jobs.
+message, 5.8 MB of text for 10,000) on the shared 2-core machine, median of 5:
 
-Where the 1.4 s goes at 10,000 messages: assembling the texts 0.04 s; the tokenising
-passes 0.45-0.55 s, each near the floor of CPython's ``re`` and ``str`` primitives over
-5.8 MB (words by ``translate`` and ``split`` 0.13 s, hex ids 0.10 s, paths 0.09 s,
-CamelCase 0.05 s, backticks 0.01 s); the lookup keys 0.12 s (snake parts, hump pairs and
-hex windows, 0.04 s each); and some 0.7 s of Python bookkeeping spread thin: selecting
-and filing 90,000 strings (anchors for 42,000 distinct ones, 0.09 s), citing 8,900
-messages, the per-message calls. Tried and measured without gain: paths and hex ids from
-``translate`` and ``split`` instead of regexes (same time), other hex regexes (up to 2x
-slower), the regexes over the de-duplicated words of each text (30 % less regex time,
-paid back by building the de-duplicated text), per-run memos of hex windows (most hex
-runs are new ids and timestamps) and of hump pairs. Reaching 0.5 s needs the tokenising
-done once in compiled code (a single C pass for words, paths, ids and CamelCase), not a
-better index.
+=======================  ==========  ===========  ===============
+messages                 compiled    pure Python  quadratic scan
+=======================  ==========  ===========  ===============
+1,000                    0.027 s     0.22 s       0.42 s
+3,000                    0.077 s     0.70 s       2.35 s
+10,000                   0.32 s      2.2 s        (not run)
+real corpus, 2,364       0.089 s     0.85 s       0.56 s
+incremental ``add``      0.026 ms    0.15 ms
+=======================  ==========  ===========  ===============
+
+The compiled build of 10,000 messages splits into assembling the texts (0.05 s), the core
+(0.14 s: extraction, window scan, filing, citing) and the Python around it (0.14 s:
+message keys, tool ids, the map). Its cost per 1,000 messages is flat (0.027-0.032 s).
+The fallback spends about 0.7 s of its 2.2 s in the tokenising regex passes, each near
+the floor of CPython's ``re`` over 5.8 MB, and the rest in Python bookkeeping: that is
+why the table moved to C rather than to a cleverer index in Python.
 
 ``quoted_snippets_by_msg[id]`` holds the strings of message ``id`` found in the *first*
 message that cited it (the citing check stops there, as in the specification).
@@ -140,7 +142,16 @@ from opctx.dag.messages import message_text, tool_result_ids
 
 from .types import ReferenceMap
 
+try:  # the compiled core (setup.py builds it where a C compiler is available)
+    from . import _refscan
+except ImportError:  # pragma: no cover - exercised by installs without a compiler
+    _refscan = None
+
+#: True when the compiled core is importable; ``ReferenceTracker`` uses it by default.
+HAVE_COMPILED_CORE = _refscan is not None
+
 __all__ = [
+    "HAVE_COMPILED_CORE",
     "MAX_DISTINCTIVE",
     "STOP_WORDS",
     "ReferenceTracker",
@@ -234,6 +245,8 @@ def _select(tok: _Tokens, limit: int) -> list[str]:
     (with "/") never equals an id (without).
     """
     out: list[str] = []
+    if limit <= 0:
+        return out
     # dict.fromkeys: de-duplicate in C, keep first-appearance order
     for s in dict.fromkeys(tok.paths):
         # >= 3 alphanumerics: every path character but _./- is one
@@ -259,8 +272,21 @@ def _select(tok: _Tokens, limit: int) -> list[str]:
 
 
 def extract_distinctive(text: str, limit: int = MAX_DISTINCTIVE) -> list[str]:
-    """The distinctive strings of ``text`` (module docstring), at most ``limit``."""
-    if not text:
+    """The distinctive strings of ``text`` (module docstring), at most ``limit``.
+
+    >>> extract_distinctive("see ParseConfig and `load_settings` in src/app/config.py at 4f3a9c2e")
+    ['src/app/config.py', '4f3a9c2e', 'load_settings', 'ParseConfig']
+    """
+    if not text or limit <= 0:
+        return []
+    if _refscan is not None:
+        return _refscan.extract(text, limit, STOP_WORDS)
+    return _select(_Tokens(text), limit)
+
+
+def _extract_python(text: str, limit: int = MAX_DISTINCTIVE) -> list[str]:
+    """``extract_distinctive`` with the regexes: the reference the compiled core is tested against."""
+    if not text or limit <= 0:
         return []
     return _select(_Tokens(text), limit)
 
@@ -353,18 +379,34 @@ class _Source:
 
 
 class ReferenceTracker:
-    """Incremental ``ReferenceMap`` builder (module docstring). ``clock`` stamps the map."""
+    """Incremental ``ReferenceMap`` builder (module docstring). ``clock`` stamps the map.
+
+    ``compiled``: use the compiled core (exact, fast); ``None`` (the default) uses it when
+    it is built, ``False`` forces the pure-Python path, ``True`` requires the core.
+    """
 
     # anchors are remembered per string: most strings recur, and are filed again after
     # each citation. The memo is dropped past this many strings (it only saves work).
     _ANCHOR_MEMO_MAX = 500_000
 
-    def __init__(self, clock: Callable[[], float] = time.time, limit: int = MAX_DISTINCTIVE):
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.time,
+        limit: int = MAX_DISTINCTIVE,
+        compiled: bool | None = None,
+    ):
+        if compiled and _refscan is None:
+            raise RuntimeError("the compiled reference core is not built (no C compiler at install time?)")
         self.clock = clock
         self.limit = limit
+        self.compiled = _refscan is not None if compiled is None else compiled
         self.reset()
 
     def reset(self) -> None:
+        # compiled core: the table of uncited strings lives in C; the messages are kept to
+        # name the tool_use ids of the ones it reports cited
+        self._core = _refscan.Scanner(self.limit, STOP_WORDS) if self.compiled else None
+        self._messages: list[dict] = []
         # anchor -> the strings filed under it
         self._table: dict[Anchor, set[str]] = {}
         # string -> (its anchor, the uncited messages holding it, oldest first)
@@ -373,6 +415,25 @@ class ReferenceTracker:
         self._has_char_anchors = False
         self._keys: list[str] = []
         self.map = ReferenceMap(last_built_at=self.clock())
+
+    # The compiled table cannot be pickled; it is rebuilt from the messages on unpickling
+    # (where the core is not built, the pure-Python tables are built instead).
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_core": None}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if not self.compiled:
+            return
+        if _refscan is None:
+            stamp = self.map.last_built_at
+            self.compiled = False
+            self.build(self._messages)
+            self.map.last_built_at = stamp
+            return
+        self._core = _refscan.Scanner(self.limit, STOP_WORDS)
+        for msg in self._messages:
+            self._core.add(message_text(msg))
 
     @property
     def message_count(self) -> int:
@@ -411,6 +472,11 @@ class ReferenceTracker:
         key = _message_key(msg, index)
         self._keys.append(key)
         text = message_text(msg)
+        if self._core is not None:
+            self._messages.append(msg)
+            for cited, found in self._core.add(text):
+                self._cite_compiled(cited, found)
+            return
         if not text:
             return
         tok = _Tokens(text)
@@ -437,6 +503,15 @@ class ReferenceTracker:
                 table[anchor] = {s}
             else:
                 bucket.add(s)
+
+    def _cite_compiled(self, index: int, found: list[str]) -> None:
+        m = self.map
+        key = self._keys[index]
+        m.cited_message_ids.add(key)
+        tool_use_ids = tool_result_ids(self._messages[index])
+        if tool_use_ids:
+            m.cited_tool_use_ids.update(tool_use_ids)
+        m.quoted_snippets_by_msg[key] = set(found)
 
     def _new_anchor(self, s: str) -> Anchor:
         memo = self._anchor_memo
