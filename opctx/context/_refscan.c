@@ -31,7 +31,8 @@
  * anchor has that string compared in place (memcmp). So every occurrence is found, and
  * the cost is one table probe per character plus the comparisons. To keep comparisons
  * rare, a string is anchored at the window seen least often so far in all texts (a
- * 32,768-entry table of window counts): "ferences.py" is filed under "s.p", not "enc".
+ * 32,768-entry table of window counts), so a string is not filed under "src" or "the"
+ * when it has a rarer window.
  * The table only holds the strings of messages not cited yet (a message cited once is
  * not checked again, as in the specification), a few thousand at most in practice, so it
  * stays in the processor's cache. A string can have only one holder: a later message

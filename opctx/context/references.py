@@ -46,8 +46,8 @@ position, and a window that anchors a string has that string compared in place. 
 occurrence is found, as in the quadratic scan (the tests compare the whole map, cited ids,
 tool ids and snippets, on synthetic histories, random text of mixed widths and the real
 corpus). A string is anchored at its window seen least often so far in all the texts
-(``ferences.py`` under ``s.p``, not ``enc``), which keeps comparisons to about 60 per
-message. Extraction is compiled too: one branch-free pass over the code points replaces
+(not under ``src`` or ``the`` when it has a rarer window), which keeps comparisons to
+about 60 per message. Extraction is compiled too: one branch-free pass over the code points replaces
 the four regexes (equal results, checked by property tests against ``_extract_python``).
 
 **The pure-Python fallback** (``compiled=False``, or where no C compiler was available at
@@ -101,21 +101,22 @@ path or a CamelCase word take 2-10 ms compiled, 0.02-0.22 s in Python
 Cost
 ====
 Measured with ``benchmarks/references.py`` on ``make_history`` (580 text characters per
-message, 5.8 MB of text for 10,000) on the shared 2-core machine, median of 5:
+message, 5.8 MB of text for 10,000) on the shared 2-core machine, medians of 5 (two runs):
 
-=======================  ==========  ===========  ===============
-messages                 compiled    pure Python  quadratic scan
-=======================  ==========  ===========  ===============
-1,000                    0.027 s     0.22 s       0.42 s
-3,000                    0.077 s     0.70 s       2.35 s
-10,000                   0.32 s      2.2 s        (not run)
-real corpus, 2,364       0.089 s     0.85 s       0.56 s
-incremental ``add``      0.026 ms    0.15 ms
-=======================  ==========  ===========  ===============
+=======================  ===============  ===========  ===============
+messages                 compiled         pure Python  quadratic scan
+=======================  ===============  ===========  ===============
+1,000                    0.027-0.033 s    0.22 s       0.42-0.48 s
+3,000                    0.077-0.10 s     0.69-0.70 s  2.35-2.5 s
+10,000                   0.32-0.36 s      2.2 s        (not run)
+real corpus, 2,364       0.09-0.11 s      0.85-0.87 s  0.56-0.64 s
+incremental ``add``      0.026-0.028 ms   0.15 ms
+=======================  ===============  ===========  ===============
 
-The compiled build of 10,000 messages splits into assembling the texts (0.05 s), the core
-(0.14 s: extraction, window scan, filing, citing) and the Python around it (0.14 s:
-message keys, tool ids, the map). Its cost per 1,000 messages is flat (0.027-0.032 s).
+The compiled build of 10,000 messages splits into assembling the texts (0.05-0.07 s), the
+core (0.14-0.17 s: extraction, window scan, filing, citing) and the Python around it
+(0.11-0.14 s: message keys, tool ids, the map). Its cost per 1,000 messages is flat
+(0.027-0.035 s).
 The fallback spends about 0.7 s of its 2.2 s in the tokenising regex passes, each near
 the floor of CPython's ``re`` over 5.8 MB, and the rest in Python bookkeeping: that is
 why the table moved to C rather than to a cleverer index in Python.
