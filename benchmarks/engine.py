@@ -151,7 +151,7 @@ def bench_cut(n: int, window: int) -> None:
     print(f"find_cut_index, {n:,} messages, window {window:,} (cut at {cut.index})")
     print(f"  cold (estimates every message): {cold * 1000:8.1f} ms")
     print(f"  warm table:   median {med:7.3f} ms   p95 {p95:7.3f} ms   (target < 10 ms)")
-    print(f"  re-read dicts (facts by id): median {rmed:7.2f} ms")
+    print(f"  re-read dicts (reused by equality): median {rmed:7.2f} ms")
     print(f"  cold / warm: {cold * 1000 / med:8.0f}x")
 
 

@@ -256,8 +256,20 @@ _message_specs = st.tuples(
 
 # weighted towards growth and citations: the incremental path is what is under test
 _OPERATION_KINDS = ["append"] * 5 + ["cite"] * 3 + [
-    "rewind", "compact", "reread", "feed_back", "clock", "uncite", "new_map", "switch",
+    "rewind", "compact", "reread", "feed_back", "clock", "uncite", "new_map", "switch", "edit",
 ]
+
+
+def _same_length_edit(value):
+    # "line" -> four CJK characters: the same length, several times the tokens
+    if isinstance(value, str):
+        return value.replace("line", "中文内容")
+    if isinstance(value, list):
+        return [_same_length_edit(v) for v in value]
+    if isinstance(value, dict):
+        return {k: v if k in ("id", "role", "tool_use_id", "tool_call_id", "type") else _same_length_edit(v)
+                for k, v in value.items()}
+    return value
 
 
 @st.composite
@@ -267,6 +279,8 @@ def _operation(draw):
         return kind, draw(st.lists(_message_specs, min_size=1, max_size=8))
     if kind == "cite":
         return kind, draw(st.tuples(st.booleans(), st.integers(min_value=0, max_value=12)))
+    if kind == "edit":
+        return kind, draw(st.integers(min_value=0, max_value=40))
     if kind in ("rewind", "compact", "uncite"):
         return kind, draw(st.integers(min_value=1 if kind == "rewind" else 0, max_value=40 if kind == "uncite" else 5))
     if kind == "clock":
@@ -322,6 +336,9 @@ def test_incremental_ager_matches_a_fresh_one(ops, turns, seconds, first, own_tr
             tail = [dict(m, id=f"k{i}_{counter['n']}") for i, m in enumerate(history[len(history) - arg:] if arg else [])]
             counter["n"] += 1
             history = head + [summary] + tail
+        elif op == "edit" and history:  # a node updated under its id (GraphStore.update), same lengths
+            i = arg % len(history)
+            history = history[:i] + [_same_length_edit(history[i])] + history[i + 1 :]
         elif op == "reread":  # the branch read again from the store: equal dicts, new objects
             history = copy.deepcopy(history)
         elif op == "feed_back":  # the aged output given back (idempotence path)

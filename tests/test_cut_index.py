@@ -220,6 +220,24 @@ def test_facts_cache_is_incremental_on_append() -> None:
     assert len(calls) == 102
 
 
+def test_facts_of_a_message_updated_under_its_id_are_recomputed() -> None:
+    # GraphStore.update keeps a node's id; an edit of the same length must not be served stale
+    facts = MessageFacts()  # the default, character-class-aware estimate
+    history = chat_turns(5, size=100)
+    before = facts.table(history).total_tokens
+    edited = dict(history[3], content="中" * len(history[3]["content"]))
+    assert len(edited["content"]) == len(history[3]["content"]) and edited["id"] == history[3]["id"]
+    changed = history[:3] + [edited] + history[4:]
+    expected = MessageFacts().table(changed).total_tokens
+    assert expected > before
+    assert facts.table(changed).total_tokens == expected
+    # the per-message cache too, through a history it did not see last
+    fresh = MessageFacts()
+    fresh.table(history)
+    fresh.table(history[:1])
+    assert fresh.table(changed).total_tokens == expected
+
+
 def test_config_validation() -> None:
     with pytest.raises(ValueError, match="keep_min_tokens"):
         SummarizerConfig(keep_min_tokens=50_000, keep_max_tokens=40_000)

@@ -210,7 +210,9 @@ _PAIRING_KINDS = ["user", "turn", "turn", "turn2", "text", "empty", "call", "orp
 @given(
     ops=st.lists(
         st.tuples(
-            st.sampled_from(["append"] * 4 + ["append_in_place", "age_one", "age_one", "rewind", "copy", "same"]),
+            st.sampled_from(
+                ["append"] * 4 + ["append_in_place", "age_one", "age_one", "edit_same_length", "rewind", "copy", "same"]
+            ),
             st.lists(st.tuples(st.sampled_from(_PAIRING_KINDS), st.integers(0, 3)), min_size=1, max_size=5),
         ),
         min_size=1,
@@ -260,6 +262,15 @@ def test_provider_cache_assembles_like_the_one_shot_conversion(ops) -> None:
             else:
                 cleared = dict(msg, content=(msg.get("content") or "") + " note")
             history = history[:i] + [cleared] + history[i + 1 :]
+        elif op == "edit_same_length" and history:
+            # a node updated under its id (GraphStore.update): same role and content length
+            i = (specs[0][1] * 5 + len(history) // 3) % len(history)
+            msg = history[i]
+            content = msg.get("content") or ""
+            edited = dict(msg, content=content[::-1] if len(set(content)) > 1 else content.swapcase())
+            if msg.get("tool_calls"):
+                edited["tool_calls"] = [dict(tc, arguments={"edited": True}) for tc in msg["tool_calls"]]
+            history = history[:i] + [edited] + history[i + 1 :]
         elif op == "rewind":
             history = history[: max(0, len(history) - specs[0][1] - 1)]
         elif op == "copy":  # the branch read again: new dicts

@@ -286,6 +286,23 @@ def test_update_extends_or_rebuilds(core):
     assert tracker.message_count == 50
 
 
+def test_update_sees_a_message_edited_under_its_id(core):
+    # GraphStore.update keeps the node id: the first and last ids match, the history does not
+    history = [
+        _msg(0, "the failing module is src/parser/core.py"),
+        _msg(1, "nothing of note"),
+        _msg(2, "still looking"),
+    ]
+    tracker = _tracker(core)
+    assert tracker.update(history).cited_message_ids == set()
+    edited = [history[0], _msg(1, "src/parser/core.py raises on empty input"), history[2]]
+    assert tracker.update(edited).cited_message_ids == {"m0"}
+    # equal copies (the branch re-read from the store) extend, they do not rebuild
+    copies = [dict(m) for m in edited] + [_msg(3, "more")]
+    before = tracker.map
+    assert tracker.update(copies) is before and tracker.message_count == 4
+
+
 def test_pickled_tracker_carries_on_where_it_stopped(core):
     history = make_history(160, seed=6)
     tracker = _tracker(core)

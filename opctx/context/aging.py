@@ -65,7 +65,7 @@ Contract this relies on: a message is not mutated in place after it was given to
 ager (pass a new dict instead), the same contract as the engine's per-message caches.
 Aged copies are reused from one call to the next while their source message is the
 same object, so treat them as read-only. Token counts are also cached by ``(message
-id, block, length of the content)``, so a full pass after a rewind re-counts nothing.
+id, block, text)``, so a full pass after a rewind re-counts nothing.
 """
 
 from __future__ import annotations
@@ -204,7 +204,10 @@ class TurnAger:
 
     # ------------------------------------------------------------------ helpers
     def _tokens(self, key: tuple[Any, ...], text: str) -> int:
-        cache_key = (*key, len(text))
+        # keyed by the text itself, not its length: an edit of the same length under the
+        # same id must be counted again (a str caches its hash; a hit on the same
+        # object compares by identity)
+        cache_key = (*key, text)
         n = self._token_cache.get(cache_key)
         if n is None:
             if len(self._token_cache) > 200_000:

@@ -62,7 +62,10 @@ last call, patched where aging replaced a message). The ``TurnAger`` remembers
 its decisions too (aging.py, "Speed"). After the first call a prepare on an
 append-only history costs O(new messages) plus a few C-speed passes (identity,
 then equality, checks of the list). Only ``compact`` re-reads the branch from
-the store.
+the store. Every cache is exact for a message replaced by a new dict, including a
+node updated under its id with the same content length (each cached entry is
+checked against the message it came from); what no cache can see is a dict
+mutated in place after it was passed in, so pass a new one.
 
 compact
 =======
@@ -364,8 +367,9 @@ def _convert(msg: dict) -> list[dict]:
 
 
 class _ProviderCache:
-    """Per-message conversions, keyed like ``MessageFacts`` (id, role, content length),
-    and the assembled provider messages of the last history.
+    """Per-message conversions, keyed like ``MessageFacts`` (id, role, content length;
+    a hit counts only when the cached message equals the one asked about), and the
+    assembled provider messages of the last history.
 
     Besides the per-message cache it keeps, for the last history it assembled, the
     conversions in order, their flattened provider messages (with where each
@@ -380,7 +384,8 @@ class _ProviderCache:
     """
 
     def __init__(self, max_entries: int = 100_000):
-        self._cache: dict[tuple, _Entry] = {}
+        # key -> (the message converted, its conversion)
+        self._cache: dict[tuple, tuple[dict, _Entry]] = {}
         self.max_entries = max_entries
         self._reset_assembly()
 
@@ -472,11 +477,13 @@ class _ProviderCache:
             _redacted_marker(msg),
         )
         hit = self._cache.get(key)
-        if hit is None:
-            if len(self._cache) >= self.max_entries:
-                self._cache.clear()
-            hit = self._cache[key] = _convert_entry(msg)
-        return hit
+        if hit is not None and (hit[0] is msg or hit[0] == msg):
+            return hit[1]
+        if len(self._cache) >= self.max_entries:
+            self._cache.clear()
+        entry = _convert_entry(msg)
+        self._cache[key] = (msg, entry)
+        return entry
 
 
 def _redacted_marker(msg: dict) -> int:

@@ -134,6 +134,7 @@ the engine serialises ``prepare`` per session.
 
 from __future__ import annotations
 
+import operator
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -415,6 +416,7 @@ class ReferenceTracker:
         self._anchor_memo: dict[str, Anchor] = {}
         self._has_char_anchors = False
         self._keys: list[str] = []
+        self._seen: list[Any] = []  # the messages as given, for update's prefix check
         self.map = ReferenceMap(last_built_at=self.clock())
 
     # The compiled table cannot be pickled; it is rebuilt from the messages on unpickling
@@ -451,10 +453,11 @@ class ReferenceTracker:
 
     def update(self, history: Sequence[Any]) -> ReferenceMap:
         """Add the new tail of ``history`` if it extends what was seen, else rebuild."""
-        keys = self._keys
-        n = len(keys)
-        if n <= len(history) and all(_message_key(history[i], i) == keys[i] for i in (0, n - 1) if 0 <= i < n):
-            # cheap prefix check on both ends; ids are unique per branch
+        seen = self._seen
+        n = len(seen)
+        # C-speed prefix checks: the same objects, else equal copies (the branch re-read
+        # from the store); a message edited under its id is a different history
+        if n <= len(history) and (all(map(operator.is_, history, seen)) or list(history[:n]) == seen):
             for msg in history[n:]:
                 self._add(msg)
             self.map.last_built_at = self.clock()
@@ -469,6 +472,7 @@ class ReferenceTracker:
 
     def _add(self, message: Any) -> None:
         msg = _as_dict(message)
+        self._seen.append(message)
         index = len(self._keys)
         key = _message_key(msg, index)
         self._keys.append(key)

@@ -83,8 +83,10 @@ a tool-result wrapper) is always at or after the cut, unless it is inside the
 protected head, which is kept verbatim anyway.
 
 Speed: per-message facts come from a :class:`MessageFacts` cache keyed by
-``(id, role, content length)``, and its :meth:`MessageFacts.table` extends the
-previous table when the history only grew (same objects, or same keys). With a
+``(id, role, content length)`` and checked against the message it was computed
+from (so a node updated under its id is recomputed), and its
+:meth:`MessageFacts.table` extends the previous table when the history only grew
+(same objects, or equal copies). With a
 warm table ``find_cut_index`` on 10,000 messages is two bisections and a few
 short loops, well under a millisecond (``benchmarks/engine.py``).
 
@@ -115,7 +117,6 @@ daemon worker thread; a call that outlives its timeout is abandoned, not killed
 from __future__ import annotations
 
 import bisect
-import operator
 import threading
 import time
 from collections import OrderedDict
@@ -293,11 +294,10 @@ class FactsTable:
     most recent earlier call carrying its id.
     """
 
-    __slots__ = ("facts", "prefix_tokens", "prefix_text", "users", "forbid", "_last_call", "keys")
+    __slots__ = ("facts", "prefix_tokens", "prefix_text", "users", "forbid", "_last_call")
 
     def __init__(self) -> None:
         self.facts: list[Facts] = []
-        self.keys: list[Any] = []
         self.prefix_tokens: list[int] = [0]
         self.prefix_text: list[int] = [0]
         self.users: list[int] = []
@@ -307,11 +307,10 @@ class FactsTable:
     def __len__(self) -> int:
         return len(self.facts)
 
-    def append(self, facts: Facts, key: Any = None) -> None:
+    def append(self, facts: Facts) -> None:
         i = len(self.facts)
         tokens, text, user, calls, results = facts
         self.facts.append(facts)
-        self.keys.append(key)
         self.prefix_tokens.append(self.prefix_tokens[-1] + tokens)
         self.prefix_text.append(self.prefix_text[-1] + (1 if text else 0))
         self.forbid.append(0)  # boundary i+1 (after this message)
@@ -350,18 +349,21 @@ class FactsTable:
 class MessageFacts:
     """Per-message facts for the cut, cached two ways.
 
-    * By message: keyed by ``(id, role, content length)``, cheap to build and
-      changed by any edit or redaction that changes the length. Messages with no
-      id are computed every time. Bounded LRU (``max_entries``).
+    * By message: keyed by ``(id, role, content length)``, and a hit counts only
+      when the cached message equals the one asked about (identity first, then
+      ``==`` at C speed): a node updated in place under the same id and length
+      (``GraphStore.update``) is recomputed, never served stale. Messages with no id
+      are computed every time. Bounded LRU (``max_entries``).
     * By history: :meth:`table` remembers the last history it saw. When the next
-      one is the same list grown at the end (same objects, or the same keys as
+      one is the same list grown at the end (the same objects, or equal copies as
       re-read from the store), only the new messages are looked at.
     """
 
     def __init__(self, estimate: Estimate | None = None, max_entries: int = 200_000):
         self.estimate: Estimate = estimate or _default_estimate
         self.max_entries = max_entries
-        self._cache: OrderedDict[tuple, Facts] = OrderedDict()
+        # key -> (the message the facts were computed from, its facts)
+        self._cache: OrderedDict[tuple, tuple[dict, Facts]] = OrderedDict()
         self._lock = threading.Lock()
         self._table: FactsTable | None = None
         self._seen: list[dict] = []
@@ -382,11 +384,11 @@ class MessageFacts:
         if key is None:
             return _compute_facts(msg, self.estimate)
         hit = self._cache.get(key)
-        if hit is not None:
-            return hit
+        if hit is not None and (hit[0] is msg or hit[0] == msg):
+            return hit[1]
         facts = _compute_facts(msg, self.estimate)
         with self._lock:
-            self._cache[key] = facts
+            self._cache[key] = (msg, facts)
             if len(self._cache) > self.max_entries:
                 self._cache.popitem(last=False)
         return facts
@@ -397,16 +399,13 @@ class MessageFacts:
             table, seen = self._table, self._seen
         n, k = len(messages), len(seen)
         reuse = 0
-        if table is not None and k <= n and k:
-            if all(map(operator.is_, messages[:k], seen)):
-                reuse = k
-            elif [self._key(m) for m in messages[:k]] == table.keys[:k] and None not in table.keys:
-                reuse = k
+        # list == compares element by element at C speed, identity first
+        if table is not None and k <= n and k and messages[:k] == seen:
+            reuse = k
         if reuse == 0 or table is None:
             table = FactsTable()
         for m in messages[reuse:]:
-            key = self._key(m)
-            table.append(self._get(m, key), key)
+            table.append(self._get(m, self._key(m)))
         with self._lock:
             self._table, self._seen = table, list(messages)
         return table
