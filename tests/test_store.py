@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import math
 import pickle
 import sqlite3
@@ -25,6 +26,7 @@ from opctx.dag.store import (
     fts_text,
     literal_fts_query,
     search_across_sessions,
+    search_text,
 )
 
 
@@ -94,15 +96,21 @@ def test_a_database_from_a_newer_opctx_is_refused(db_path):
         connect(db_path)
 
 
-def test_migration_four_backfills_next_seq_on_an_old_database(db_path):
+def _old_database(db_path, version: int) -> sqlite3.Connection:
+    """A database as an opctx with the first ``version`` migrations left it, with session 'old'."""
     conn = sqlite3.connect(db_path, isolation_level=None)
     conn.execute(
         "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
     )
-    for version, (name, fn) in enumerate(MIGRATIONS[:3], 1):
+    for number, (name, fn) in enumerate(MIGRATIONS[:version], 1):
         fn(conn)
-        conn.execute("INSERT INTO schema_migrations VALUES (?, ?, 0)", (version, name))
+        conn.execute("INSERT INTO schema_migrations VALUES (?, ?, 0)", (number, name))
     conn.execute("INSERT INTO sessions(id, created_at, updated_at) VALUES ('old', 0, 0)")
+    return conn
+
+
+def test_migration_four_backfills_next_seq_on_an_old_database(db_path):
+    conn = _old_database(db_path, version=3)
     conn.execute(
         "INSERT INTO nodes(id, session_id, type, created_at, seq, data_json) VALUES ('a', 'old', 'user', 0, 7, '{}')"
     )
@@ -526,6 +534,69 @@ def test_fts_text_covers_tool_calls_and_blocks_but_not_the_system_prompt():
     code = FunctionCall("ls", {"dir": "srcdir"}, "a.py")
     assert "srcdir" in fts_text(code) and "a.py" in fts_text(code)
     assert "\u200b" in fts_text(UserMessage("中文"))
+
+
+def test_words_of_multiline_tool_arguments_are_found(store):
+    # JSON text glues a word to the escape before it ("\\nmake"); search_text flattens it
+    as_dict = store.append(ModelCall("gpt", output="", metadata={"tool_calls": [
+        {"id": "c1", "name": "bash", "arguments": {"command": "cd repo\nmake widgets\tdone"}}]}))
+    as_json = store.append(ModelCall("gpt", output="", metadata={"tool_calls": [
+        {"id": "c2", "name": "bash", "arguments": json.dumps({"command": "ls\nfrobnicate"})}]}))
+    in_blocks = store.append(ModelCall("gpt", output="", metadata={"extra": {"blocks": [
+        {"type": "tool_use", "name": "edit", "input": {"new": "a\nquuxword"}},
+        {"type": "tool_result", "content": [{"type": "text", "text": "ok\nzorpword"},
+                                             {"type": "image", "source": {"type": "base64", "data": "QUJDRA=="}}]},
+    ]}}))
+    code = store.append(FunctionCall("run", {"argv": ["x", "y"]}, {"stdout": "line\nplughword", "rc": 0}))
+    for word, node in [("make", as_dict), ("done", as_dict), ("frobnicate", as_json),
+                       ("quuxword", in_blocks), ("zorpword", in_blocks), ("plughword", code)]:
+        assert [h.node_id for h in store.search(word)] == [node.id], word
+    assert store.search("QUJDRA") == [], "base64 payloads are not indexed"
+    text = fts_text(store.get(as_json.id))
+    assert "command: ls\nfrobnicate" in text and "\\n" not in text
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (None, ""),
+        ("plain {text}", "plain {text}"),
+        ("{not json", "{not json"),
+        ('{"a": [1, true, null, {"b": "c"}]}', "a: 1\na: true\nb: c"),
+        ('"a string"', '"a string"'),
+        ({"outer": '{"inner": "x"}'}, "inner: x"),
+        ([{"type": "text", "text": "t"}, {"type": "base64", "data": "AAAA"}], "t"),
+    ],
+)
+def test_search_text_flattens_structures_and_json_text(value, expected):
+    assert search_text(value) == expected
+
+
+def test_search_text_survives_deep_nesting():
+    deep: object = "bottomword"
+    for _ in range(5000):
+        deep = [deep]
+    assert "bottomword" in search_text(deep)
+
+
+def test_migration_five_reindexes_an_old_database(db_path):
+    conn = _old_database(db_path, version=4)
+    data = {"name": "gpt", "output": "", "metadata": {"tool_calls": [
+        {"id": "c", "name": "bash", "arguments": {"command": "cd repo\nmake widgets"}}]}}
+    old_text = 'bash\n{"command": "cd repo\\nmake widgets"}\ngpt'
+    for pk, nid in [(1, "indexed"), (2, "scratch")]:
+        conn.execute(
+            "INSERT INTO nodes(pk, id, session_id, type, created_at, seq, data_json) "
+            "VALUES (?, ?, 'old', 'llm', 0, ?, ?)",
+            (pk, nid, pk, json.dumps(data)),
+        )
+    conn.execute("INSERT INTO nodes_fts(rowid, text, session_id, node_id) VALUES (1, ?, 'old', 'indexed')", (old_text,))
+    assert conn.execute("SELECT COUNT(*) FROM nodes_fts WHERE nodes_fts MATCH 'make'").fetchone()[0] == 0
+    conn.close()
+    s = GraphStore(db_path, "old", create=False)
+    assert [h.node_id for h in s.search("make")] == ["indexed"]
+    assert s.connection.execute("SELECT COUNT(*) FROM nodes_fts").fetchone()[0] == 1, "unindexed nodes stay so"
+    s.close()
 
 
 def test_closed_or_vanished_session_errors_are_clear(db_path):

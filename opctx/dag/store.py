@@ -52,10 +52,13 @@ Choices, where the specification and SPEC-NOTES leave room:
   (``allow_nan=False``: the stored text is standard JSON that ``json_extract``,
   pandas or another language can read). Anything else is a ``StoreError`` naming
   the node and the field. Round trip is JSON's: tuples come back as lists.
-* **FTS text.** ``name``, the output as text (``messages.as_text``), the text of
-  tool calls and content blocks carried in metadata, and the input (for ``llm``
-  nodes minus ``input["system"]``: a system prompt repeated on every LLM call
-  would match every query and multiply the index). The text is cut at
+* **FTS text.** ``name``, the output, the text of tool calls and content blocks
+  carried in metadata, and the input (for ``llm`` nodes minus ``input["system"]``:
+  a system prompt repeated on every LLM call would match every query and multiply
+  the index). Structured values, and strings that are a JSON object or array (tool
+  arguments on the OpenAI wire), are flattened to ``key: value`` lines by
+  ``search_text``: in JSON text a word after an escaped newline is glued to the
+  escape (``\\nmake``) and cannot be found. The text is cut at
   ``FTS_TEXT_LIMIT`` characters (64 Ki): search finds a 50 MB tool output by its
   head, and the index stays proportional to the conversation, not to its
   attachments. The node itself is stored whole.
@@ -127,6 +130,7 @@ __all__ = [
     "transaction",
     "literal_fts_query",
     "fts_text",
+    "search_text",
     "set_text_index",
     "MIGRATIONS",
     "SCHEMA_VERSION",
@@ -430,11 +434,30 @@ def _m0004_session_next_seq(conn: sqlite3.Connection) -> None:
     )
 
 
+def _m0005_flattened_search_text(conn: sqlite3.Connection) -> None:
+    # Why: tool arguments and structured outputs used to be indexed as JSON text, where
+    # a word after an escaped newline ("cd repo\nmake") became one token with the
+    # escape and could not be found. Re-index every node that has a text row with
+    # search_text's flattening (nodes of scratch databases, never indexed, stay so).
+    select = (
+        "SELECT n.pk, n.id, n.type, n.predecessor, n.caller, n.created_at, n.seq, n.data_json "
+        "FROM nodes n JOIN nodes_fts f ON f.rowid = n.pk WHERE n.pk > ? ORDER BY n.pk LIMIT 2000"
+    )
+    last = -1
+    while rows := conn.execute(select, (last,)).fetchall():
+        conn.executemany(
+            "UPDATE nodes_fts SET text = ? WHERE rowid = ?",
+            [(fts_text(_row_to_call(tuple(r[1:]))), r[0]) for r in rows],
+        )
+        last = rows[-1][0]
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("core_tables", _m0001_core_tables),
     ("fts", _m0002_fts),
     ("edge_indexes", _m0003_edge_indexes),
     ("session_next_seq", _m0004_session_next_seq),
+    ("flattened_search_text", _m0005_flattened_search_text),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -526,6 +549,71 @@ def _segment_cjk(text: str) -> str:
     return _CJK_RUN.sub(_zwsp_after_each, text)
 
 
+# Strings longer than this are indexed as they are, never parsed as JSON: the index
+# keeps only the first FTS_TEXT_LIMIT characters, and parsing a megabyte of tool output
+# on every append would cost more than the whole rest of the write.
+_JSON_PARSE_LIMIT = 4 * FTS_TEXT_LIMIT
+
+
+def search_text(value: Any) -> str:
+    r"""The text of a stored value as the index should see it (see module doc).
+
+    A string is itself, unless it is a JSON object or array (tool arguments as the
+    OpenAI wire format keeps them); structures are flattened into their keys and
+    values, one ``key: value`` per line, so the words of a multi-line argument are
+    separate tokens instead of one token glued to an escape (``\nmake``). Text
+    blocks give their text; base64 payloads (images) give nothing.
+
+    >>> print(search_text('{"command": "cd repo\\nmake test", "timeout": 30}'))
+    command: cd repo
+    make test
+    timeout: 30
+    >>> print(search_text([{"type": "text", "text": "2 passed"}]))
+    2 passed
+    """
+    if isinstance(value, str):
+        parsed = _parse_json_text(value)
+        if parsed is None:
+            return value
+        value = parsed
+    if value is None:
+        return ""
+    out: list[str] = []
+    # an explicit stack, not recursion: nesting depth is the transcript's to choose
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, label = stack.pop()
+        if isinstance(item, dict):
+            kind = item.get("type")
+            if kind == "text" and isinstance(item.get("text"), str):
+                out.append(label + item["text"])
+            elif kind != "base64":
+                stack.extend((v, f"{k}: ") for k, v in reversed(item.items()))
+        elif isinstance(item, list | tuple):
+            stack.extend((v, label) for v in reversed(item))
+        elif isinstance(item, str):
+            parsed = _parse_json_text(item)
+            if parsed is None:
+                out.append(label + item)
+            else:
+                stack.append((parsed, label))
+        elif item is not None:
+            out.append(label + (json.dumps(item) if isinstance(item, bool) else str(item)))
+    return "\n".join(out)
+
+
+def _parse_json_text(text: str) -> Any:
+    stripped = text.strip()
+    if len(stripped) < 2 or len(stripped) > _JSON_PARSE_LIMIT:
+        return None
+    if (stripped[0], stripped[-1]) not in (("{", "}"), ("[", "]")):
+        return None
+    try:
+        return json.loads(stripped)
+    except (ValueError, RecursionError):
+        return None
+
+
 def _blocks_text(blocks: Any) -> list[str]:
     parts: list[str] = []
     if not isinstance(blocks, list):
@@ -538,9 +626,9 @@ def _blocks_text(blocks: Any) -> list[str]:
             parts.append(as_text(b.get("text")))
         elif kind == "tool_use":
             parts.append(as_text(b.get("name")))
-            parts.append(as_text(b.get("input")))
+            parts.append(search_text(b.get("input")))
         elif kind == "tool_result":
-            parts.append(as_text(b.get("content")))
+            parts.append(search_text(b.get("content")))
     return parts
 
 
@@ -549,20 +637,20 @@ def fts_text(node: Call, limit: int = FTS_TEXT_LIMIT) -> str:
     # Output first so that snippets open on the content; the name (model, tool,
     # "user") goes last but keeps its room, so it stays searchable on huge outputs.
     name = node.name[:256]
-    parts = [as_text(node.output)]
+    parts = [search_text(node.output)]
     meta = node.metadata
     if meta:
         for tc in meta.get("tool_calls") or ():
             if isinstance(tc, dict):
                 parts.append(as_text(tc.get("name")))
-                parts.append(as_text(tc.get("arguments")))
+                parts.append(search_text(tc.get("arguments")))
         extra = meta.get("extra")
         if isinstance(extra, dict):
             parts.extend(_blocks_text(extra.get("blocks")))
     inp = node.input
     if node.role == "llm" and isinstance(inp, dict):
         inp = {k: v for k, v in inp.items() if k != "system" and v is not None} or None
-    parts.append(as_text(inp))
+    parts.append(search_text(inp))
     out: list[str] = []
     budget = limit - len(name) - 1
     for part in parts:
