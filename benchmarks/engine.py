@@ -6,7 +6,10 @@
    growth with the branch re-read as new dicts before every call (the first
    prepare of each user turn in ``process_user_turn``). Baseline side by side: the same
    prepare on a cold engine every time (no per-session caches), i.e. what a
-   non-incremental implementation costs.
+   non-incremental implementation costs. And a session that keeps an unanswered
+   tool call (an interrupted tool run, common in recorded transcripts), whose
+   provider messages need the pairing repair on every call, beside the whole-history
+   repair each call would cost without the incremental one.
 2. ``find_cut_index`` on 10,000 messages with a warm ``MessageFacts`` table
    (target: under 10 ms), against the cold call that computes every
    per-message fact and token estimate.
@@ -23,7 +26,7 @@ import random
 import statistics
 import time
 
-from opctx.context.engine import DefaultContextEngine
+from opctx.context.engine import DefaultContextEngine, to_provider_messages
 from opctx.context.summarize import MessageFacts, find_cut_index
 from opctx.context.types import ReferenceMap
 
@@ -54,6 +57,14 @@ def history(n: int, seed: int = 1) -> list[dict]:
         out.append({"id": f"f{i}", "role": "assistant", "content": text(rng, 60), "timestamp": float(len(out))})
         i += 1
     return out[:n]
+
+
+def interrupted(msgs: list[dict]) -> list[dict]:
+    """``msgs`` with a tool call near the start that never got its result (and one message less)."""
+    lost = {"id": "lost", "role": "assistant", "content": "",
+            "tool_calls": [{"id": "c-lost", "name": "bash", "arguments": {"command": "sleep 600"}}],
+            "timestamp": 1.5}
+    return msgs[:2] + [lost] + msgs[2:-1]
 
 
 class _NoCitations:
@@ -103,6 +114,13 @@ def bench_prepare(n: int, window: int) -> None:
     # the synthetic text repeats a small vocabulary, so every big result is "cited" and kept;
     # without citations aging clears a result nearly every turn (the patch path of the caches)
     _, clearing, cleared_no_refs = _incremental(msgs, n, window, clock, references=_NoCitations())
+    unpaired = interrupted(msgs)
+    _, repairing, _ = _incremental(unpaired, n, window, clock)
+    whole_repair = []
+    for end in range(n - 20, n + 1, 4):
+        t0 = time.perf_counter()
+        to_provider_messages(unpaired[:end])
+        whole_repair.append(time.perf_counter() - t0)
     cold = []
     for end in range(n - 20, n + 1, 4):
         fresh = DefaultContextEngine(context_window=window, clock=clock)
@@ -120,6 +138,10 @@ def bench_prepare(n: int, window: int) -> None:
     print(f"    of which without TurnAger: median {amed:7.2f} ms   p95 {ap95:7.2f} ms")
     print(f"  branch re-read each call (new dicts): median {rmed:7.2f} ms   p95 {rp95:7.2f} ms")
     print(f"  no citations ({cleared_no_refs} results cleared): median {xmed:7.2f} ms   p95 {xp95:7.2f} ms")
+    umed, up95 = stats(repairing)
+    wmed, _ = stats(whole_repair)
+    print(f"  an interrupted call left unanswered: median {umed:7.2f} ms   p95 {up95:7.2f} ms")
+    print(f"    (converting and repairing the whole history, per call: median {wmed:7.2f} ms)")
     print(f"  cold engine per call: median {cmed:7.2f} ms   p95 {cp95:7.2f} ms")
     print(f"  speed-up of the incremental path: {cmed / med:6.1f}x")
 

@@ -203,7 +203,7 @@ def test_provider_messages_repair_broken_pairs() -> None:
 
 
 # mostly well-paired turns (the flat fast path), sometimes an open call or an orphan result (the repair path)
-_PAIRING_KINDS = ["user", "turn", "turn", "turn2", "text", "empty", "call", "orphan"]
+_PAIRING_KINDS = ["user", "turn", "turn", "turn2", "text", "empty", "call", "orphan", "late"]
 
 
 @settings(max_examples=200, deadline=None)
@@ -224,6 +224,7 @@ def test_provider_cache_assembles_like_the_one_shot_conversion(ops) -> None:
     cache = _ProviderCache()
     history: list[dict] = []
     counter = [0]
+    opened: list[str] = []
 
     def fresh_id(prefix: str) -> str:
         counter[0] += 1
@@ -234,12 +235,16 @@ def test_provider_cache_assembles_like_the_one_shot_conversion(ops) -> None:
             ids = [fresh_id("c") for _ in range(2 if kind == "turn2" else 1)]
             call_msg = {"id": fresh_id("a"), "role": "assistant", "content": "",
                         "tool_calls": [{"id": i, "name": "run", "arguments": {"k": k}} for i in ids]}
-            if kind == "call":  # left open
+            if kind == "call":  # left open (a "late" result may answer it)
+                opened.extend(ids)
                 return [call_msg]
             return [call_msg] + [
                 {"id": fresh_id("t"), "role": "tool", "name": "run", "tool_call_id": i, "content": f"out {k} " * (k + 1)}
                 for i in ids
             ]
+        if kind == "late" and opened:  # a result for an earlier open call (maybe answered already)
+            cid = opened[k % len(opened)]
+            return [{"id": fresh_id("t"), "role": "tool", "name": "run", "tool_call_id": cid, "content": f"late {k}"}]
         if kind == "orphan":
             return [{"id": fresh_id("t"), "role": "tool", "name": "cat", "tool_call_id": f"gone{k}", "content": "x"}]
         if kind == "empty":

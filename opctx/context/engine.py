@@ -122,6 +122,7 @@ import operator
 import threading
 import time
 from abc import ABC, abstractmethod
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import compress
@@ -380,7 +381,11 @@ class _ProviderCache:
     the new messages are converted, flattened and paired, and a message replaced by
     a new object (aging cleared one more tool result) is patched in place. A
     shorter history (rewind) or a replacement that changes the message count or
-    the tool pairing rebuilds the assembly from the per-message cache.
+    the tool pairing rebuilds the assembly from the per-message cache. When the
+    pairing needs repair (a call never answered, as in an interrupted tool run, or
+    a result without its call) the repaired list is kept too and extended with
+    what was appended (``_IncrementalRepair``), so such a session does not pay a
+    whole-history repair on every call.
     """
 
     def __init__(self, max_entries: int = 100_000):
@@ -397,6 +402,7 @@ class _ProviderCache:
         self._pending: dict[str, int] = {}  # call id -> calls of that id still unanswered
         self._open = 0  # call ids with a pending count above zero
         self._orphan = False  # a result came before (without) its call
+        self._repaired: _IncrementalRepair | None = None  # built on the first unpaired history
 
     def convert_all(self, history: Sequence[dict]) -> list[_Entry]:
         """Conversions of every message (updates the assembly of :meth:`provider_messages`)."""
@@ -408,7 +414,16 @@ class _ProviderCache:
         self._assemble(history)
         if not self._orphan and not self._open:
             return list(self._flat)
-        return _repair(self._last_conv)
+        # a session that keeps an unanswered call (an interrupted tool run) would pay
+        # a whole-history repair on every call; the repair is kept and extended instead
+        if self._repaired is None:
+            self._repaired = _IncrementalRepair()
+        self._repaired.extend(self._flat, self._name_at)
+        return list(self._repaired.out)
+
+    def _name_at(self, pos: int) -> str:
+        """The tool name of the entry holding flat position ``pos``."""
+        return self._last_conv[bisect_right(self._starts, pos) - 1][3]
 
     def _assemble(self, history: Sequence[dict]) -> None:
         last = self._last_msgs
@@ -446,6 +461,9 @@ class _ProviderCache:
                 return False  # pairing or positions differ
             conv[i] = entry
             flat[starts[i] : starts[i] + len(entry[0])] = entry[0]
+            if self._repaired is not None:
+                for pos in range(starts[i], starts[i] + len(entry[0])):
+                    self._repaired.rerender(flat, pos, self._name_at)
         return True
 
     def _pair(self, entry: _Entry) -> None:
@@ -557,32 +575,87 @@ def _repair(entries: Sequence[_Entry]) -> list[dict]:
     out: list[dict] = []
     for i, (m, name) in enumerate(flat):
         if m["role"] == "assistant" and "tool_calls" in m:
-            kept = [tc for tc in m["tool_calls"] if (i, tc["id"]) in answered]
-            if len(kept) == len(m["tool_calls"]):
-                out.append(m)
-                continue
-            fixed = {k: v for k, v in m.items() if k != "tool_calls"}
-            if kept:
-                fixed["tool_calls"] = kept
-            dropped = [tc for tc in m["tool_calls"] if (i, tc["id"]) not in answered]
-            note = "; ".join(
-                f"called {tc['function']['name']}({tc['function']['arguments']})" for tc in dropped
-            )
-            fixed["content"] = (
-                (m.get("content") or "") + f"\n[{note}; result not in context]"
-            ).strip()
-            out.append(fixed)
+            out.append(_keep_answered_calls(m, i, answered))
         elif m["role"] == "tool" and i not in matched:
-            label = f"tool {name}" if name else "tool"
-            out.append(
-                {
-                    "role": "user",
-                    "content": f"[result of {label} (call {m['tool_call_id']})]\n{m['content']}",
-                }
-            )
+            out.append(_result_as_user_message(m, name))
         else:
             out.append(m)
     return out
+
+
+def _keep_answered_calls(m: dict, i: int, answered: set[tuple[int, str]]) -> dict:
+    """Assistant message ``m`` (at flat position ``i``) without its unanswered calls, each named in a note."""
+    kept = [tc for tc in m["tool_calls"] if (i, tc["id"]) in answered]
+    if len(kept) == len(m["tool_calls"]):
+        return m
+    fixed = {k: v for k, v in m.items() if k != "tool_calls"}
+    if kept:
+        fixed["tool_calls"] = kept
+    dropped = [tc for tc in m["tool_calls"] if (i, tc["id"]) not in answered]
+    note = "; ".join(f"called {tc['function']['name']}({tc['function']['arguments']})" for tc in dropped)
+    fixed["content"] = ((m.get("content") or "") + f"\n[{note}; result not in context]").strip()
+    return fixed
+
+
+def _result_as_user_message(m: dict, name: str) -> dict:
+    label = f"tool {name}" if name else "tool"
+    return {"role": "user", "content": f"[result of {label} (call {m['tool_call_id']})]\n{m['content']}"}
+
+
+class _IncrementalRepair:
+    """``_repair`` of a growing flat list, at the cost of what was appended.
+
+    The repaired list maps the flat provider messages one to one. Appending can only
+    change the repaired form of the new messages and of the earlier assistant messages
+    whose calls the new results answer (a result pairs with the most recent earlier
+    call of its id still unanswered, so whether a result is an orphan is settled when
+    it arrives). A message patched in place (same pairing) is re-rendered where it is.
+    """
+
+    __slots__ = ("out", "open_calls", "answered", "matched")
+
+    def __init__(self) -> None:
+        self.out: list[dict] = []
+        self.open_calls: dict[str, list[int]] = {}
+        self.answered: set[tuple[int, str]] = set()
+        self.matched: set[int] = set()
+
+    def extend(self, flat: list[dict], name_at: Callable[[int], str]) -> None:
+        out, open_calls, answered = self.out, self.open_calls, self.answered
+        touched: list[int] = []
+        for i in range(len(out), len(flat)):
+            m = flat[i]
+            role = m["role"]
+            if role == "assistant" and "tool_calls" in m:
+                for tc in m["tool_calls"]:
+                    open_calls.setdefault(tc["id"], []).append(i)
+                touched.append(i)
+                out.append(m)
+            elif role == "tool":
+                stack = open_calls.get(m["tool_call_id"])
+                if stack:
+                    j = stack.pop()
+                    answered.add((j, m["tool_call_id"]))
+                    self.matched.add(i)
+                    touched.append(j)
+                    out.append(m)
+                else:
+                    out.append(_result_as_user_message(m, name_at(i)))
+            else:
+                out.append(m)
+        for j in touched:
+            out[j] = _keep_answered_calls(flat[j], j, answered)
+
+    def rerender(self, flat: list[dict], i: int, name_at: Callable[[int], str]) -> None:
+        if i >= len(self.out):
+            return
+        m = flat[i]
+        if m["role"] == "assistant" and "tool_calls" in m:
+            self.out[i] = _keep_answered_calls(m, i, self.answered)
+        elif m["role"] == "tool" and i not in self.matched:
+            self.out[i] = _result_as_user_message(m, name_at(i))
+        else:
+            self.out[i] = m
 
 
 # --------------------------------------------------------------------------- default engine
