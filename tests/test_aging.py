@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import sys
+import threading
 
 import pytest
 from hypothesis import given, settings
@@ -156,6 +158,74 @@ def test_bad_arguments():
         _ager().age({"role": "user"})
     with pytest.raises(TypeError, match="message 3"):
         _ager().age(_history()[:3] + [42] + _history()[4:], ReferenceMap())
+
+
+def test_counts_must_be_integers():
+    for name in ("protect_first_n", "keep_recent_turns"):
+        with pytest.raises(ValueError, match=f"{name} must be an integer"):
+            TurnAger(**{name: 2.0})
+    assert TurnAger(keep_recent_seconds=1.5, min_tokens=800.0).min_tokens == 800.0
+
+
+def test_integer_message_ids_keep_the_citation_gate():
+    # the reference tracker keys messages by str(id); an int id must be protected the same way
+    history = _history(style="openai")
+    for m in history:
+        m["id"] = int(m["id"][1:]) + 100 * ord(m["id"][0])
+        m.pop("tool_call_id", None)
+    refs = ReferenceMap(cited_message_ids={str(history[3]["id"])})
+    report = _ager().age(history, refs)[1]
+    assert report.redacted == 0 and report.references_protected == 1
+
+
+def test_unhashable_ids_from_a_malformed_transcript_do_not_crash():
+    history = _history()
+    history[3]["extra"]["blocks"][0]["tool_use_id"] = ["t1"]
+    history[3]["id"] = ["r3"]
+    aged, report = _ager().age(history, ReferenceMap(cited_tool_use_ids={"t1"}))
+    assert report.redacted == 1 and _result_content(aged[3]).startswith("[Old tool result content cleared")
+
+
+def test_one_ager_shared_by_concurrent_sessions_answers_as_if_alone():
+    # DefaultContextEngine keeps one ager for all its sessions and locks per session only
+    def session(sid: str) -> list[dict]:
+        h = _history(result=BIG + sid, turns_after=0)
+        for m in h:
+            m["id"] = sid + m["id"]
+        for i in range(40):
+            h.append({"id": f"{sid}a{i}", "role": "assistant", "content": "", "timestamp": T0 + 10 + i,
+                      "extra": {"blocks": [{"type": "tool_use", "id": f"{sid}t{i}", "name": "run", "input": {}}]}})
+            h.append({"id": f"{sid}r{i}", "role": "user", "content": "", "timestamp": T0 + 10 + i,
+                      "extra": {"blocks": [{"type": "tool_result", "tool_use_id": f"{sid}t{i}", "content": BIG}]}})
+        return h
+
+    histories = {sid: session(sid) for sid in "ABCDEF"}
+    expected = {
+        (sid, k): _ager().age(h[:k], ReferenceMap())[1] for sid, h in histories.items() for k in range(4, len(h) + 1, 3)
+    }
+    shared = _ager()
+    got: dict = {}
+    errors: list = []
+
+    def worker(sid: str) -> None:
+        try:
+            for k in range(4, len(histories[sid]) + 1, 3):
+                got[sid, k] = shared.age(histories[sid][:k], ReferenceMap())[1]
+        except Exception as exc:  # pragma: no cover - the failure being tested for
+            errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+        threads = [threading.Thread(target=worker, args=(sid,)) for sid in histories]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []
+    assert got == expected
 
 
 @settings(max_examples=25, deadline=None)

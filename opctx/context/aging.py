@@ -61,6 +61,10 @@ rebuilds it, which gives the same result as a fresh ager: the incremental path i
 optimisation, never a different answer (``tests/test_aging.py`` checks this over random
 sequences of appends, rewinds, compactions, re-reads and citation changes).
 
+Threads: one ager may serve several sessions at once (``DefaultContextEngine`` shares
+one and locks per session only); calls take turns on the ager's lock, since the
+remembered histories and the token cache are shared.
+
 Contract this relies on: a message is not mutated in place after it was given to the
 ager (pass a new dict instead), the same contract as the engine's per-message caches.
 Aged copies are reused from one call to the next while their source message is the
@@ -73,6 +77,7 @@ from __future__ import annotations
 import heapq
 import math
 import operator
+import threading
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
@@ -183,14 +188,15 @@ class TurnAger:
         estimator: Estimator | None = None,
         model: str | None = None,
     ):
-        for name, value in (
-            ("keep_recent_turns", keep_recent_turns),
-            ("keep_recent_seconds", keep_recent_seconds),
-            ("min_tokens", min_tokens),
-            ("protect_first_n", protect_first_n),
+        for name, value, kinds in (
+            ("keep_recent_turns", keep_recent_turns, int),
+            ("keep_recent_seconds", keep_recent_seconds, int | float),
+            ("min_tokens", min_tokens, int | float),
+            ("protect_first_n", protect_first_n, int),  # a count of messages: it indexes the history
         ):
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, kinds) or value < 0:
+                what = "an integer" if kinds is int else "a number"
+                raise ValueError(f"{name} must be {what} >= 0, got {value!r}")
         self.keep_recent_turns = keep_recent_turns
         self.keep_recent_seconds = keep_recent_seconds
         self.min_tokens = min_tokens
@@ -201,6 +207,9 @@ class TurnAger:
         self._tracker = ReferenceTracker(clock)
         self._token_cache: dict[tuple[Any, ...], int] = {}
         self._states: list[_HistoryState] = []  # most recently used first
+        # one ager serves every session of an engine, and the engine only locks per
+        # session: the remembered states and caches are shared, so calls take turns
+        self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ helpers
     def _tokens(self, key: tuple[Any, ...], text: str) -> int:
@@ -208,7 +217,10 @@ class TurnAger:
         # same id must be counted again (a str caches its hash; a hit on the same
         # object compares by identity)
         cache_key = (*key, text)
-        n = self._token_cache.get(cache_key)
+        try:
+            n = self._token_cache.get(cache_key)
+        except TypeError:  # an unhashable id (a list from a malformed transcript): count, do not cache
+            return self.estimator.text_tokens(text, self.model)
         if n is None:
             if len(self._token_cache) > 200_000:
                 self._token_cache.clear()
@@ -257,23 +269,27 @@ class TurnAger:
         history = list(history)
         if not history:
             return history, AgingReport()
-        refs = references if references is not None else self._tracker.update(history)
-        now = self.clock() if now is None else now
-        state, k, same_objects = self._state_for(history, now)
-        try:
-            out = self._advance(state, history, k, same_objects, refs, now)
-        except BaseException:
-            self._states.remove(state)  # half-updated: never reuse it
-            raise
-        report = AgingReport(
+        with self._lock:
+            refs = references if references is not None else self._tracker.update(history)
+            now = self.clock() if now is None else now
+            state, k, same_objects = self._state_for(history, now)
+            try:
+                out = self._advance(state, history, k, same_objects, refs, now)
+            except BaseException:
+                self._states.remove(state)  # half-updated: never reuse it
+                raise
+            return list(out), self._report(state)
+
+    __call__ = age
+
+    @staticmethod
+    def _report(state: _HistoryState) -> AgingReport:
+        return AgingReport(
             redacted=len(state.redacted_keys),
             tokens_freed=state.tokens_freed,
             references_protected=state.protected,
             redacted_ids=list(state.redacted_ids),
         )
-        return list(out), report
-
-    __call__ = age
 
     def _state_for(self, history: list[Any], now: float) -> tuple[_HistoryState, int, bool]:
         """A remembered state whose history is a prefix of ``history`` (moved to the front), else a new one.
@@ -441,7 +457,8 @@ class TurnAger:
             if tokens < self.min_tokens:
                 continue
             placeholder_tokens = self.estimator.text_tokens(placeholder_text(tokens), self.model)
-            cite_id = msg_id if isinstance(msg_id, str) else None
+            # the reference tracker keys a message by str(id) ("#<index>" without one)
+            cite_id = msg_id if isinstance(msg_id, str) else str(msg_id)
             slot = _Slot(
                 index, b, cite_id, tool_use_id, str(tool_use_id or msg_id), tokens,
                 max(0, tokens - placeholder_tokens), ts,

@@ -8,6 +8,7 @@ marked as such.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -49,10 +50,31 @@ class UsageState:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> UsageState:
+        """A state from its persisted form; a field of the wrong type gets its default.
+
+        The dict comes from a session's ``extra_meta``, which anything may have written:
+        one bad field must not make every later ``record`` fail.
+        """
         if not d:
             return cls()
-        known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        if not isinstance(d, dict):
+            raise TypeError(f"usage state must be a dict, got {type(d).__name__}")
+        fields: dict[str, Any] = {}
+        for name in cls.__dataclass_fields__:
+            if name not in d:
+                continue
+            value = d[name]
+            if name == "source":
+                if value in ("provider", "estimate", "cached"):
+                    fields[name] = value
+            elif name == "updated_at":
+                if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+                    fields[name] = float(value)
+            elif isinstance(value, float) and value.is_integer() and value >= 0:
+                fields[name] = int(value)  # a JSON writer that has no integers
+            elif isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                fields[name] = value
+        return cls(**fields)
 
 
 @dataclass
@@ -84,9 +106,15 @@ class ReferenceMap:
     cited_message_ids: set[str] = field(default_factory=set)
 
     def is_cited(self, msg_id: str | None = None, tool_use_id: str | None = None) -> bool:
-        return (msg_id is not None and msg_id in self.cited_message_ids) or (
-            tool_use_id is not None and tool_use_id in self.cited_tool_use_ids
-        )
+        return _member(msg_id, self.cited_message_ids) or _member(tool_use_id, self.cited_tool_use_ids)
+
+
+def _member(value: object, ids: set) -> bool:
+    # ids come from transcripts: an unhashable one (a list) is never in a set of strings
+    try:
+        return value is not None and value in ids
+    except TypeError:
+        return False
 
 
 @dataclass
