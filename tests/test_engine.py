@@ -297,6 +297,59 @@ def test_provider_cache_replacement_that_changes_the_message_count() -> None:
     assert to_provider_messages(refilled, cache) == to_provider_messages(refilled)
 
 
+# ------------------------------------------------------------------ the counted prefix changes
+
+
+def _log_session(t0: float) -> list[dict]:
+    """A tool result of ~6K tokens, then a few turns: old enough to clear after four more."""
+    big = "\n".join(f"line {i}: value={i * 7919 % 1000} status ok" for i in range(1500))
+
+    def msg(i: int, role: str, content: str, **kw) -> dict:
+        return {"id": f"m{i}", "role": role, "content": content, "timestamp": t0 + i, **kw}
+
+    history = [msg(0, "user", "task: summarise the log"), msg(1, "assistant", "ok"),
+               msg(2, "assistant", "", tool_calls=[{"id": "c1", "name": "read", "arguments": {"p": "x"}}]),
+               msg(3, "tool", big, tool_call_id="c1", name="read")]
+    history += [msg(i, "assistant" if i % 2 else "user", f"turn {i}") for i in range(4, 10)]
+    later = [msg(10, "assistant", "reply"), msg(11, "user", "next"), msg(12, "assistant", "more"), msg(13, "user", "go")]
+    return history + later
+
+
+def test_hybrid_estimate_drops_what_aging_cleared_inside_the_counted_prefix() -> None:
+    t0 = 1_000_000.0
+    clock = lambda: t0 + 3_600  # noqa: E731
+    session = _log_session(t0)
+    engine = DefaultContextEngine(clock=clock, context_window=32_768)
+    first = engine.prepare(None, "s", session[:10], None, None)
+    assert first.tool_results_redacted == 0 and first.budget.input_used > 6_000
+    # the provider agrees with the estimate of the prompt it was sent
+    engine.after_turn("s", {"input_tokens": first.budget.input_used, "output_tokens": 5}, first)
+    second = engine.prepare(None, "s", session, None, None)
+    assert second.decision_path[0] == "usage:provider"
+    assert second.tool_results_redacted == 1  # cleared now, inside the counted prefix
+    alone = DefaultContextEngine(clock=clock, context_window=32_768).prepare(None, "other", session, None, None)
+    assert abs(second.budget.input_used - alone.budget.input_used) <= 20
+    assert second.budget.input_used < 1_000
+
+
+def test_hybrid_estimate_follows_a_tool_set_that_grew() -> None:
+    t0 = 1_000_000.0
+    clock = lambda: t0 + 10  # noqa: E731 - nothing old enough to age
+    session = _log_session(t0)
+    engine = DefaultContextEngine(clock=clock, context_window=200_000)
+    first = engine.prepare("agent", "s", session[:10], None, None)
+    engine.after_turn("s", {"input_tokens": first.budget.input_used, "output_tokens": 5}, first)
+    tools = [{"type": "function", "function": {"name": f"tool_{i}", "description": "does a thing " * 40,
+                                              "parameters": {"type": "object", "properties": {}}}}
+             for i in range(20)]
+    grown = engine.prepare("agent", "s", session[:12], None, tools)
+    same = engine.prepare("agent", "s", session[:12], None, None)
+    assert grown.decision_path[0] == same.decision_path[0] == "usage:provider"
+    tools_tokens = Estimator().tools_tokens(tools)
+    assert tools_tokens > 2_000
+    assert grown.budget.input_used - same.budget.input_used == tools_tokens
+
+
 # ------------------------------------------------------------------ compact
 
 

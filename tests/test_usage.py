@@ -167,6 +167,64 @@ def test_malformed_persisted_usage_is_ignored():
     assert UsageTracker(store).get("s").last_prompt_tokens == 0
 
 
+def test_a_malformed_field_gets_its_default_and_the_rest_is_kept():
+    persisted = {"turn_count": None, "compaction_count": "3", "cumulative_prompt_tokens": 1200,
+                 "last_history_len": 4.0, "source": "bogus", "updated_at": float("nan"), "unknown": 1}
+    t = UsageTracker(FakeStore({"s": {USAGE_META_KEY: persisted}}))
+    state = t.get("s")
+    assert (state.turn_count, state.compaction_count, state.cumulative_prompt_tokens) == (0, 0, 1200)
+    assert state.last_history_len == 4 and state.source == "estimate" and state.updated_at == 0.0
+    # and recording on top of it works
+    assert t.record("s", {"input_tokens": 10, "output_tokens": 1}, 2).turn_count == 1
+    assert t.record_compaction("s").compaction_count == 1
+
+
+class _SlowStore(FakeStore):
+    """A store whose first write blocks until released, to land calls in the middle of it."""
+
+    def __init__(self):
+        super().__init__()
+        self.writing, self.release = threading.Event(), threading.Event()
+
+    def set_extra_meta(self, session_id, meta):
+        if not self.writing.is_set():
+            self.writing.set()
+            assert self.release.wait(10)
+        super().set_extra_meta(session_id, meta)
+
+
+def test_a_record_during_a_flush_is_written_later_not_lost():
+    store = _SlowStore()
+    t = UsageTracker(store)
+    t.record("s", {"input_tokens": 1000, "output_tokens": 10}, 2)
+    flushing = threading.Thread(target=t.flush, args=("s",))
+    flushing.start()
+    assert store.writing.wait(10)
+    t.record("s", {"input_tokens": 2000, "output_tokens": 20}, 4)  # lands while turn 1 is written
+    store.release.set()
+    flushing.join()
+    t.on_session_end("s")
+    assert store.meta["s"][USAGE_META_KEY]["turn_count"] == 2
+    assert store.meta["s"][USAGE_META_KEY]["last_prompt_tokens"] == 2000
+
+
+def test_overlapping_flushes_never_write_an_older_state_last():
+    store = _SlowStore()
+    t = UsageTracker(store)
+    t.record("s", {"input_tokens": 1000, "output_tokens": 10}, 2)
+    first = threading.Thread(target=t.flush, args=("s",))
+    first.start()
+    assert store.writing.wait(10)
+    t.record("s", {"input_tokens": 2000, "output_tokens": 20}, 4)
+    second = threading.Thread(target=t.flush, args=("s",))
+    second.start()
+    second.join(0.3)  # it must not get to write turn 2 before the first flush wrote turn 1
+    store.release.set()
+    first.join()
+    second.join()
+    assert store.meta["s"][USAGE_META_KEY]["last_prompt_tokens"] == 2000
+
+
 def test_works_with_real_session_db():
     session_db = pytest.importorskip("opctx.dag.session_db")
     db = session_db.DagSessionDB(":memory:")

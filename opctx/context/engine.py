@@ -42,7 +42,9 @@ prepare (the six steps)
    appended since (``UsageTracker.hybrid_estimate``) when the tracker trusts it
    (``"usage:provider"``), else a local estimate (``"usage:estimate"``) from the
    engine's incremental per-message table. Aging savings are subtracted from
-   the estimate only (the provider figure already saw the aged prompt);
+   the estimate; the provider figure saw the prompt aged as it was then, so only
+   what changed inside its prefix since (a result cleared or restored, a new
+   system prompt or tool set) is estimated and added to it (``prefix_delta``);
 5. budget: ``BudgetAllocator.allocate`` with the counts above;
 6. assemble: OpenAI-format ``agent_messages`` from the aged history, with the
    tool pairing repaired (a call without its result, or a result without its
@@ -682,6 +684,9 @@ class _SessionState:
     system_tokens: int = 0
     tools_tokens: int = 0
     input_budget: int = 0
+    # the prompt the provider last counted: (aged history as sent, system and tools
+    # estimates); the next prepare estimates how its prefix has changed since
+    counted: tuple[list[Any], int, int] | None = None
     # one prepare/compact at a time per session: the caches above are extended in place
     lock: Any = field(default_factory=threading.RLock)
 
@@ -863,7 +868,12 @@ class DefaultContextEngine(ContextEngine):
             if usage_state.source == "provider" and 0 < usage_state.last_history_len <= len(
                 history
             ):
-                hybrid = self.usage_tracker.hybrid_estimate(sid, aged, system_prompt, tools, model)
+                delta = self._counted_prefix_delta(
+                    state, aged, usage_state.last_history_len, raw_system, raw_tools
+                )
+                hybrid = self.usage_tracker.hybrid_estimate(
+                    sid, aged, system_prompt, tools, model, prefix_delta=delta
+                )
                 if hybrid.source == "provider":
                     source = "provider"
                     system_tokens, tools_tokens, history_tokens = (
@@ -913,6 +923,29 @@ class DefaultContextEngine(ContextEngine):
                 state.input_budget = budget.input_budget
             return prep
 
+    def _counted_prefix_delta(
+        self, state: _SessionState, aged: list[dict], covered: int, system: int, tools: int
+    ) -> int:
+        """Estimated change of the provider-counted prefix since it was sent.
+
+        Aging goes on after the provider counted a prompt: a result inside the counted
+        prefix may be cleared now (or restored, when a new message cites it), and the
+        system prompt or tool set may have changed. The provider figure still counts
+        them as they were, so the difference is estimated here, message by message where
+        the aged copy differs from the one sent (C-speed identity, then equality, checks).
+        """
+        counted = state.counted
+        if counted is None or len(counted[0]) != covered:
+            return 0  # the recorded usage is not for a prompt this engine prepared
+        sent, sent_system, sent_tools = counted
+        delta = (system - sent_system) + (tools - sent_tools)
+        now = aged[:covered]
+        if not all(map(operator.is_, now, sent)):
+            estimate = self.estimator.message_tokens
+            for i in compress(range(covered), map(operator.ne, now, sent)):
+                delta += estimate(now[i]) - estimate(sent[i])
+        return delta
+
     def _age(self, history: list[dict], refmap: ReferenceMap) -> tuple[list[dict], AgingReport]:
         if self.ager is None or not history:
             return history, AgingReport()
@@ -941,6 +974,11 @@ class DefaultContextEngine(ContextEngine):
         new_state = self.usage_tracker.record(session_id, usage, len(history), anchor_id=anchor)
         state = self._state(session_id)
         with state.lock:
+            if usage is not None:
+                if state.last_prep is prep:
+                    state.counted = (history, state.system_tokens, state.tools_tokens)
+                else:  # a prep this engine did not just make: no baseline to compare with
+                    state.counted = None
             budget = prep.budget.input_budget or 1
             pct = prep.budget_pct
             if (
@@ -1167,6 +1205,7 @@ class DefaultContextEngine(ContextEngine):
                 state.facts = MessageFacts(self._estimate)
                 state.references = self._new_references()
                 state.provider_cache = _ProviderCache()
+                state.counted = None
                 state.recommended = False
             return finish(
                 CompactResult(

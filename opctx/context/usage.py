@@ -42,7 +42,11 @@ is counted at the output tokens the provider reported for it (``_reply_correctio
 System and tools are estimated too, but only to split the total into the budget's parts
 (``history = total - system - tools``, both shrunk in proportion in the rare case they
 exceed the provider's prefix figure); they are never added a second time (a defect of
-the public reference code). Otherwise the whole prompt is estimated.
+the public reference code). A caller that knows the counted prefix has changed since
+(``DefaultContextEngine``: aging cleared a result inside it, the system prompt or tool
+set changed) passes the estimated difference as ``prefix_delta``; without it, tokens
+that aging just freed would still be counted until the next provider figure. Otherwise
+the whole prompt is estimated.
 
 All timestamps (``updated_at``) come from the injectable ``clock``.
 """
@@ -167,7 +171,12 @@ class UsageTracker:
         self._states: dict[str, UsageState] = {}
         self._anchors: dict[str, str | None] = {}
         self._dirty: set[str] = set()
+        # bumped by every change: a flush clears "dirty" only if nothing changed while it wrote
+        self._versions: dict[str, int] = {}
         self._lock = threading.RLock()
+        # held across a flush's snapshot and its writes, so that two flushes never write
+        # an older state over a newer one
+        self._write_lock = threading.Lock()
 
     # ------------------------------------------------------------------ loading
     def _load(self, session_id: str) -> UsageState:
@@ -232,7 +241,7 @@ class UsageTracker:
                 state.last_history_len = history_len
                 state.source = "provider" if norm.prompt_tokens > 0 else "estimate"
                 self._anchors[session_id] = anchor_id
-            self._dirty.add(session_id)
+            self._changed(session_id)
             snapshot = replace(state)
         if self.autosave:
             self.flush(session_id)
@@ -247,11 +256,15 @@ class UsageTracker:
             state.last_history_len = 0
             state.updated_at = self.clock()
             self._anchors.pop(session_id, None)
-            self._dirty.add(session_id)
+            self._changed(session_id)
             snapshot = replace(state)
         if self.autosave:
             self.flush(session_id)
         return snapshot
+
+    def _changed(self, session_id: str) -> None:
+        self._dirty.add(session_id)
+        self._versions[session_id] = self._versions.get(session_id, 0) + 1
 
     def reset(self, session_id: str) -> None:
         """Forget a session's state in memory (the persisted copy is untouched)."""
@@ -267,16 +280,22 @@ class UsageTracker:
             with self._lock:
                 self._dirty.clear() if session_id is None else self._dirty.discard(session_id)
             return 0
-        with self._lock:
-            ids = [session_id] if session_id is not None else sorted(self._dirty)
-            todo = [(sid, self._states[sid].to_dict()) for sid in ids if sid in self._dirty and sid in self._states]
-        written = 0
-        for sid, payload in todo:
-            if self._persist(sid, payload):
-                written += 1
-                with self._lock:
-                    self._dirty.discard(sid)
-        return written
+        with self._write_lock:
+            with self._lock:
+                ids = [session_id] if session_id is not None else sorted(self._dirty)
+                todo = [
+                    (sid, self._states[sid].to_dict(), self._versions.get(sid, 0))
+                    for sid in ids
+                    if sid in self._dirty and sid in self._states
+                ]
+            written = 0
+            for sid, payload, version in todo:
+                if self._persist(sid, payload):
+                    written += 1
+                    with self._lock:
+                        if self._versions.get(sid, 0) == version:  # else a newer state waits
+                            self._dirty.discard(sid)
+            return written
 
     def _persist(self, session_id: str, payload: dict) -> bool:
         store = self.store
@@ -312,8 +331,15 @@ class UsageTracker:
         system: str | None = None,
         tools: Sequence[dict] | None = None,
         model: str | None = None,
+        *,
+        prefix_delta: int = 0,
     ) -> HybridEstimate:
-        """Prompt size: provider figure + estimate of what was appended, or a full estimate."""
+        """Prompt size: provider figure + estimate of what was appended, or a full estimate.
+
+        ``prefix_delta``: how much the counted prefix itself has changed since the
+        provider counted it, by the caller's estimate (aging cleared a result inside
+        it, the system prompt or the tool set changed); added to the provider figure.
+        """
         est = self.estimator
         system_tokens = est.message_tokens({"role": "system", "content": system}, model) if system else 0
         tools_tokens = est.tools_tokens(list(tools), model) if tools else 0
@@ -331,8 +357,9 @@ class UsageTracker:
             appended = history[covered:]
             appended_tokens = est.history_tokens(appended, model)
             appended_tokens += self._reply_correction(state, appended, model)
-            total = state.last_prompt_tokens + appended_tokens
-            system_part, tools_part = _fit_split(system_tokens, tools_tokens, total - appended_tokens)
+            prefix = max(0, state.last_prompt_tokens + prefix_delta)
+            total = prefix + appended_tokens
+            system_part, tools_part = _fit_split(system_tokens, tools_tokens, prefix)
             return HybridEstimate(
                 total=total,
                 system=system_part,
