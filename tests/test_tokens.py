@@ -60,6 +60,14 @@ from opctx.dag.messages import message_to_call
         ("deepseek-reasoner", 128_000, 65_536, "deepseek"),
         ("llama3.1:8b", 131_072, 8_192, "llama"),
         ("meta-llama/Meta-Llama-3.1-70B-Instruct", 131_072, 8_192, "llama"),
+        # an OpenAI fine-tune has its base model's window, not the unknown-model default
+        ("ft:gpt-3.5-turbo-0125:acme::9abcDEF", 16_385, 4_096, "openai-legacy"),
+        ("ft:gpt-4o-mini-2024-07-18:acme:custom:AbC", 128_000, 16_384, "openai"),
+        # Bedrock ids: vendor prefix and -vN:M version dropped; llama3-1 is Llama 3.1
+        ("meta.llama3-1-70b-instruct-v1:0", 131_072, 8_192, "llama"),
+        ("meta.llama3-70b-instruct-v1:0", 8_192, 8_192, "llama"),
+        # -v3 in a model's own name is not a Bedrock version
+        ("deepseek-v3", 128_000, 8_192, "deepseek"),
     ],
 )
 def test_model_table(model, window, max_output, family):
@@ -67,6 +75,15 @@ def test_model_table(model, window, max_output, family):
     assert (info.context_window, info.max_output, info.family) == (window, max_output, family)
     assert info.known
     assert real_context_window(model) == window
+
+
+def test_normalised_names():
+    from opctx.context.tokens import normalise_model_name
+
+    assert normalise_model_name("deepseek-v3") == "deepseek-v3"
+    assert normalise_model_name("us.anthropic.claude-3-7-sonnet-20250219-v1:0") == "claude-3-7-sonnet-20250219"
+    assert normalise_model_name("FT:gpt-4o-2024-08-06:org::abc") == "gpt-4o-2024-08-06"
+    assert normalise_model_name("meta.llama3-2-1b-instruct-v1:0") == "llama-3.2-1b-instruct"
 
 
 def test_window_is_total_not_output_cap():

@@ -15,7 +15,9 @@ Anthropic, Google, Qwen, DeepSeek, Llama and Mistral models (public figures, lat
 A model id is *normalised* before lookup: lower-cased, everything up to the last ``/``
 dropped (``openrouter/anthropic/claude-...``, ``Qwen/Qwen2.5-72B``), a Bedrock region and
 vendor prefix dropped (``us.anthropic.claude-...-v1:0``), a Vertex ``@date`` turned into
-``-date``, an Ollama ``:tag`` dropped, ``llama3.1`` spelled ``llama-3.1``. The *longest*
+``-date``, an Ollama ``:tag`` dropped, an OpenAI fine-tune ``ft:gpt-4o-mini-...:org::id``
+looked up as its base model, ``llama3.1`` (and Bedrock's ``llama3-1``) spelled
+``llama-3.1``. The *longest*
 table prefix that matches wins, so ``claude-opus-4-5-20251101`` finds ``claude-opus-4-5``,
 ``gpt-4o-mini-2024-07-18`` finds ``gpt-4o-mini`` and ``gpt-4.1`` does not fall to ``gpt-4``.
 Prefixes match on a token boundary (the next character is ``-``, ``.``, ``_``, a digit
@@ -280,20 +282,29 @@ _BEDROCK_REGION = re.compile(r"^(?:us|eu|apac|ap|global|us-gov)\.")
 _VENDOR_PREFIX = re.compile(r"^(?:anthropic|meta|mistral|amazon|cohere|google|openai|deepseek|qwen)\.")
 _BEDROCK_VERSION = re.compile(r"-v\d+(?::\d+)?$")
 _LLAMA_GLUED = re.compile(r"^(?:meta-)?llama(\d)")
+# Bedrock spells Llama 3.1 "llama3-1-70b": a single-digit minor version after a dash
+_LLAMA_DASHED_MINOR = re.compile(r"^llama-(\d)-(\d)(?=-|$)")
 
 
 def normalise_model_name(model: str) -> str:
     """The lookup form of a model id (see the module docstring for the rules)."""
     name = str(model).strip().lower()
+    if name.startswith("ft:"):
+        # an OpenAI fine-tune, ft:<base model>:<org>:<suffix>:<id>: it has its base's window
+        name = name[3:]
     if "/" in name:
         name = name.rsplit("/", 1)[1]
     name = _BEDROCK_REGION.sub("", name)
-    name = _VENDOR_PREFIX.sub("", name)
-    name = _BEDROCK_VERSION.sub("", name)
+    vendor = _VENDOR_PREFIX.match(name)
+    if vendor:
+        # only a Bedrock id (vendor.model-v1:0) carries a -vN version to drop:
+        # deepseek-v3 is a model name
+        name = _BEDROCK_VERSION.sub("", name[vendor.end() :])
     name = name.replace("@", "-")
     if ":" in name:
         name = name.split(":", 1)[0]
     name = _LLAMA_GLUED.sub(r"llama-\1", name)
+    name = _LLAMA_DASHED_MINOR.sub(r"llama-\1.\2", name)
     if name.startswith("meta-llama"):
         name = name[len("meta-") :]
     return name
