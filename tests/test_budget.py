@@ -113,6 +113,27 @@ def test_bad_inputs_are_rejected():
         a.allocate(1000, "", "not a list")
     with pytest.raises(ValueError, match="history"):
         a.allocate(1000, "", -5)
+    schema = {"type": "function", "function": {"name": "search", "parameters": {}}}
+    for bare in (schema, "search", b"search"):  # one schema not in a list would be counted by its keys
+        with pytest.raises(TypeError, match="tools must be a list"):
+            a.allocate(1000, "", [], bare)
+    assert a.allocate(1000, "", [], [schema]).tools_schema > 0
+
+
+@pytest.mark.parametrize("policy", ["cap", "floor"])
+@pytest.mark.parametrize("window", [1, 2, 3, 4, 7])
+def test_a_tiny_window_always_leaves_input_room(policy, window):
+    alloc = BudgetAllocator(reserve_policy=policy).allocate(window, "", [])
+    assert alloc.input_budget >= 1 and alloc.output_reserve >= 0
+    assert alloc.input_used_pct == 0.0
+
+
+def test_the_floor_input_minimum_does_not_follow_the_reserve_fraction():
+    # SPEC-NOTES: the input budget never drops below min(8000, 25% of the window)
+    a = BudgetAllocator(reserve_policy="floor", reserve_fraction=0.9)
+    assert 8_192 - a.reserve_for(8_192) == 2_048
+    assert 100_000 - a.reserve_for(100_000) == 10_000  # 90% reserved, 10,000 >= 8,000 left
+    assert 40_000 - a.reserve_for(40_000) == 8_000
 
 
 def test_custom_estimator_is_used():

@@ -119,8 +119,10 @@ class BudgetAllocator:
             reserve = max(min(base, fraction), self.min_reserve)
             # a window so small that the floor would eat it: keep half for input
             return min(reserve, context_window // 2)
-        min_input = min(FLOOR_MIN_INPUT, fraction)
-        return min(max(base, fraction), context_window - min_input)
+        # the input floor is SPEC-NOTES' fixed min(8000, 25% of window), whatever the
+        # reserve fraction; and at least one token, so input_used_pct is always defined
+        min_input = max(1, min(FLOOR_MIN_INPUT, math.floor(context_window * 0.25)))
+        return max(0, min(max(base, fraction), context_window - min_input))
 
     # ------------------------------------------------------------------ allocate
     def allocate(
@@ -182,6 +184,9 @@ class BudgetAllocator:
             raise TypeError("tools must be a list of tool schemas or a token count, got bool")
         if isinstance(tools, int):
             return _non_negative("tools", tools)
+        if isinstance(tools, str | bytes | dict):
+            # one schema passed bare would be counted by its keys: say so instead
+            raise TypeError(f"tools must be a list of tool schemas or a token count, got {type(tools).__name__}")
         return self.estimator.tools_tokens(list(tools), model)
 
 
