@@ -12,7 +12,11 @@ prefix cache keeps hitting as long as possible), between two banner lines::
     ── End of agent prompt ──
 
 ``agent`` is an ``AgentSpec`` or a plain dict with the same keys (the web UI passes
-profile dicts, the CLI dataclasses); ``_attr`` reads either.
+profile dicts, the CLI dataclasses); ``_attr`` reads either. A profile form easily stores
+a single value where a list is meant, so ``mentions``, ``skills`` and ``skills_dirs``
+given as one string (or one path, for ``skills_dirs``) count as a one-element list:
+``mentions="@ada"`` is ``["@ada"]``, never the characters ``@, a, d, a``, and
+``skills_dirs="/srv/skills"`` never turns into a scan of ``/``.
 
 Choices where the specification is open
 =======================================
@@ -21,16 +25,38 @@ Choices where the specification is open
 * Workspace files are read from ``agent.workspace`` only. Each path is resolved (``..``
   and symlinks followed) and must stay inside the resolved workspace folder, else the
   file is skipped with a warning: a symlinked ``USER.md -> /etc/passwd`` never reaches a
-  prompt. Reads are cached by ``(path, mtime_ns, size)``, so an unchanged file costs one
-  ``stat`` per turn. Files over ``MAX_WORKSPACE_FILE_BYTES`` (256 KiB) are truncated with a
-  marker. Each file appears under a ``[FILE.md]`` header line.
+  prompt, while a symlink to another file of the workspace is followed as usual.
+  Whoever can write in the workspace can also swap a file while it is being checked, so
+  checking a name and then opening the name again is not enough (a swap in between
+  would read the outside file, or hang on a FIFO). ``_read_file`` therefore opens first
+  (``O_NONBLOCK``, so a FIFO cannot block), requires the descriptor to be a regular
+  file, then resolves the name and checks containment, then requires the resolved name
+  to still be the very file that is open (same ``st_dev``/``st_ino``), and only then
+  reads, from the descriptor. Whatever the name points to by then, the bytes read come
+  from a file that was inside the workspace when it was checked. The identity check uses
+  ``lstat``: the resolved name has no symlink left in it, so a symlink found there now
+  is a swap (with ``stat`` a second swap back would pass). Files that fail any step are
+  skipped with a warning. Reads are cached by the descriptor's ``(st_dev, st_ino,
+  mtime_ns, size)``, so an unchanged file costs an ``open``, two ``stat`` calls and a
+  ``resolve`` per turn, and replacing a file with another one of the same size and
+  mtime is still noticed. At most ``MAX_WORKSPACE_FILE_BYTES`` (256 KiB) of a file are
+  read, the rest replaced by a ``[... truncated at N bytes]`` marker: one huge file
+  would otherwise ride along in every prompt. Text is decoded as UTF-8 with a leading
+  BOM dropped and bad bytes replaced. Each file appears under a ``[FILE.md]`` header
+  line.
 * Skills: every direct sub-folder holding a ``SKILL.md`` of ``agent.skills_dirs`` (default:
   ``<workspace>/skills``). Name and description come from a ``---`` front matter
   (``name:``, ``description:``) when present, else the folder name and the first
-  non-heading, non-empty line. The description is cut to 250 characters. ``agent.skills``,
-  when given, lists the enabled skill names (others are left out). Sorted by name, so the
-  layer is stable between turns. Skill folders under the workspace obey the same
-  containment rule as workspace files.
+  non-heading, non-empty line. The front matter is read as the small part of YAML that
+  skill files use: quotes around a value are removed, a block value (``description: >``,
+  ``|``, ``>-``, ``|+`` ... or nothing after the colon) is taken from the indented lines
+  below it, folded with spaces (``>``, plain) or line by line (``|``). Only the first
+  line of the description is kept, cut to 250 characters. ``agent.skills``, when given,
+  lists the enabled skill names (others are left out). Sorted by name, so the layer is
+  stable between turns. Skill folders under the workspace obey the same containment
+  rule as workspace files, also when named in ``skills_dirs`` (how the folder was found
+  does not change who can write in it). A ``skills_dirs`` folder outside the workspace
+  contains its own reads: a ``SKILL.md`` there that leads out of that folder is skipped.
 * Memory: ``MemoryBackend`` is a protocol with one method, ``system_prompt() -> str``.
   ``FileMemoryBackend(path)`` (default: ``<workspace>/MEMORY.md``) returns the file's text
   under a ``<memory>`` tag, cached by mtime. ``agent.memory`` may hold a backend; else a
@@ -43,6 +69,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import stat
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,10 +108,10 @@ class AgentSpec:
     id: str
     name: str = ""
     system_prompt: str = ""
-    mentions: list[str] = field(default_factory=list)
+    mentions: list[str] | str = field(default_factory=list)
     workspace: str | os.PathLike | None = None
-    skills_dirs: list[str | os.PathLike] | None = None
-    skills: list[str] | None = None  # enabled skill names; None = all found
+    skills_dirs: list[str | os.PathLike] | str | os.PathLike | None = None
+    skills: list[str] | str | None = None  # enabled skill names; None = all found
     memory: Any = None  # a MemoryBackend, or None for the workspace MEMORY.md
 
 
@@ -93,10 +121,34 @@ def _attr(obj: Any, name: str, default: Any = None) -> Any:
     return default if value is None else value
 
 
+def _as_list(value: Any, *, paths: bool = False) -> list[Any] | None:
+    """``value`` as a list; a lone string (or, with ``paths``, a path) is one element.
+
+    Iterating a string would split it into characters, which is never what a profile
+    that says ``mentions: "@ada"`` means.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str) or (paths and isinstance(value, os.PathLike)):
+        return [value]
+    return list(value)
+
+
 # ------------------------------------------------------------------------------ file access
 
-_READ_CACHE: dict[str, tuple[int, int, str]] = {}
+# key: (resolved path, byte limit); value: ((st_dev, st_ino, mtime_ns, size), text)
+_READ_CACHE: dict[tuple[str, int], tuple[tuple[int, int, int, int], str]] = {}
 _READ_LOCK = threading.Lock()
+
+# O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused right after, by
+# fstat). O_BINARY: no newline translation on Windows. Flags a platform lacks are 0.
+_OPEN_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_NOCTTY", 0)
+    | getattr(os, "O_BINARY", 0)
+)
 
 
 def _contained(path: Path, root: Path) -> Path | None:
@@ -107,27 +159,69 @@ def _contained(path: Path, root: Path) -> Path | None:
         return None
     if resolved == root or root in resolved.parents:
         return resolved
-    logger.warning("system prompt: %s resolves outside the workspace %s; skipped", path, root)
+    logger.warning("system prompt: %s resolves outside %s; skipped", path, root)
     return None
 
 
-def _read_cached(path: Path, limit: int = MAX_WORKSPACE_FILE_BYTES) -> str:
-    st = path.stat()
-    key = str(path)
-    with _READ_LOCK:
-        hit = _READ_CACHE.get(key)
-    if hit and hit[0] == st.st_mtime_ns and hit[1] == st.st_size:
-        return hit[2]
-    with path.open("rb") as fh:
-        data = fh.read(limit + 1)
-    text = data[:limit].decode("utf-8", errors="replace")
+def _read_file(
+    path: Path, root: Path | None, limit: int = MAX_WORKSPACE_FILE_BYTES
+) -> tuple[str, Path] | None:
+    """``(text, resolved path)`` of the regular file ``path``; None if it is missing,
+    not a regular file, outside ``root`` (when given) or swapped while being checked.
+
+    The order of the steps is the point (module docstring): open, check the open file,
+    check the name, check that the name still is the open file, read the descriptor.
+    """
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        logger.warning("system prompt: cannot open %s: %s; skipped", path, exc)
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            logger.warning("system prompt: %s is not a regular file; skipped", path)
+            return None
+        if root is not None:
+            resolved = _contained(path, root)
+        else:
+            try:
+                resolved = path.resolve(strict=True)
+            except (OSError, RuntimeError):
+                resolved = None
+        if resolved is None:
+            return None
+        try:
+            now = os.lstat(resolved)
+        except OSError:
+            now = None
+        if now is None or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            logger.warning("system prompt: %s changed while being checked; skipped", path)
+            return None
+        key = (str(resolved), limit)
+        stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+        with _READ_LOCK:
+            hit = _READ_CACHE.get(key)
+        if hit is not None and hit[0] == stamp:
+            return hit[1], resolved
+        try:
+            with os.fdopen(fd, "rb", closefd=False) as fh:
+                data = fh.read(limit + 1)
+        except OSError as exc:
+            logger.warning("system prompt: cannot read %s: %s; skipped", path, exc)
+            return None
+    finally:
+        os.close(fd)
+    text = data[:limit].decode("utf-8-sig", errors="replace")
     if len(data) > limit:
         text += f"\n[... truncated at {limit} bytes]"
     with _READ_LOCK:
         if len(_READ_CACHE) > 1024:
             _READ_CACHE.clear()
-        _READ_CACHE[key] = (st.st_mtime_ns, st.st_size, text)
-    return text
+        _READ_CACHE[key] = (stamp, text)
+    return text, resolved
 
 
 def _workspace_root(agent: Any) -> Path | None:
@@ -149,10 +243,8 @@ def workspace_files_block(agent: Any) -> str:
         return ""
     parts = []
     for name in WORKSPACE_FILES:
-        resolved = _contained(root / name, root)
-        if resolved is None or not resolved.is_file():
-            continue
-        text = _read_cached(resolved).strip()
+        read = _read_file(root / name, root)
+        text = read[0].strip() if read else ""
         if text:
             parts.append(f"[{name}]\n{text}")
     return "\n\n".join(parts)
@@ -161,66 +253,140 @@ def workspace_files_block(agent: Any) -> str:
 # ------------------------------------------------------------------------------ skills
 
 
-def _parse_skill(path: Path) -> tuple[str, str]:
-    text = _read_cached(path, 64 * 1024)
-    name = path.parent.name
-    description = ""
+# a YAML block scalar header: ">" or "|", optionally with chomping (+/-) and indentation
+_BLOCK_HEADER = re.compile(r"[>|][0-9+-]*")
+
+
+def _fold(lines: list[str]) -> str:
+    """YAML folding: lines of a paragraph joined by spaces, blank lines between paragraphs."""
+    paragraphs: list[str] = []
+    current: list[str] = []
+    for line in lines:
+        if line:
+            current.append(line)
+        elif current:
+            paragraphs.append(" ".join(current))
+            current = []
+    if current:
+        paragraphs.append(" ".join(current))
+    return "\n".join(paragraphs)
+
+
+def _scalar(value: str, below: list[str]) -> str:
+    """The text of ``key: value`` followed by the (stripped) indented lines ``below``."""
+    if _BLOCK_HEADER.fullmatch(value):
+        if value[0] == "|":  # literal: lines stay lines; the first one is all we keep
+            return next((line for line in below if line), "")
+        return _fold(below)
+    # a plain or quoted value may continue on indented lines; YAML folds those too
+    text = _fold([value, *below])
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        inner = text[1:-1]
+        text = inner.replace("''", "'") if text[0] == "'" else inner.replace('\\"', '"')
+    return text
+
+
+def _front_matter(lines: list[str]) -> tuple[dict[str, str], int]:
+    """Top-level ``key: value`` pairs of a ``---`` front matter, and where the body starts.
+
+    Not a YAML parser: skill files use a handful of string keys, and a dependency (or a
+    ``yaml.load`` on files anyone can drop in a folder) would cost more than it saves.
+    """
+    if not lines or lines[0].strip() != "---":
+        return {}, 0
+    end = next((i for i in range(1, len(lines)) if lines[i].strip() == "---"), None)
+    if end is None:  # no closing line: a horizontal rule, not front matter
+        return {}, 1
+    fields: dict[str, str] = {}
+    i = 1
+    while i < end:
+        line = lines[i]
+        i += 1
+        if not line.strip() or line[0].isspace() or line.lstrip().startswith("#"):
+            continue
+        key, sep, value = line.partition(":")
+        below = []
+        while i < end and (not lines[i].strip() or lines[i][0].isspace()):
+            below.append(lines[i].strip())
+            i += 1
+        if sep:
+            fields[key.strip()] = _scalar(value.strip(), below)
+    return fields, end + 1
+
+
+def _parse_skill(text: str, folder_name: str) -> tuple[str, str]:
+    """``(name, description)`` of a SKILL.md; ``folder_name`` when it names none."""
     lines = text.splitlines()
-    body_start = 0
-    if lines and lines[0].strip() == "---":
-        for i, line in enumerate(lines[1:], 1):
-            if line.strip() == "---":
-                body_start = i + 1
-                break
-            key, _, value = line.partition(":")
-            if key.strip() == "name" and value.strip():
-                name = value.strip().strip("\"'")
-            elif key.strip() == "description" and value.strip():
-                description = value.strip().strip("\"'")
+    fields, body_start = _front_matter(lines)
+    name = fields.get("name", "").strip() or folder_name
+    description = fields.get("description", "").strip()
     if not description:
         for line in lines[body_start:]:
             stripped = line.strip()
             if stripped and not stripped.startswith("#"):
                 description = stripped
                 break
-    description = description.splitlines()[0] if description else ""
+    description = description.splitlines()[0].strip() if description else ""
     if len(description) > SKILL_DESCRIPTION_CHARS:
         description = description[: SKILL_DESCRIPTION_CHARS - 1] + "…"
     return name, description
 
 
-def _skill_dirs(agent: Any, root: Path | None) -> list[tuple[Path, Path | None]]:
-    """(folder, containment root or None) pairs to search."""
-    explicit = _attr(agent, "skills_dirs")
-    if explicit:
-        return [(Path(d).expanduser(), None) for d in explicit]
+def _within(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def _skill_dirs(agent: Any, root: Path | None) -> list[tuple[Path, Path]]:
+    """(folder, containment root) pairs to search.
+
+    A folder counts as under the workspace if its resolved path or its spelled-out path
+    is: ``<workspace>/skills`` symlinked elsewhere is still the workspace's folder, and
+    whoever writes in the workspace must not reach further through it.
+    """
+    explicit = _as_list(_attr(agent, "skills_dirs"), paths=True)
+    if not explicit:
+        return [(root / "skills", root)] if root is not None else []
+    spelled_roots = []
     if root is not None:
-        return [(root / "skills", root)]
-    return []
+        workspace = Path(_attr(agent, "workspace")).expanduser()
+        spelled_roots = [root, Path(os.path.abspath(workspace))]
+    pairs = []
+    for d in explicit:
+        folder = Path(d).expanduser()
+        try:
+            resolved = folder.resolve(strict=True)
+        except (OSError, RuntimeError):
+            continue  # a missing folder has no skills
+        spelled = Path(os.path.abspath(folder))
+        if root is not None and (
+            _within(resolved, root) or any(_within(spelled, r) for r in spelled_roots)
+        ):
+            pairs.append((folder, root))
+        else:
+            pairs.append((folder, resolved))
+    return pairs
 
 
 def skills_index(agent: Any) -> str:
     """Layer 4: ``<available_skills>`` with at most ``MAX_SKILLS`` entries."""
     root = _workspace_root(agent)
-    enabled = _attr(agent, "skills")
+    enabled = _as_list(_attr(agent, "skills"))
     enabled_set = set(enabled) if enabled is not None else None
     found: dict[str, tuple[str, Path]] = {}
     for folder, containment in _skill_dirs(agent, root):
-        if not folder.is_dir():
+        try:
+            children = sorted(folder.iterdir())
+        except (FileNotFoundError, NotADirectoryError):
             continue
-        for child in sorted(folder.iterdir()):
-            skill_md = child / "SKILL.md"
-            if containment is not None:
-                resolved = _contained(skill_md, containment)
-            else:
-                resolved = skill_md.resolve() if skill_md.is_file() else None
-            if resolved is None or not resolved.is_file():
+        except OSError as exc:
+            logger.warning("system prompt: cannot list skills in %s: %s", folder, exc)
+            continue
+        for child in children:
+            read = _read_file(child / "SKILL.md", containment, 64 * 1024)
+            if read is None:
                 continue
-            try:
-                name, description = _parse_skill(resolved)
-            except OSError as exc:
-                logger.warning("system prompt: cannot read skill %s: %s", skill_md, exc)
-                continue
+            text, resolved = read
+            name, description = _parse_skill(text, child.name)
             if enabled_set is not None and name not in enabled_set and child.name not in enabled_set:
                 continue
             found.setdefault(name, (description, resolved))
@@ -259,15 +425,8 @@ class FileMemoryBackend:
         return cls(Path(workspace) / "MEMORY.md", root=workspace)
 
     def system_prompt(self) -> str:
-        path = self.path
-        if self.root is not None:
-            resolved = _contained(path, self.root)
-            if resolved is None:
-                return ""
-            path = resolved
-        if not path.is_file():
-            return ""
-        text = _read_cached(path).strip()
+        read = _read_file(self.path, self.root)
+        text = read[0].strip() if read else ""
         return f"<memory>\n{text}\n</memory>" if text else ""
 
 
@@ -293,7 +452,7 @@ def _identity(agent: Any) -> str:
     agent_id = _attr(agent, "id", "") or _attr(agent, "agent_id", "")
     name = _attr(agent, "name", "") or agent_id or "an assistant"
     line = f"You are {name} (agent_id={agent_id})." if agent_id else f"You are {name}."
-    mentions = [str(m) for m in _attr(agent, "mentions", []) if str(m).strip()]
+    mentions = [str(m) for m in _as_list(_attr(agent, "mentions", [])) if str(m).strip()]
     if mentions:
         line += f" Users may address you via: {', '.join(mentions)}."
     return line
