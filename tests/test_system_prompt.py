@@ -243,6 +243,38 @@ def test_symlink_opened_then_swapped_back_before_the_check_is_refused(workspace,
     assert "changed while being checked" in caplog.text
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="the kernel does not name open files here")
+def test_a_folder_swapped_out_and_back_around_the_name_checks_is_caught_by_the_descriptor(
+    workspace, secret, monkeypatch, caplog
+):
+    # USER.md -> docs/user.md (inside). docs is a symlink to the outside folder when the file
+    # is opened and when the resolved name is lstat'ed, a real folder only while the name is
+    # resolved: every name-based check passes, the descriptor's own path does not.
+    (secret.parent / "user.md").write_text("TOP SECRET through a swapped folder", encoding="utf-8")
+    (workspace / "USER.md").unlink()
+    (workspace / "USER.md").symlink_to("docs/user.md")
+    docs = workspace / "docs"
+    docs.symlink_to(secret.parent, target_is_directory=True)
+    real_contained = sp._contained
+
+    def swap_folder_around_resolve(path, root):
+        if path != workspace / "USER.md":
+            return real_contained(path, root)
+        docs.unlink()
+        docs.mkdir()
+        (docs / "user.md").write_text("harmless", encoding="utf-8")
+        result = real_contained(path, root)
+        (docs / "user.md").unlink()
+        docs.rmdir()
+        docs.symlink_to(secret.parent, target_is_directory=True)
+        return result
+
+    monkeypatch.setattr(sp, "_contained", swap_folder_around_resolve)
+    out = build_system_prompt(AgentSpec(id="x", workspace=workspace))
+    assert "TOP SECRET" not in out
+    assert "was opened outside" in caplog.text
+
+
 def test_symlink_swapped_back_and_forth_around_the_check_is_refused(workspace, secret, monkeypatch):
     # A regular file while resolved, a symlink to the secret before and after: a stat() that
     # follows symlinks would find the open file again; lstat() does not.

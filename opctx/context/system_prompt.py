@@ -35,7 +35,10 @@ Choices where the specification is open
   reads, from the descriptor. Whatever the name points to by then, the bytes read come
   from a file that was inside the workspace when it was checked. The identity check uses
   ``lstat``: the resolved name has no symlink left in it, so a symlink found there now
-  is a swap (with ``stat`` a second swap back would pass). Files that fail any step are
+  is a swap (with ``stat`` a second swap back would pass). Where the system names the
+  path an open descriptor was opened by (Linux ``/proc/self/fd``), that path must be in
+  the workspace too: it closes the last gap of the name-based checks, a folder on the
+  way to a symlinked file swapped out and back around them. Files that fail any step are
   skipped with a warning. Reads are cached by the descriptor's ``(st_dev, st_ino,
   mtime_ns, size)``, so an unchanged file costs an ``open``, two ``stat`` calls and a
   ``resolve`` per turn, and replacing a file with another one of the same size and
@@ -163,6 +166,14 @@ def _contained(path: Path, root: Path) -> Path | None:
     return None
 
 
+def _descriptor_path(fd: int) -> Path | None:
+    """The path the kernel opened ``fd`` by, where the system says (Linux ``/proc``); else None."""
+    try:
+        return Path(os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError:
+        return None
+
+
 def _read_file(
     path: Path, root: Path | None, limit: int = MAX_WORKSPACE_FILE_BYTES
 ) -> tuple[str, Path] | None:
@@ -199,6 +210,12 @@ def _read_file(
             now = None
         if now is None or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
             logger.warning("system prompt: %s changed while being checked; skipped", path)
+            return None
+        opened = _descriptor_path(fd)
+        if root is not None and opened is not None and not _within(opened, root):
+            # the name checks out, but the kernel opened the file through a path outside
+            # (a folder on the way swapped and swapped back): only the descriptor knows
+            logger.warning("system prompt: %s was opened outside %s; skipped", path, root)
             return None
         key = (str(resolved), limit)
         stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
