@@ -261,6 +261,33 @@ def test_images_cost_a_fixed_amount_and_base64_is_not_tokenised():
     assert estimate_message_tokens(openai) == text_only + IMAGE_TOKENS
 
 
+@pytest.mark.parametrize(
+    "make_part",
+    [
+        lambda d: {"type": "file", "file": {"filename": "a.pdf", "file_data": "data:application/pdf;base64," + d}},
+        lambda d: {"type": "input_file", "file_data": d},
+        lambda d: {"type": "input_audio", "input_audio": {"format": "wav", "data": d}},
+        lambda d: {"type": "document", "source": {"type": "base64", "data": d}},
+    ],
+    ids=["file", "input_file", "input_audio", "document"],
+)
+def test_files_and_audio_cost_like_an_image_and_are_not_tokenised(make_part):
+    text_only = estimate_message_tokens({"role": "user", "content": [{"type": "text", "text": "read this"}]})
+    msg = {"role": "user", "content": [{"type": "text", "text": "read this"}, make_part("JVBERi0xLjQK" * 10_000)]}
+    assert estimate_message_tokens(msg) == text_only + IMAGE_TOKENS
+
+
+def test_blocks_equal_to_the_content_list_are_counted_once():
+    # the legacy shape keeps the blocks both as content and in extra; a store round trip
+    # turns the shared list into two equal lists
+    blocks = [{"type": "text", "text": "let me look"}, {"type": "tool_use", "id": "t1", "name": "read", "input": {"p": "a.py"}}]
+    shared = {"role": "assistant", "content": blocks, "extra": {"blocks": blocks}}
+    copied = json.loads(json.dumps(shared))
+    assert copied["content"] is not copied["extra"]["blocks"]
+    only_content = {"role": "assistant", "content": blocks}
+    assert estimate_message_tokens(copied) == estimate_message_tokens(shared) == estimate_message_tokens(only_content)
+
+
 def test_text_block_duplicating_content_is_not_counted_twice():
     text = "The same paragraph of assistant text. " * 20
     plain = {"role": "assistant", "content": text}

@@ -673,6 +673,8 @@ FAMILY_PROFILES: dict[str, FamilyProfile] = {
 # --------------------------------------------------------------------------- message segments
 
 _IMAGE_TYPES = {"image", "image_url", "input_image", "output_image"}
+# payloads sent as data (base64 files and audio): counted like an image, never tokenised
+_OPAQUE_TYPES = {"file", "input_file", "input_audio", "audio", "document", "redacted_thinking"}
 _TEXT_TYPES = {"text", "input_text", "output_text", "refusal", "summary_text"}
 
 
@@ -714,7 +716,7 @@ def _part_segments(part: Any, out: list[str], counts: list[int]) -> None:
             out.append(_json_text(content))
     elif kind in ("thinking", "reasoning"):
         out.append(_json_text(part.get("thinking") or part.get("text")))
-    elif kind == "redacted_thinking" or kind == "document" or "source" in part:
+    elif kind in _OPAQUE_TYPES or "source" in part:
         # opaque payloads: documents are counted like an image page, data is never tokenised
         counts[0] += 1
     else:
@@ -745,7 +747,9 @@ def message_segments(msg: Any) -> tuple[list[str], int, int]:
         segments.append(_json_text(content))
     extra = msg.get("extra")
     extra_blocks = extra.get("blocks") if isinstance(extra, dict) else None
-    if isinstance(extra_blocks, list) and extra_blocks is not content:
+    # the blocks may be the content list itself, or an equal copy of it once the message
+    # went through the store: counted once either way, as the provider is sent them once
+    if isinstance(extra_blocks, list) and extra_blocks is not content and extra_blocks != content:
         for block in extra_blocks:
             if (
                 content_str
