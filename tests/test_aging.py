@@ -186,6 +186,17 @@ def test_unhashable_ids_from_a_malformed_transcript_do_not_crash():
     assert report.redacted == 1 and _result_content(aged[3]).startswith("[Old tool result content cleared")
 
 
+def test_a_copy_has_the_settings_and_estimator_but_remembers_nothing():
+    ager = _ager(keep_recent_turns=2, min_tokens=100)
+    ager.age(_history(), ReferenceMap())
+    for clone in (ager.copy(), copy.deepcopy(ager)):
+        assert (clone.keep_recent_turns, clone.min_tokens, clone.estimator) == (2, 100, ager.estimator)
+        assert clone._states == [] and clone._token_cache == {} and clone._lock is not ager._lock
+        assert clone.age(_history(), ReferenceMap()) == _ager(keep_recent_turns=2, min_tokens=100).age(
+            _history(), ReferenceMap())
+    assert len(ager._states) == 1
+
+
 def test_one_ager_shared_by_concurrent_sessions_answers_as_if_alone():
     # DefaultContextEngine keeps one ager for all its sessions and locks per session only
     def session(sid: str) -> list[dict]:

@@ -350,6 +350,84 @@ def test_hybrid_estimate_follows_a_tool_set_that_grew() -> None:
     assert grown.budget.input_used - same.budget.input_used == tools_tokens
 
 
+def test_the_estimate_path_uses_the_models_tokenizer_and_scale() -> None:
+    # Claude counts ~1.2x cl100k (docs/tokens.md): the engine's own figure must too, or the
+    # 80% trigger fires at ~96% of the real window
+    history = _log_session(1_000_000.0)[:10]
+    engine = DefaultContextEngine(clock=lambda: 1_000_000.0, context_window=200_000)
+    for model in ("claude-sonnet-4-5", "gpt-4o", None):
+        prep = engine.prepare(None, "s", history, model, None)
+        assert prep.decision_path[0] == "usage:estimate"
+        assert prep.budget.history == Estimator().history_tokens(history, model), model
+    claude = engine.prepare(None, "s", history, "claude-sonnet-4-5", None).budget.history
+    assert claude > Estimator().history_tokens(history, None) * 1.15
+
+
+def test_a_cleared_result_with_images_is_counted_as_its_placeholder() -> None:
+    t0 = 1_000_000.0
+    big = "\n".join(f"row {j}: value {j * 7919 % 1000}" for j in range(900))
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}
+    history = [
+        {"id": "u0", "role": "user", "content": "go", "timestamp": t0},
+        {"id": "a1", "role": "assistant", "content": "", "timestamp": t0,
+         "extra": {"blocks": [{"type": "tool_use", "id": "t1", "name": "shot", "input": {}}]}},
+        {"id": "r1", "role": "user", "content": "", "timestamp": t0, "extra": {"blocks": [
+            {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": big}, image, image]}]}},
+    ] + [{"id": f"x{i}", "role": "assistant" if i % 2 else "user", "content": f"r{i}", "timestamp": t0} for i in range(10)]
+    estimator = Estimator("heuristic")
+    prep = DefaultContextEngine(clock=lambda: t0 + 3_600, estimator=estimator).prepare(None, "s", history, None, None)
+    assert prep.tool_results_redacted == 1
+    assert prep.budget.history == estimator.history_tokens(prep.history_dicts)
+
+
+def test_each_session_ages_with_its_own_memory() -> None:
+    # one shared TurnAger remembers a few histories: a dozen sessions served in turn would
+    # make every call a full pass behind one lock
+    engine = DefaultContextEngine(clock=lambda: 1_000_000.0 + 3_600, context_window=200_000)
+    sessions = {f"s{k}": _log_session(1_000_000.0 + k) for k in range(12)}
+    for end in (10, 12, 14):
+        for sid, history in sessions.items():
+            engine.prepare(None, sid, history[:end], None, None)
+    agers = {id(engine._state(sid).ager) for sid in sessions}
+    assert len(agers) == 12 and id(engine.ager) not in agers
+    assert engine.ager._states == []
+    for sid in sessions:
+        assert len(engine._state(sid).ager._states) == 1
+
+
+def test_compact_judges_the_emergency_on_the_prompt_as_prepare_sends_it(db: DagSessionDB) -> None:
+    # three big tool results that aging has cleared: the stored history is over the budget,
+    # the prompt is not, so the LLM summary is used, not the emergency structural one
+    estimator = Estimator("heuristic")
+    summ, provider = summariser("## User intent\nLLM summary")
+    t0 = 1_000_000.0
+    big = lambda t: "\n".join(f"row {t}-{j}: token{j * 31 % 97} value {j * 7919 % 1000}" for j in range(900))  # noqa: E731
+    msgs = [user("task"), assistant("ok")]
+    for t in range(3):
+        c = {"id": f"a{t}", "role": "assistant", "content": "", "tool_calls": [{"id": f"c{t}", "name": "read", "arguments": {"p": t}}]}
+        msgs += [c, {"id": f"t{t}", "role": "tool", "tool_call_id": f"c{t}", "name": "read", "content": big(t)},
+                 assistant(f"done {t}"), user(f"go {t}")]
+    for k in range(4):
+        msgs += [assistant(f"reply {k}"), user(f"more {k}")]
+    for i, m in enumerate(msgs):
+        m["timestamp"] = t0 + i
+    sid = stored_session(db, msgs)
+    engine = DefaultContextEngine(session_db=db, summarizer=summ, clock=lambda: t0 + 3_600,
+                                  context_window=24_000, estimator=estimator)
+    prep = engine.prepare(None, sid, db.get_branch(sid), None, None)
+    assert prep.tool_results_redacted == 3 and prep.budget_pct < 0.1
+    assert estimator.history_tokens(db.get_branch(sid)) > 0.95 * prep.budget.input_budget
+    result = engine.compact(None, sid, None, user_initiated=True)
+    assert result.ok and not result.fell_back_to_structural, result.error
+    assert provider.calls, "the LLM summary was asked for"
+
+
+def test_unhashable_message_ids_from_a_malformed_transcript_do_not_crash_prepare() -> None:
+    history = [{"id": ["odd"], "role": "user", "content": "hi"}, {"id": {"x": 1}, "role": "assistant", "content": "hello"}]
+    prep = DefaultContextEngine(context_window=32_000).prepare(None, "s", history, None, None)
+    assert [m["role"] for m in prep.agent_messages] == ["user", "assistant"]
+
+
 # ------------------------------------------------------------------ compact
 
 

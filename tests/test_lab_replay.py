@@ -133,6 +133,11 @@ def test_engine_factory_and_instance(scenario):
     r2 = replay(msgs, configured, context_window=20_000)
     assert r2.preset == "configured" and r2.compactions
     assert configured.session_db is None  # the caller's engine is not modified
+    # with its default TurnAger (which holds a lock and the shared estimator cache)
+    aging = DefaultContextEngine(name="aging", auto_compact_pct=0.5, recommend_pct=0.4)
+    r3 = replay(msgs, aging, context_window=20_000)
+    assert r3.preset == "aging" and r3.compactions
+    assert aging.ager is not None and aging.ager._states == []  # the caller's ager saw nothing
 
 
 def test_bad_arguments_are_refused(scenario):
@@ -183,8 +188,8 @@ def test_chained_structural_summaries_stay_deterministic():
     # the ids of earlier copies and summaries. Those ids are minted deterministically by the
     # replay's database, so the text (and its tokens) is the same on every run.
     msgs = generate_session(7, n_turns=50).messages
-    a = replay(msgs, "default", context_window=32_000, keep_contexts=False)
-    b = replay(msgs, "default", context_window=32_000, keep_contexts=False)
+    a = replay(msgs, "default", context_window=64_000, keep_contexts=False)
+    b = replay(msgs, "default", context_window=64_000, keep_contexts=False)
     assert any("(ids " in c.summary_text for c in a.compactions), "the test must reach the omitted-ids line"
     assert [c.summary_text for c in a.compactions] == [c.summary_text for c in b.compactions]
     assert [c.summary_id for c in a.compactions] == [c.summary_id for c in b.compactions]

@@ -69,11 +69,12 @@ Contract this relies on: a message is not mutated in place after it was given to
 ager (pass a new dict instead), the same contract as the engine's per-message caches.
 Aged copies are reused from one call to the next while their source message is the
 same object, so treat them as read-only. Token counts are also cached by ``(message
-id, block, text)``, so a full pass after a rewind re-counts nothing.
+id, block, length and hash of the text)``, so a full pass after a rewind re-counts nothing.
 """
 
 from __future__ import annotations
 
+import copy
 import heapq
 import math
 import operator
@@ -204,19 +205,37 @@ class TurnAger:
         self.clock = clock
         self.estimator = estimator or default_estimator()
         self.model = model
-        self._tracker = ReferenceTracker(clock)
+        self._forget_all()
+
+    def _forget_all(self) -> None:
+        # the tracker reads the ager's clock at each call, so a clock set later is seen
+        self._tracker = ReferenceTracker(lambda: self.clock())
         self._token_cache: dict[tuple[Any, ...], int] = {}
         self._states: list[_HistoryState] = []  # most recently used first
-        # one ager serves every session of an engine, and the engine only locks per
-        # session: the remembered states and caches are shared, so calls take turns
+        # an ager may serve several sessions at once (the engine locks per session
+        # only): the remembered states and caches are shared, so calls take turns
         self._lock = threading.RLock()
+
+    def copy(self) -> TurnAger:
+        """The same settings, clock and estimator (whose cache is shared), nothing remembered.
+
+        ``DefaultContextEngine`` gives each session its own copy of its ager; ``copy.deepcopy``
+        gives the same (a deep copy of the estimator's cache and lock is neither possible
+        nor useful).
+        """
+        clone = copy.copy(self)
+        clone._forget_all()
+        return clone
+
+    def __deepcopy__(self, memo: dict) -> TurnAger:
+        return self.copy()
 
     # ------------------------------------------------------------------ helpers
     def _tokens(self, key: tuple[Any, ...], text: str) -> int:
-        # keyed by the text itself, not its length: an edit of the same length under the
-        # same id must be counted again (a str caches its hash; a hit on the same
-        # object compares by identity)
-        cache_key = (*key, text)
+        # keyed by the text's length and hash, not the text: an edit of the same length
+        # under the same id is counted again, and the cache does not keep every tool
+        # output of every session alive (a str caches its hash, so this is cheap)
+        cache_key = (*key, len(text), hash(text))
         try:
             n = self._token_cache.get(cache_key)
         except TypeError:  # an unhashable id (a list from a malformed transcript): count, do not cache
@@ -252,8 +271,10 @@ class TurnAger:
         )
 
     def forget(self) -> None:
-        """Drop the remembered histories (the next call makes one full pass)."""
-        self._states.clear()
+        """Drop the remembered histories and token counts (the next call makes one full pass)."""
+        with self._lock:
+            self._states.clear()
+            self._token_cache.clear()
 
     # ------------------------------------------------------------------ aging
     def age(

@@ -56,8 +56,16 @@ The last entry is one of ``"ok"``, ``"recommend"``, ``"auto_compact"``,
 ``"emergency"`` (at or over ``emergency_pct``: compaction goes straight to the
 structural summary) or ``"auto_compact_disabled"``.
 
+Estimates are for the call's ``model``: its tokenizer and the calibration scale
+of its family (``tokens.FAMILY_PROFILES``; Claude counts ~1.2x cl100k), everywhere:
+messages, system prompt, tools, aged copies, the counted-prefix delta. The aged
+history is counted as its aged copies, so whatever a placeholder replaced
+(images inside a cleared result too) leaves the figure.
+
 Incremental cost: per session the engine keeps a ``MessageFacts`` table (token
-estimates and tool pairing per message, extended when the history only grew),
+estimates and tool pairing per message, extended when the history only grew), its
+own copy of the engine's ``TurnAger`` (an ager remembers a few histories; shared by
+many sessions, every call would be a full pass; any other ager is shared as given),
 a ``ReferenceTracker`` (extended likewise) and a ``_ProviderCache`` (conversions
 per message plus the assembled provider messages and tool-pairing state of the
 last call, patched where aging replaced a message). The ``TurnAger`` remembers
@@ -72,9 +80,11 @@ mutated in place after it was passed in, so pass a new one.
 compact
 =======
 1. re-read the active branch (``session_db.get_branch``);
-2. count ``tokens_before`` = system + tools + history, all *estimates* (the
-   guard below compares like with like: never a provider prompt count against a
-   messages-only estimate, a Hermes pitfall);
+2. count ``tokens_before`` = system + tools + history, all *estimates* of the
+   stored messages (the guard below compares like with like: never a provider
+   prompt count against a messages-only estimate, a Hermes pitfall); how full
+   the prompt is (for the emergency rule) is measured on the aged history, as
+   ``prepare`` would send it;
 3. ``find_cut_index`` with ``max_tail_tokens = tail_budget_share`` (0.5) of the
    input budget left after system and tools, so that on small windows the kept
    tail cannot eat the whole budget (the 8K case);
@@ -132,6 +142,7 @@ from typing import Any
 
 from opctx.dag.messages import as_text, blocks, is_tool_result
 
+from .aging import TurnAger
 from .budget import BudgetAllocator
 from .persistence import Persister
 from .prompts import SUMMARY_PREFIX
@@ -496,7 +507,10 @@ class _ProviderCache:
             len(content) if isinstance(content, str | list) else -1,
             _redacted_marker(msg),
         )
-        hit = self._cache.get(key)
+        try:
+            hit = self._cache.get(key)
+        except TypeError:  # an unhashable id from a malformed transcript: not cached
+            return _convert_entry(msg)
         if hit is not None and (hit[0] is msg or hit[0] == msg):
             return hit[1]
         if len(self._cache) >= self.max_entries:
@@ -677,6 +691,10 @@ class _Guard:
 class _SessionState:
     facts: MessageFacts
     references: Any
+    ager: Any = None  # this session's own ager (a copy of the engine's TurnAger), or the shared one
+    facts_model: str | None = None  # the model the facts' token estimates are for
+    # id(aged copy) -> (the copy, its estimate): the aged messages are reused between calls
+    aged_tokens: dict[int, tuple[Any, int]] = field(default_factory=dict)
     provider_cache: _ProviderCache = field(default_factory=_ProviderCache)
     guard: _Guard = field(default_factory=_Guard)
     recommended: bool = False
@@ -780,8 +798,24 @@ class DefaultContextEngine(ContextEngine):
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ state
-    def _estimate(self, msg: dict) -> int:
-        return self.estimator.message_tokens(msg)
+    def _estimate(self, msg: dict, model: str | None = None) -> int:
+        return self.estimator.message_tokens(msg, model)
+
+    def _facts(self, state: _SessionState, model: str | None) -> MessageFacts:
+        """The session's per-message facts, estimated for ``model`` (its tokenizer and scale)."""
+        if state.facts_model != model:
+            state.facts = MessageFacts(lambda msg: self.estimator.message_tokens(msg, model))
+            state.facts_model = model
+            state.aged_tokens.clear()
+        return state.facts
+
+    def _session_ager(self) -> Any:
+        # A TurnAger remembers the histories it has seen (a few at a time): shared by
+        # more sessions than that, every call would be a full pass, one session at a
+        # time behind its lock. Each session gets its own copy (same settings, same
+        # estimator cache); any other ager is shared as given.
+        ager = self.ager
+        return ager.copy() if isinstance(ager, TurnAger) else ager
 
     def _new_references(self) -> Any:
         refs = self._references
@@ -796,7 +830,9 @@ class DefaultContextEngine(ContextEngine):
             state = self._sessions.get(session_id)
             if state is None:
                 state = _SessionState(
-                    facts=MessageFacts(self._estimate), references=self._new_references()
+                    facts=MessageFacts(self._estimate),
+                    references=self._new_references(),
+                    ager=self._session_ager(),
                 )
                 self._sessions[session_id] = state
             return state
@@ -852,24 +888,24 @@ class DefaultContextEngine(ContextEngine):
                 else ReferenceMap(last_built_at=self.clock())
             )
             # 3. aging, on copies
-            aged, report = self._age(history, refmap)
+            aged, report = self._age(state, history, refmap)
             # 4. usage: provider prefix + appended estimate, or the local estimate
-            table = state.facts.table(history)
+            table = self._facts(state, model).table(history)
             usage_state = self.usage_tracker.get(sid)
             raw_system = (
-                self.estimator.message_tokens({"role": "system", "content": system_prompt})
+                self.estimator.message_tokens({"role": "system", "content": system_prompt}, model)
                 if system_prompt
                 else 0
             )
-            raw_tools = self.estimator.tools_tokens(list(tools)) if tools else 0
+            raw_tools = self.estimator.tools_tokens(list(tools), model) if tools else 0
             system_tokens, tools_tokens = raw_system, raw_tools
-            history_tokens = max(0, table.total_tokens - report.tokens_freed)
+            history_tokens = self._aged_history_tokens(state, history, aged, table, model)
             source = "estimate"
             if usage_state.source == "provider" and 0 < usage_state.last_history_len <= len(
                 history
             ):
                 delta = self._counted_prefix_delta(
-                    state, aged, usage_state.last_history_len, raw_system, raw_tools
+                    state, aged, usage_state.last_history_len, raw_system, raw_tools, model
                 )
                 hybrid = self.usage_tracker.hybrid_estimate(
                     sid, aged, system_prompt, tools, model, prefix_delta=delta
@@ -924,7 +960,13 @@ class DefaultContextEngine(ContextEngine):
             return prep
 
     def _counted_prefix_delta(
-        self, state: _SessionState, aged: list[dict], covered: int, system: int, tools: int
+        self,
+        state: _SessionState,
+        aged: list[dict],
+        covered: int,
+        system: int,
+        tools: int,
+        model: str | None,
     ) -> int:
         """Estimated change of the provider-counted prefix since it was sent.
 
@@ -943,13 +985,48 @@ class DefaultContextEngine(ContextEngine):
         if not all(map(operator.is_, now, sent)):
             estimate = self.estimator.message_tokens
             for i in compress(range(covered), map(operator.ne, now, sent)):
-                delta += estimate(now[i]) - estimate(sent[i])
+                delta += estimate(now[i], model) - estimate(sent[i], model)
         return delta
 
-    def _age(self, history: list[dict], refmap: ReferenceMap) -> tuple[list[dict], AgingReport]:
-        if self.ager is None or not history:
+    def _aged_history_tokens(
+        self,
+        state: _SessionState,
+        history: list[dict],
+        aged: list[dict],
+        table: Any,
+        model: str | None,
+    ) -> int:
+        """Estimate of the aged history: the table's total, with each message aging
+        replaced counted as its aged copy.
+
+        Counting the copies (not subtracting the ager's ``tokens_freed``) keeps one
+        estimator and one scale for the whole figure, and sees everything a
+        placeholder replaced: images inside a cleared result too. An ager hands back
+        the messages it did not touch as the very objects it was given, so the copies
+        are found by identity at C speed; their estimates are remembered while the
+        ager reuses them.
+        """
+        total = table.total_tokens
+        if aged is history:
+            return total
+        cache = state.aged_tokens
+        if len(cache) > 50_000:
+            cache.clear()
+        estimate = self.estimator.message_tokens
+        for i in compress(range(len(history)), map(operator.is_not, aged, history)):
+            copy_ = aged[i]
+            hit = cache.get(id(copy_))
+            if hit is None or hit[0] is not copy_:
+                hit = cache[id(copy_)] = (copy_, estimate(copy_, model))
+            total += hit[1] - table.tokens_at(i)
+        return max(0, total)
+
+    def _age(
+        self, state: _SessionState, history: list[dict], refmap: ReferenceMap
+    ) -> tuple[list[dict], AgingReport]:
+        if state.ager is None or not history:
             return history, AgingReport()
-        return _run_ager(self.ager, history, refmap)
+        return _run_ager(state.ager, history, refmap)
 
     def _maybe_rearm(self, state: _SessionState, history_tokens: int, input_budget: int) -> None:
         guard = state.guard
@@ -1050,17 +1127,30 @@ class DefaultContextEngine(ContextEngine):
             )
             if system_prompt is not None:
                 system_tokens = (
-                    self.estimator.message_tokens({"role": "system", "content": system_prompt})
+                    self.estimator.message_tokens(
+                        {"role": "system", "content": system_prompt}, model
+                    )
                     if system_prompt
                     else 0
                 )
             else:
                 system_tokens = state.system_tokens
-            tools_tokens = self.estimator.tools_tokens(list(tools)) if tools else state.tools_tokens
-            table = state.facts.table(history)
+            tools_tokens = (
+                self.estimator.tools_tokens(list(tools), model) if tools else state.tools_tokens
+            )
+            facts = self._facts(state, model)
+            table = facts.table(history)
             tokens_before = system_tokens + tools_tokens + table.total_tokens
+            # how full the prompt is, as prepare would send it: aged, so that a history whose
+            # old results aging already cleared is not taken for an emergency
+            refmap = state.references.update(history) if history else ReferenceMap()
+            aged, _ = self._age(state, history, refmap)
             budget = self.budget_allocator.allocate(
-                window, system_tokens, table.total_tokens, tools_tokens, model
+                window,
+                system_tokens,
+                self._aged_history_tokens(state, history, aged, table, model),
+                tools_tokens,
+                model,
             )
             pct = budget.input_used_pct
 
@@ -1087,7 +1177,7 @@ class DefaultContextEngine(ContextEngine):
                 window,
                 self.config,
                 keep_recent_tokens,
-                facts=state.facts,
+                facts=facts,
                 max_tail_tokens=max_tail,
             )
             if not cut.ok:
@@ -1133,10 +1223,10 @@ class DefaultContextEngine(ContextEngine):
                 None,
                 max_prompt_tokens=max_prompt,
                 force_structural=force,
-                estimate=state.facts.tokens,
+                estimate=facts.tokens,
             )
             summary_tokens = self._estimate(
-                {"role": "system", "content": f"{SUMMARY_PREFIX}\n{summary.text}"}
+                {"role": "system", "content": f"{SUMMARY_PREFIX}\n{summary.text}"}, model
             )
             head_tokens = table.prefix_tokens[head_n]
             tail_tokens = table.tail_tokens(cut_idx) + sum(table.tokens_at(i) for i in pinned)
@@ -1202,7 +1292,8 @@ class DefaultContextEngine(ContextEngine):
                 else:
                     guard.low_saving_streak = 0
                 # the new branch has new ids: start the per-session caches afresh
-                state.facts = MessageFacts(self._estimate)
+                state.facts, state.facts_model = MessageFacts(self._estimate), None
+                state.aged_tokens.clear()
                 state.references = self._new_references()
                 state.provider_cache = _ProviderCache()
                 state.counted = None
@@ -1272,8 +1363,6 @@ def _run_ager(
 
 
 def _default_ager(clock: Callable[[], float], estimator: Estimator) -> Any:
-    from .aging import TurnAger
-
     return TurnAger(clock=clock, estimator=estimator)
 
 

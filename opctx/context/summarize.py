@@ -383,7 +383,10 @@ class MessageFacts:
     def _get(self, msg: dict, key: tuple | None) -> Facts:
         if key is None:
             return _compute_facts(msg, self.estimate)
-        hit = self._cache.get(key)
+        try:
+            hit = self._cache.get(key)
+        except TypeError:  # an unhashable id from a malformed transcript: not cached
+            return _compute_facts(msg, self.estimate)
         if hit is not None and (hit[0] is msg or hit[0] == msg):
             return hit[1]
         facts = _compute_facts(msg, self.estimate)

@@ -592,8 +592,10 @@ class EngineDriver:
             self.events.append({"event": "auto_compaction_disabled", "error": payload.get("error")})
 
     def fixed_tokens(self, estimator: Any) -> int:
-        system = estimator.message_tokens({"role": "system", "content": self.system_prompt_text()}) if self.system_prompt_text() else 0
-        tools = estimator.tools_tokens(self.tools) if self.tools else 0
+        model = self.model or None
+        text = self.system_prompt_text()
+        system = estimator.message_tokens({"role": "system", "content": text}, model) if text else 0
+        tools = estimator.tools_tokens(self.tools, model) if self.tools else 0
         return system + tools
 
     def system_prompt_text(self) -> str:

@@ -446,7 +446,7 @@ def replay(
         hit = token_cache.get(id(msg))
         if hit is not None and hit[0] is msg:
             return hit[1]
-        tokens = estimator.message_tokens(msg)
+        tokens = estimator.message_tokens(msg, model_name or None)
         token_cache[id(msg)] = (msg, tokens)
         return tokens
 
@@ -462,9 +462,10 @@ def replay(
     stream_tokens_sum = 0
     # per stream message, once per history and estimator method: every replay of a
     # sweep over this history shares it
+    # (estimated for the replay's model, as the engine estimates: same tokenizer and scale)
     stream_tokens = history.derived(
-        ("tokens", getattr(estimator, "method", "auto")),
-        lambda: [estimator.message_tokens(m) for m in messages],
+        ("tokens", getattr(estimator, "method", "auto"), model_name),
+        lambda: [estimator.message_tokens(m, model_name or None) for m in messages],
     )
     turn = 0
     prev_ctx: list[dict] = []
