@@ -10,11 +10,14 @@
    tool call (an interrupted tool run, common in recorded transcripts), whose
    provider messages need the pairing repair on every call, beside the whole-history
    repair each call would cost without the incremental one.
-2. ``find_cut_index`` on 10,000 messages with a warm ``MessageFacts`` table
+2. Many sessions served in turn by one engine (a chat server): each session ages
+   with its own copy of the engine's TurnAger, against one ager shared by all
+   (which remembers only a few histories, so every call becomes a full pass).
+3. ``find_cut_index`` on 10,000 messages with a warm ``MessageFacts`` table
    (target: under 10 ms), against the cold call that computes every
    per-message fact and token estimate.
 
-Run: ``.venv/bin/python benchmarks/engine.py [--messages 2000] [--cut-messages 10000]``.
+Run: ``.venv/bin/python benchmarks/engine.py [--messages 2000] [--sessions 12] [--cut-messages 10000]``.
 Prints medians and p95 in milliseconds and the cold/warm ratios. Uses the
 default estimator (tiktoken ``cl100k_base`` offline when available).
 """
@@ -26,6 +29,7 @@ import random
 import statistics
 import time
 
+from opctx.context.aging import TurnAger
 from opctx.context.engine import DefaultContextEngine, to_provider_messages
 from opctx.context.summarize import MessageFacts, find_cut_index
 from opctx.context.types import ReferenceMap
@@ -146,6 +150,40 @@ def bench_prepare(n: int, window: int) -> None:
     print(f"  speed-up of the incremental path: {cmed / med:6.1f}x")
 
 
+class _SharedAger:
+    """One TurnAger behind a facade the engine does not copy: shared by every session."""
+
+    def __init__(self, ager: TurnAger):
+        self.ager = ager
+
+    def age(self, history: list[dict], references: ReferenceMap | None = None):
+        return self.ager.age(history, references)
+
+
+def bench_sessions(n_sessions: int, n: int, window: int) -> None:
+    sessions = [history(n, seed=10 + k) for k in range(n_sessions)]
+    clock = lambda: float(n + 10_000)  # noqa: E731
+
+    def run(**engine_kw) -> list[float]:
+        engine = DefaultContextEngine(context_window=window, clock=clock, **engine_kw)
+        for k, msgs in enumerate(sessions):
+            engine.prepare("You are a coding agent.", f"s{k}", msgs[: n - 100], "gpt-4o", None)
+        samples = []
+        for end in range(n - 96, n + 1, 4):
+            for k, msgs in enumerate(sessions):
+                t0 = time.perf_counter()
+                engine.prepare("You are a coding agent.", f"s{k}", msgs[:end], "gpt-4o", None)
+                samples.append(time.perf_counter() - t0)
+        return samples
+
+    own_med, own_p95 = stats(run())
+    shared_med, shared_p95 = stats(run(ager=_SharedAger(TurnAger(clock=clock))))
+    print(f"{n_sessions} sessions of {n} messages served in turn, prepare per call")
+    print(f"  each session its own TurnAger copy: median {own_med:7.2f} ms   p95 {own_p95:7.2f} ms")
+    print(f"  one TurnAger shared by all:         median {shared_med:7.2f} ms   p95 {shared_p95:7.2f} ms")
+    print(f"  shared / own: {shared_med / own_med:5.1f}x")
+
+
 def bench_cut(n: int, window: int) -> None:
     msgs = history(n, seed=2)
     from opctx.context.tokens import estimate_message_tokens
@@ -182,8 +220,11 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=2_000)
     parser.add_argument("--cut-messages", type=int, default=10_000)
     parser.add_argument("--window", type=int, default=1_000_000)
+    parser.add_argument("--sessions", type=int, default=12)
     args = parser.parse_args()
     bench_prepare(args.messages, args.window)
+    print()
+    bench_sessions(args.sessions, 1_000, args.window)
     print()
     bench_cut(args.cut_messages, 200_000)
 
