@@ -24,7 +24,7 @@ from opctx.context.engine import (
 )
 from opctx.context.summarize import Summarizer, SummarizerConfig
 from opctx.context.tokens import Estimator
-from opctx.context.types import CompactResult, TurnPrep
+from opctx.context.types import AgingReport, CompactResult, TurnPrep
 from opctx.dag.providers import Reply, ScriptedProvider, Usage
 from opctx.dag.session_db import DagSessionDB
 
@@ -420,6 +420,72 @@ def test_compact_judges_the_emergency_on_the_prompt_as_prepare_sends_it(db: DagS
     result = engine.compact(None, sid, None, user_initiated=True)
     assert result.ok and not result.fell_back_to_structural, result.error
     assert provider.calls, "the LLM summary was asked for"
+
+
+def test_a_cleared_result_in_stored_legacy_blocks_is_counted_as_sent(db: DagSessionDB) -> None:
+    # the legacy shape keeps the blocks as the content list and in extra.blocks; stored,
+    # they are two equal lists, and both must carry the placeholder
+    t0 = 1_000_000.0
+    big = "\n".join(f"row {j}: value {j * 7919 % 1000}" for j in range(900))
+    use = [{"type": "tool_use", "id": "t1", "name": "read", "input": {}}]
+    result = [{"type": "tool_result", "tool_use_id": "t1", "content": big}]
+    msgs = [user("go"), assistant("ok"), {"role": "assistant", "content": use, "extra": {"blocks": use}},
+            {"role": "user", "content": result, "extra": {"blocks": result}}]
+    msgs += [assistant(f"r{i}") if i % 2 else user(f"q{i}") for i in range(10)]
+    for i, m in enumerate(msgs):
+        m["timestamp"] = t0 + i
+    sid = stored_session(db, msgs)
+    branch = db.get_branch(sid)
+    assert branch[3]["content"] == branch[3]["extra"]["blocks"]
+    estimator = Estimator("heuristic")
+    engine = DefaultContextEngine(session_db=db, clock=lambda: t0 + 3_600, estimator=estimator, context_window=200_000)
+    prep = engine.prepare(None, sid, branch, None, None)
+    assert prep.tool_results_redacted == 1
+    aged = prep.history_dicts[3]
+    assert aged["content"] == aged["extra"]["blocks"] and aged["content"][0]["_redacted"]
+    sent = sum(estimator.message_tokens(m) for m in prep.agent_messages)
+    assert prep.budget.history == estimator.history_tokens(prep.history_dicts) == sent
+    assert branch[3]["content"][0]["content"] == big  # the input is not touched
+
+
+def test_an_ager_that_drops_messages_is_counted_by_what_it_returns() -> None:
+    class KeepEnds:
+        def age(self, history, references=None):
+            return history[:2] + history[-6:], AgingReport(tokens_freed=1)
+
+    history = _log_session(1_000_000.0)
+    estimator = Estimator("heuristic")
+    prep = DefaultContextEngine(estimator=estimator, ager=KeepEnds(), context_window=200_000).prepare(
+        None, "s", history, None, None)
+    assert len(prep.history_dicts) == 8
+    assert prep.budget.history == estimator.history_tokens(prep.history_dicts)
+
+
+def test_existing_sessions_follow_a_change_of_the_engines_ager() -> None:
+    t0 = 1_000_000.0
+    history = _log_session(t0)
+    engine = DefaultContextEngine(clock=lambda: t0 + 3_600, context_window=200_000)
+    assert engine.prepare(None, "s", history, None, None).tool_results_redacted == 1
+    engine.ager.keep_recent_turns = 1_000
+    assert engine.prepare(None, "s", history, None, None).tool_results_redacted == 0
+    engine.ager.keep_recent_turns = 4
+    assert engine.prepare(None, "s", history, None, None).tool_results_redacted == 1
+    engine.ager = None
+    assert engine.prepare(None, "s", history, None, None).tool_results_redacted == 0
+
+
+def test_a_provider_count_for_another_model_is_not_used() -> None:
+    t0 = 1_000_000.0
+    session = _log_session(t0)
+    engine = DefaultContextEngine(clock=lambda: t0 + 10, context_window=200_000)
+    first = engine.prepare("agent", "s", session[:10], "gpt-4o", None)
+    engine.after_turn("s", {"input_tokens": first.budget.input_used, "output_tokens": 5}, first)
+    assert engine.prepare("agent", "s", session[:12], "gpt-4o", None).decision_path[0] == "usage:provider"
+    switched = engine.prepare("agent", "s", session[:12], "claude-sonnet-4-5", None)
+    assert switched.decision_path[0] == "usage:estimate"
+    alone = DefaultContextEngine(clock=lambda: t0 + 10, context_window=200_000).prepare(
+        "agent", "other", session[:12], "claude-sonnet-4-5", None)
+    assert switched.budget.input_used == alone.budget.input_used
 
 
 def test_unhashable_message_ids_from_a_malformed_transcript_do_not_crash_prepare() -> None:

@@ -138,6 +138,11 @@ def test_engine_factory_and_instance(scenario):
     r3 = replay(msgs, aging, context_window=20_000)
     assert r3.preset == "aging" and r3.compactions
     assert aging.ager is not None and aging.ager._states == []  # the caller's ager saw nothing
+    from opctx.lab.presets import build_engine
+
+    masking = build_engine("observation-masking", session_db=None, context_window=20_000)
+    r4 = replay(msgs, masking, context_window=20_000)
+    assert r4.steps_df["redacted"].max() > 0 and masking.ager._scanned == 0
 
 
 def test_bad_arguments_are_refused(scenario):

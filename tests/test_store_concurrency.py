@@ -199,3 +199,31 @@ def test_an_importer_killed_inside_a_transaction_leaves_no_session(db_path):
     assert conn.execute("SELECT COUNT(*) FROM nodes").fetchone()[0] == 1
     assert conn.execute("SELECT COUNT(*) FROM nodes_fts").fetchone()[0] == 1
     conn.close()
+
+
+def test_switching_a_new_database_to_wal_waits_out_a_lock():
+    # a second process opening the same new file can hold the lock the switch needs; SQLite
+    # says "locked" without calling its busy handler, so connect retries
+    from opctx.dag.store import _switch_to_wal
+
+    class Busy:
+        def __init__(self, failures: int):
+            self.failures = failures
+
+        def execute(self, sql):
+            if self.failures:
+                self.failures -= 1
+                raise sqlite3.OperationalError("database is locked")
+            return self
+
+        def fetchone(self):
+            return ("wal",)
+
+    assert _switch_to_wal(Busy(3)) == "wal"
+
+    class Broken(Busy):
+        def execute(self, sql):
+            raise sqlite3.OperationalError("disk I/O error")
+
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
+        _switch_to_wal(Broken(0))

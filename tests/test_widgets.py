@@ -254,7 +254,7 @@ def test_tuner_with_the_real_presets_and_replay():
     from opctx.lab.scenarios import generate_session
 
     session = generate_session(7, n_turns=6, max_tools_per_turn=3)
-    t = CompactionTuner(session.messages, context_window=12_000, debounce_ms=0)
+    t = CompactionTuner(session.messages, context_window=16_384, debounce_ms=0)
     assert list(t.preset.options) == list(PRESETS)
     # every engine and summariser parameter has a control on the default preset
     for name in ("recommend_pct", "auto_compact_pct", "emergency_pct", "keep_ratio",

@@ -523,6 +523,11 @@ class TurnAger:
         new = dict(msg)
         if in_extra:
             new["extra"] = {**msg["extra"], "blocks": new_blocks}
+            content = msg.get("content")
+            if isinstance(content, list) and (content is blocks or content == blocks):
+                # the legacy shape keeps the blocks as the content too (an equal copy once
+                # stored): both must carry the placeholder, or the full result stays counted
+                new["content"] = new_blocks
         else:
             new["content"] = new_blocks
         return new

@@ -80,11 +80,13 @@ mutated in place after it was passed in, so pass a new one.
 compact
 =======
 1. re-read the active branch (``session_db.get_branch``);
-2. count ``tokens_before`` = system + tools + history, all *estimates* of the
-   stored messages (the guard below compares like with like: never a provider
-   prompt count against a messages-only estimate, a Hermes pitfall); how full
-   the prompt is (for the emergency rule) is measured on the aged history, as
-   ``prepare`` would send it;
+2. count ``tokens_before`` = system + tools + the history aged as ``prepare``
+   would send it, all *estimates* (the guard below compares like with like:
+   never a provider prompt count against a messages-only estimate, a Hermes
+   pitfall; and ``tokens_after`` is the new branch aged as the next ``prepare``
+   will age it, by a copy of the session's ager, so folding results aging
+   already cleared is not mistaken for a saving); the emergency rule uses the
+   same aged figure;
 3. ``find_cut_index`` with ``max_tail_tokens = tail_budget_share`` (0.5) of the
    input budget left after system and tools, so that on small windows the kept
    tail cannot eat the whole budget (the 8K case);
@@ -128,6 +130,7 @@ default. ``default_engine()`` is the lazily built shared ``DefaultContextEngine`
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import operator
@@ -692,8 +695,9 @@ class _SessionState:
     facts: MessageFacts
     references: Any
     ager: Any = None  # this session's own ager (a copy of the engine's TurnAger), or the shared one
+    ager_source: Any = None  # the engine's ager it was made from (a later change is followed)
     facts_model: str | None = None  # the model the facts' token estimates are for
-    # id(aged copy) -> (the copy, its estimate): the aged messages are reused between calls
+    # position -> (the aged copy there, its estimate): see _aged_history_tokens
     aged_tokens: dict[int, tuple[Any, int]] = field(default_factory=dict)
     provider_cache: _ProviderCache = field(default_factory=_ProviderCache)
     guard: _Guard = field(default_factory=_Guard)
@@ -703,8 +707,8 @@ class _SessionState:
     tools_tokens: int = 0
     input_budget: int = 0
     # the prompt the provider last counted: (aged history as sent, system and tools
-    # estimates); the next prepare estimates how its prefix has changed since
-    counted: tuple[list[Any], int, int] | None = None
+    # estimates, model); the next prepare estimates how its prefix has changed since
+    counted: tuple[list[Any], int, int, str | None] | None = None
     # one prepare/compact at a time per session: the caches above are extended in place
     lock: Any = field(default_factory=threading.RLock)
 
@@ -809,13 +813,23 @@ class DefaultContextEngine(ContextEngine):
             state.aged_tokens.clear()
         return state.facts
 
-    def _session_ager(self) -> Any:
-        # A TurnAger remembers the histories it has seen (a few at a time): shared by
-        # more sessions than that, every call would be a full pass, one session at a
-        # time behind its lock. Each session gets its own copy (same settings, same
-        # estimator cache); any other ager is shared as given.
-        ager = self.ager
-        return ager.copy() if isinstance(ager, TurnAger) else ager
+    def _session_ager(self, state: _SessionState) -> Any:
+        """The session's ager, following ``self.ager`` (replaced, or its settings changed).
+
+        A TurnAger remembers the histories it has seen (a few at a time): shared by
+        more sessions than that, every call would be a full pass, one session at a
+        time behind its lock. Each session gets its own copy (same settings, same
+        estimator cache); any other ager is shared as given.
+        """
+        source = self.ager
+        own = state.ager
+        if state.ager_source is not source or (
+            isinstance(source, TurnAger)
+            and (own._signature() != source._signature() or own.clock is not source.clock)
+        ):
+            own = source.copy() if isinstance(source, TurnAger) else source
+            state.ager, state.ager_source = own, source
+        return own
 
     def _new_references(self) -> Any:
         refs = self._references
@@ -830,9 +844,7 @@ class DefaultContextEngine(ContextEngine):
             state = self._sessions.get(session_id)
             if state is None:
                 state = _SessionState(
-                    facts=MessageFacts(self._estimate),
-                    references=self._new_references(),
-                    ager=self._session_ager(),
+                    facts=MessageFacts(self._estimate), references=self._new_references()
                 )
                 self._sessions[session_id] = state
             return state
@@ -899,14 +911,18 @@ class DefaultContextEngine(ContextEngine):
             )
             raw_tools = self.estimator.tools_tokens(list(tools), model) if tools else 0
             system_tokens, tools_tokens = raw_system, raw_tools
-            history_tokens = self._aged_history_tokens(state, history, aged, table, model)
+            aged_estimate = self._aged_history_tokens(state, history, aged, table, model)
+            history_tokens = aged_estimate
             source = "estimate"
-            if usage_state.source == "provider" and 0 < usage_state.last_history_len <= len(
-                history
-            ):
-                delta = self._counted_prefix_delta(
+            delta = (
+                self._counted_prefix_delta(
                     state, aged, usage_state.last_history_len, raw_system, raw_tools, model
                 )
+                if usage_state.source == "provider"
+                and 0 < usage_state.last_history_len <= len(history)
+                else None
+            )
+            if delta is not None:
                 hybrid = self.usage_tracker.hybrid_estimate(
                     sid, aged, system_prompt, tools, model, prefix_delta=delta
                 )
@@ -927,7 +943,8 @@ class DefaultContextEngine(ContextEngine):
             path.append(f"budget:{pct:.2f}")
             # 6. assemble and decide
             agent_messages = to_provider_messages(aged, state.provider_cache)
-            self._maybe_rearm(state, table.total_tokens, budget.input_budget)
+            # aged, like the figure compact disabled it at
+            self._maybe_rearm(state, aged_estimate, budget.input_budget)
             guard = state.guard
             if pct >= self.auto_compact_pct and guard.disabled:
                 path.append("auto_compact_disabled")
@@ -967,8 +984,9 @@ class DefaultContextEngine(ContextEngine):
         system: int,
         tools: int,
         model: str | None,
-    ) -> int:
-        """Estimated change of the provider-counted prefix since it was sent.
+    ) -> int | None:
+        """Estimated change of the provider-counted prefix since it was sent (None: the
+        provider figure is for another model and is not used).
 
         Aging goes on after the provider counted a prompt: a result inside the counted
         prefix may be cleared now (or restored, when a new message cites it), and the
@@ -979,7 +997,11 @@ class DefaultContextEngine(ContextEngine):
         counted = state.counted
         if counted is None or len(counted[0]) != covered:
             return 0  # the recorded usage is not for a prompt this engine prepared
-        sent, sent_system, sent_tools = counted
+        sent, sent_system, sent_tools, sent_model = counted
+        if sent_model != model:
+            # counted for another model: its tokenizer differs, no estimate of the
+            # difference is trustworthy; the whole prompt is estimated instead
+            return None
         delta = (system - sent_system) + (tools - sent_tools)
         now = aged[:covered]
         if not all(map(operator.is_, now, sent)):
@@ -997,36 +1019,74 @@ class DefaultContextEngine(ContextEngine):
         model: str | None,
     ) -> int:
         """Estimate of the aged history: the table's total, with each message aging
-        replaced counted as its aged copy.
+        replaced counted as its aged copy (see :meth:`_aging_deltas`)."""
+        deltas = self._aging_deltas(state, history, aged, table, model)
+        if deltas is None:  # an ager that changed the number of messages
+            return sum(self.estimator.message_tokens(m, model) for m in aged)
+        return max(0, table.total_tokens + sum(deltas.values()))
+
+    def _predicted_aged_tokens(
+        self, state: _SessionState, layout: list[dict], model: str | None
+    ) -> int | None:
+        """Estimate of the history ``layout`` (a compaction's new branch) as the next
+        ``prepare`` will send it: aged by a copy of the session's ager, which sees the
+        new branch afresh (its first messages are protected, its references are its
+        own). None when the ager cannot be copied."""
+        ager = self._session_ager(state)
+        estimate = self.estimator.message_tokens
+        if ager is not None:
+            try:
+                probe = copy.deepcopy(ager)
+            except Exception:  # a custom ager holding something uncopyable
+                return None
+            tracker = ReferenceTracker(clock=self.clock)
+            layout, _ = _run_ager(probe, layout, tracker.build(layout))
+        return sum(estimate(m, model) for m in layout)
+
+    def _aging_deltas(
+        self,
+        state: _SessionState,
+        history: list[dict],
+        aged: list[dict],
+        table: Any,
+        model: str | None,
+    ) -> dict[int, int] | None:
+        """Per position aging changed: its aged copy's estimate minus the original's.
 
         Counting the copies (not subtracting the ager's ``tokens_freed``) keeps one
         estimator and one scale for the whole figure, and sees everything a
         placeholder replaced: images inside a cleared result too. An ager hands back
         the messages it did not touch as the very objects it was given, so the copies
-        are found by identity at C speed; their estimates are remembered while the
-        ager reuses them.
+        are found by identity at C speed (an equal copy counts as untouched). Their
+        estimates are remembered by position, and reused while the copy there is the
+        same or an equal one (the branch re-read from the store gets new, equal aged
+        copies), so the cache never outgrows the history. None when the ager changed
+        the number of messages (positions do not line up).
         """
-        total = table.total_tokens
         if aged is history:
-            return total
-        cache = state.aged_tokens
-        if len(cache) > 50_000:
-            cache.clear()
+            return {}
+        if len(aged) != len(history):
+            return None
         estimate = self.estimator.message_tokens
+        cache = state.aged_tokens
+        deltas: dict[int, int] = {}
         for i in compress(range(len(history)), map(operator.is_not, aged, history)):
             copy_ = aged[i]
-            hit = cache.get(id(copy_))
-            if hit is None or hit[0] is not copy_:
-                hit = cache[id(copy_)] = (copy_, estimate(copy_, model))
-            total += hit[1] - table.tokens_at(i)
-        return max(0, total)
+            if copy_ == history[i]:
+                continue
+            hit = cache.get(i)
+            if hit is None or not (hit[0] is copy_ or hit[0] == copy_):
+                hit = cache[i] = (copy_, estimate(copy_, model))
+            deltas[i] = hit[1] - table.tokens_at(i)
+        return deltas
 
     def _age(
         self, state: _SessionState, history: list[dict], refmap: ReferenceMap
     ) -> tuple[list[dict], AgingReport]:
-        if state.ager is None or not history:
+        ager = self._session_ager(state)
+        if ager is None or not history:
             return history, AgingReport()
-        return _run_ager(state.ager, history, refmap)
+        return _run_ager(ager, history, refmap)
 
     def _maybe_rearm(self, state: _SessionState, history_tokens: int, input_budget: int) -> None:
         guard = state.guard
@@ -1053,7 +1113,9 @@ class DefaultContextEngine(ContextEngine):
         with state.lock:
             if usage is not None:
                 if state.last_prep is prep:
-                    state.counted = (history, state.system_tokens, state.tools_tokens)
+                    state.counted = (
+                        history, state.system_tokens, state.tools_tokens, state.facts_model
+                    )
                 else:  # a prep this engine did not just make: no baseline to compare with
                     state.counted = None
             budget = prep.budget.input_budget or 1
@@ -1140,17 +1202,18 @@ class DefaultContextEngine(ContextEngine):
             )
             facts = self._facts(state, model)
             table = facts.table(history)
-            tokens_before = system_tokens + tools_tokens + table.total_tokens
-            # how full the prompt is, as prepare would send it: aged, so that a history whose
-            # old results aging already cleared is not taken for an emergency
+            # measured on the prompt as prepare sends it, aged: a history whose old results
+            # aging already cleared is no emergency, and folding results that are already
+            # placeholders saves less than their stored size
             refmap = state.references.update(history) if history else ReferenceMap()
             aged, _ = self._age(state, history, refmap)
+            deltas = self._aging_deltas(state, history, aged, table, model)
+            if deltas is None:  # an ager that changed the message count: no positions
+                deltas = {}
+            aged_history = max(0, table.total_tokens + sum(deltas.values()))
+            tokens_before = system_tokens + tools_tokens + aged_history
             budget = self.budget_allocator.allocate(
-                window,
-                system_tokens,
-                self._aged_history_tokens(state, history, aged, table, model),
-                tools_tokens,
-                model,
+                window, system_tokens, aged_history, tools_tokens, model
             )
             pct = budget.input_used_pct
 
@@ -1182,7 +1245,7 @@ class DefaultContextEngine(ContextEngine):
             )
             if not cut.ok:
                 disabled = self._no_progress(
-                    state, why, table.total_tokens, f"no compaction possible: {cut.reason}"
+                    state, why, aged_history, f"no compaction possible: {cut.reason}"
                 )
                 return finish(
                     CompactResult(
@@ -1228,9 +1291,24 @@ class DefaultContextEngine(ContextEngine):
             summary_tokens = self._estimate(
                 {"role": "system", "content": f"{SUMMARY_PREFIX}\n{summary.text}"}, model
             )
-            head_tokens = table.prefix_tokens[head_n]
-            tail_tokens = table.tail_tokens(cut_idx) + sum(table.tokens_at(i) for i in pinned)
-            tokens_after = system_tokens + tools_tokens + head_tokens + summary_tokens + tail_tokens
+            summary_msg = {"role": "system", "content": f"{SUMMARY_PREFIX}\n{summary.text}"}
+            layout = (
+                history[:head_n]
+                + [summary_msg]
+                + [history[i] for i in sorted(pinned)]
+                + history[cut_idx:]
+            )
+            predicted = self._predicted_aged_tokens(state, layout, model)
+            if predicted is None:  # an ager that cannot be tried on a copy: keep aged as now
+                kept = lambda i: i < head_n or i >= cut_idx or i in pinned  # noqa: E731
+                predicted = (
+                    table.prefix_tokens[head_n]
+                    + summary_tokens
+                    + table.tail_tokens(cut_idx)
+                    + sum(table.tokens_at(i) for i in pinned)
+                    + sum(d for i, d in deltas.items() if kept(i))
+                )
+            tokens_after = system_tokens + tools_tokens + predicted
             base = dict(
                 summary_text=summary.text,
                 summarised_count=summary.summarised_count,
@@ -1248,7 +1326,7 @@ class DefaultContextEngine(ContextEngine):
                     f"no progress: the summary ({summary_tokens} tokens) would not shrink the input "
                     f"({tokens_before} -> {tokens_after} tokens); nothing was written"
                 )
-                disabled = self._no_progress(state, why, table.total_tokens, msg)
+                disabled = self._no_progress(state, why, aged_history, msg)
                 return finish(
                     CompactResult(
                         ok=False,

@@ -242,7 +242,7 @@ def connect(db_path: str | os.PathLike) -> sqlite3.Connection:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         conn.execute("PRAGMA foreign_keys = ON")
         if path != ":memory:":
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            mode = _switch_to_wal(conn)
             if str(mode).lower() != "wal":
                 raise StoreError(f"{path}: could not switch the database to WAL (got {mode!r})")
         conn.execute("PRAGMA synchronous = NORMAL")
@@ -254,6 +254,22 @@ def connect(db_path: str | os.PathLike) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def _switch_to_wal(conn: sqlite3.Connection) -> str:
+    # Switching a new database to WAL needs a moment of exclusive access, and SQLite
+    # reports "database is locked" at once, without its busy handler, when another
+    # process is opening the same new file: retry within the busy timeout.
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    delay = 0.001
+    while True:
+        try:
+            return conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() >= deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
 
 
 def set_text_index(conn: sqlite3.Connection, enabled: bool) -> None:

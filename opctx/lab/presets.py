@@ -298,6 +298,10 @@ class ObservationMasker:
         self._ids: list[Any] = []
         self._lock = threading.Lock()
 
+    def __deepcopy__(self, memo: dict) -> ObservationMasker:
+        # the same settings, nothing seen yet (a lock cannot be copied, nor need be)
+        return ObservationMasker(self.keep_last, estimate=self._estimate)
+
     def _tokens(self, msg: dict) -> int:
         if self._estimate is not None:
             return int(self._estimate(msg))
