@@ -420,6 +420,10 @@ def test_compact_judges_the_emergency_on_the_prompt_as_prepare_sends_it(db: DagS
     result = engine.compact(None, sid, None, user_initiated=True)
     assert result.ok and not result.fell_back_to_structural, result.error
     assert provider.calls, "the LLM summary was asked for"
+    # before and after are the prompt as prepare sends it (aged), before and after
+    assert result.tokens_before == prep.budget.input_used
+    after = engine.prepare(None, sid, db.get_branch(sid), None, None)
+    assert result.tokens_after == after.budget.input_used
 
 
 def test_a_cleared_result_in_stored_legacy_blocks_is_counted_as_sent(db: DagSessionDB) -> None:
