@@ -193,14 +193,19 @@ class _SlowStore(FakeStore):
         super().set_extra_meta(session_id, meta)
 
 
-def test_a_record_during_a_flush_is_written_later_not_lost():
-    store = _SlowStore()
+def _second_turn_recorded_while_the_first_is_written(store: _SlowStore) -> tuple[UsageTracker, threading.Thread]:
     t = UsageTracker(store)
     t.record("s", {"input_tokens": 1000, "output_tokens": 10}, 2)
     flushing = threading.Thread(target=t.flush, args=("s",))
     flushing.start()
     assert store.writing.wait(10)
-    t.record("s", {"input_tokens": 2000, "output_tokens": 20}, 4)  # lands while turn 1 is written
+    t.record("s", {"input_tokens": 2000, "output_tokens": 20}, 4)
+    return t, flushing
+
+
+def test_a_record_during_a_flush_is_written_later_not_lost():
+    store = _SlowStore()
+    t, flushing = _second_turn_recorded_while_the_first_is_written(store)
     store.release.set()
     flushing.join()
     t.on_session_end("s")
@@ -210,12 +215,7 @@ def test_a_record_during_a_flush_is_written_later_not_lost():
 
 def test_overlapping_flushes_never_write_an_older_state_last():
     store = _SlowStore()
-    t = UsageTracker(store)
-    t.record("s", {"input_tokens": 1000, "output_tokens": 10}, 2)
-    first = threading.Thread(target=t.flush, args=("s",))
-    first.start()
-    assert store.writing.wait(10)
-    t.record("s", {"input_tokens": 2000, "output_tokens": 20}, 4)
+    t, first = _second_turn_recorded_while_the_first_is_written(store)
     second = threading.Thread(target=t.flush, args=("s",))
     second.start()
     second.join(0.3)  # it must not get to write turn 2 before the first flush wrote turn 1

@@ -1288,10 +1288,8 @@ class DefaultContextEngine(ContextEngine):
                 force_structural=force,
                 estimate=facts.tokens,
             )
-            summary_tokens = self._estimate(
-                {"role": "system", "content": f"{SUMMARY_PREFIX}\n{summary.text}"}, model
-            )
             summary_msg = {"role": "system", "content": f"{SUMMARY_PREFIX}\n{summary.text}"}
+            summary_tokens = self._estimate(summary_msg, model)
             layout = (
                 history[:head_n]
                 + [summary_msg]

@@ -154,13 +154,17 @@ _OPEN_FLAGS = (
 )
 
 
+def _within(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
 def _contained(path: Path, root: Path) -> Path | None:
     """``path`` resolved, if it stays inside ``root`` (already resolved); else None."""
     try:
         resolved = path.resolve(strict=True)
     except (OSError, RuntimeError):
         return None
-    if resolved == root or root in resolved.parents:
+    if _within(resolved, root):
         return resolved
     logger.warning("system prompt: %s resolves outside %s; skipped", path, root)
     return None
@@ -347,10 +351,6 @@ def _parse_skill(text: str, folder_name: str) -> tuple[str, str]:
     if len(description) > SKILL_DESCRIPTION_CHARS:
         description = description[: SKILL_DESCRIPTION_CHARS - 1] + "…"
     return name, description
-
-
-def _within(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
 
 
 def _skill_dirs(agent: Any, root: Path | None) -> list[tuple[Path, Path]]:

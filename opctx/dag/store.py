@@ -618,7 +618,15 @@ def search_text(value: Any) -> str:
     return "\n".join(out)
 
 
+_LEADING_SPACE = re.compile(r"\s*")
+
+
 def _parse_json_text(text: str) -> Any:
+    # most text is no JSON: its first non-space character says so before the whole
+    # (possibly megabytes of) tool output is copied by strip()
+    start = _LEADING_SPACE.match(text).end()
+    if text[start : start + 1] not in ("{", "["):
+        return None
     stripped = text.strip()
     if len(stripped) < 2 or len(stripped) > _JSON_PARSE_LIMIT:
         return None
