@@ -64,3 +64,37 @@ def test_nothing_to_import_is_a_clear_error(tmp_path):
         open_database(tmp_path / "empty", cache=tmp_path / "cache")
     with pytest.raises(FileNotFoundError, match="no such file"):
         open_database(tmp_path / "missing", cache=tmp_path / "cache")
+
+
+def test_default_database_follows_opctx_db(tmp_path, monkeypatch):
+    from opctx.lab.sources import default_database
+
+    db = tmp_path / "mine.db"
+    from opctx.dag.store import connect
+
+    connect(str(db)).close()
+    monkeypatch.setenv("OPCTX_DB", str(db))
+    assert default_database() == db.resolve()
+
+
+def test_default_database_falls_back_to_the_samples(tmp_path, monkeypatch):
+    from opctx.lab import sources
+
+    monkeypatch.delenv("OPCTX_DB", raising=False)
+    (tmp_path / "data").mkdir()
+    sample = tmp_path / "data" / "sample.db"
+    sample.write_bytes(b"SQLite format 3\x00")
+    nested = tmp_path / "notebooks"
+    nested.mkdir()
+    monkeypatch.chdir(nested)
+    assert sources.default_database() == sample
+
+
+def test_default_database_says_what_to_do_when_nothing_is_there(tmp_path, monkeypatch):
+    from opctx.lab import sources
+
+    monkeypatch.delenv("OPCTX_DB", raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sources, "sample_database", lambda start=None: None)
+    with pytest.raises(FileNotFoundError, match="OPCTX_DB"):
+        sources.default_database()

@@ -60,6 +60,7 @@ _EXPORTS = {
     "build_scenario_sessions": "scenarios",
     "make_history": "synthetic_history",
     "open_database": "sources",
+    "default_database": "sources",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -17,9 +17,17 @@ A malformed transcript does not stop the notebook: lines that cannot be read are
 skipped (``on_error="skip"``) and reported through ``logging`` with file and line, as
 the importers word them. A path that holds no transcript at all is an error.
 
->>> from opctx.lab.sources import open_database
+``default_database()`` is the one switch behind every notebook and CLI command: the
+environment variable ``OPCTX_DB`` names a database, a transcript file or a folder of
+transcripts (opened with ``open_database``); without it, the project's sample database
+``data/sample.db`` is used (found from the working folder upwards, then beside the
+installed package), so the same notebook runs on the samples in CI and on a user's own
+recordings with ``OPCTX_DB=~/.claude/projects``.
+
+>>> from opctx.lab.sources import open_database, default_database
 >>> db = open_database("data/sample.db")  # doctest: +SKIP
 >>> db = open_database("~/.claude/projects")  # doctest: +SKIP
+>>> db = default_database()  # OPCTX_DB, else data/sample.db  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -29,11 +37,14 @@ import logging
 import os
 from pathlib import Path
 
-__all__ = ["open_database", "cache_dir"]
+__all__ = ["open_database", "default_database", "sample_database", "cache_dir", "ENV_VAR"]
 
 log = logging.getLogger(__name__)
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+
+ENV_VAR = "OPCTX_DB"
+_SAMPLE = Path("data") / "sample.db"
 
 
 def cache_dir() -> Path:
@@ -110,3 +121,33 @@ def _checkpoint(db: Path) -> None:
         conn.execute("PRAGMA journal_mode = DELETE")
     finally:
         conn.close()
+
+
+def sample_database(start: str | os.PathLike | None = None) -> Path | None:
+    """The project's ``data/sample.db``: looked for from ``start`` (the working folder)
+    upwards, then in the checkout the package was installed from; ``None`` if absent."""
+    here = Path(start or os.getcwd()).resolve()
+    package_root = Path(__file__).resolve().parents[2]
+    for folder in (here, *here.parents, package_root):
+        candidate = folder / _SAMPLE
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def default_database(*, cache: str | os.PathLike | None = None) -> Path:
+    """The database a notebook or command works on when it is not told: ``$OPCTX_DB``
+    (a database, transcript file or folder, see ``open_database``), else ``data/sample.db``.
+
+    Raises ``FileNotFoundError`` naming both when neither exists.
+    """
+    chosen = os.environ.get(ENV_VAR, "").strip()
+    if chosen:
+        return open_database(chosen, cache=cache)
+    sample = sample_database()
+    if sample is None:
+        raise FileNotFoundError(
+            f"no database given: set {ENV_VAR} to a database, a transcript file or a folder "
+            f"of transcripts, or build the samples with `make data` ({_SAMPLE})"
+        )
+    return sample
