@@ -181,13 +181,15 @@ class Persister:
             extra_compaction=extra_compaction,
         )
         new_branch = self._new_branch(head, kept, summary_text, compaction)
-        summary_id = new_branch[len(head)]["id"]
+        # the summary dict itself: a store may rename ids in place while writing
+        # (the lab's replay does), so its id is read after the write
+        summary = new_branch[len(head)]
         new_branch = _write_branch(db, session_id, new_branch)
         new_head = new_branch[-1]["id"]
         _move_head(db, session_id, new_head)
         _save_summary_text(db, session_id, summary_text)
         return PersistResult(
-            summary_id=summary_id,
+            summary_id=summary["id"],
             new_head_id=new_head,
             protected_copy_ids=[m["id"] for m in new_branch[: len(head)]],
             kept_copy_ids=[m["id"] for m in new_branch[len(head) + 1 :]],
