@@ -40,3 +40,10 @@ def test_imports_point_downward(package):
             if LAYER[parts[1]] > LAYER[package]:
                 bad.append(f"{path.relative_to(PKG)} imports {mod}")
     assert not bad, "upward imports:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize(("module", "other"), [("agentic", "runtime"), ("runtime", "agentic")])
+def test_agentic_and_runtime_do_not_import_each_other(module, other):
+    # what both need (the turn's ContextVars, node writing) lives in dag/_context.py
+    imports = _imports(PKG / "dag" / f"{module}.py")
+    assert f"opctx.dag.{other}" not in imports

@@ -48,7 +48,8 @@ prepare (the six steps)
 5. budget: ``BudgetAllocator.allocate`` with the counts above;
 6. assemble: OpenAI-format ``agent_messages`` from the aged history, with the
    tool pairing repaired (a call without its result, or a result without its
-   call, is turned into text instead of being sent broken); decide.
+   call, is turned into text instead of being sent broken; see
+   ``opctx.context.provider_messages``); decide.
 
 ``decision_path`` records each step, for example
 ``["usage:provider", "aging:redacted=3", "budget:0.82", "auto_compact"]``.
@@ -66,10 +67,10 @@ Incremental cost: per session the engine keeps a ``MessageFacts`` table (token
 estimates and tool pairing per message, extended when the history only grew), its
 own copy of the engine's ``TurnAger`` (an ager remembers a few histories; shared by
 many sessions, every call would be a full pass; any other ager is shared as given),
-a ``ReferenceTracker`` (extended likewise) and a ``_ProviderCache`` (conversions
-per message plus the assembled provider messages and tool-pairing state of the
-last call, patched where aging replaced a message). The ``TurnAger`` remembers
-its decisions too (aging.py, "Speed"). After the first call a prepare on an
+a ``ReferenceTracker`` (extended likewise) and a ``_ProviderCache``
+(provider_messages.py: conversions per message plus the assembled provider
+messages and tool-pairing state of the last call, patched where aging replaced a
+message). The ``TurnAger`` remembers its decisions too (aging.py, "Speed"). After the first call a prepare on an
 append-only history costs O(new messages) plus a few C-speed passes (identity,
 then equality, checks of the list). Only ``compact`` re-reads the branch from
 the store. Every cache is exact for a message replaced by a new dict, including a
@@ -79,25 +80,34 @@ mutated in place after it was passed in, so pass a new one.
 
 compact
 =======
-1. re-read the active branch (``session_db.get_branch``);
-2. count ``tokens_before`` = system + tools + the history aged as ``prepare``
+``compact`` is this sequence of steps, one method each:
+
+1. ``_measure_branch``: re-read the active branch (``session_db.get_branch``) and
+   count ``tokens_before`` = system + tools + the history aged as ``prepare``
    would send it, all *estimates* (the guard below compares like with like:
    never a provider prompt count against a messages-only estimate, a Hermes
    pitfall; and ``tokens_after`` is the new branch aged as the next ``prepare``
    will age it, by a copy of the session's ager, so folding results aging
    already cleared is not mistaken for a saving); the emergency rule uses the
    same aged figure;
-3. ``find_cut_index`` with ``max_tail_tokens = tail_budget_share`` (0.5) of the
-   input budget left after system and tools, so that on small windows the kept
-   tail cannot eat the whole budget (the 8K case);
-4. summarise the folded range (``history[head:cut]``): UPDATE when there is a
-   previous summary (the argument, else the summary node being folded, which is
-   what ``extra_meta["_last_summary_text"]`` holds for this branch; the store's
-   copy is not trusted blindly because after a fork or rewind it may describe
-   another branch), FRESH otherwise. Emergency (``budget_pct >= emergency_pct``)
-   or no room for a summary call: the structural summary at once;
-5. guards, then persist (``Persister.insert_summary_node``), count the
-   compaction in the usage tracker, drop the session's caches.
+2. ``_plan_cut``: ``find_cut_index`` with ``max_tail_tokens = tail_budget_share``
+   (0.5) of the input budget left after system and tools, so that on small
+   windows the kept tail cannot eat the whole budget (the 8K case); nothing to
+   cut ends the run (``_nothing_to_cut``);
+3. ``_summarise_folded``: summarise the folded range (``history[head:cut]``):
+   UPDATE when there is a previous summary (the argument, else the summary node
+   being folded, which is what ``extra_meta["_last_summary_text"]`` holds for this
+   branch; the store's copy is not trusted blindly because after a fork or rewind
+   it may describe another branch), FRESH otherwise. Emergency (``budget_pct >=
+   emergency_pct``) or no room for a summary call: the structural summary at once;
+4. ``_predict_tokens_after``: the new branch as the next ``prepare`` will count
+   it; a summary that would not shrink the input ends the run (``_no_shrink``);
+5. ``_persist_summary`` (``Persister.insert_summary_node``), then count the
+   compaction in the usage tracker;
+6. ``_account_for_saving``: the low-saving guard, and the session's caches start
+   afresh (the new branch has new ids);
+7. ``_finish_compaction``: the duration and the ``compaction_finished`` event
+   (every run ends here, written or not).
 
 Guards (SPEC-NOTES "must not loop")
 -----------------------------------
@@ -131,24 +141,21 @@ default. ``default_engine()`` is the lazily built shared ``DefaultContextEngine`
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import operator
 import threading
 import time
 from abc import ABC, abstractmethod
-from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import compress
 from typing import Any
 
-from opctx.dag.messages import as_text, blocks, is_tool_result
-
 from .aging import TurnAger
 from .budget import BudgetAllocator
 from .persistence import Persister
 from .prompts import SUMMARY_PREFIX
+from .provider_messages import _ProviderCache, to_provider_messages
 from .references import ReferenceTracker
 from .summarize import (
     MessageFacts,
@@ -158,7 +165,15 @@ from .summarize import (
     is_summary_message,
 )
 from .tokens import Estimator, default_estimator, real_context_window
-from .types import AgingReport, CompactResult, ReferenceMap, TurnPrep
+from .types import (
+    AgingReport,
+    BudgetAllocation,
+    CompactResult,
+    CutPoint,
+    ReferenceMap,
+    SummaryResult,
+    TurnPrep,
+)
 from .usage import UsageTracker
 
 __all__ = [
@@ -172,7 +187,7 @@ __all__ = [
     "get_engine",
     "resolve_engine_for",
     "default_engine",
-    "to_provider_messages",
+    "to_provider_messages",  # re-exported from .provider_messages, its home
     "RECOMMEND_PCT",
     "AUTO_COMPACT_PCT",
     "EMERGENCY_PCT",
@@ -285,398 +300,6 @@ class ContextEngine(ABC):
         return None
 
 
-# --------------------------------------------------------------------------- provider messages
-
-
-def _json_args(args: Any) -> str:
-    if isinstance(args, str):
-        return args
-    return json.dumps(args if args is not None else {}, ensure_ascii=False, default=str)
-
-
-def _text_of(msg: dict) -> str:
-    content = msg.get("content")
-    if isinstance(content, str) and content:
-        return content
-    parts = [str(b.get("text")) for b in blocks(msg) if b.get("type") == "text" and b.get("text")]
-    if parts:
-        return "\n".join(parts)
-    return (
-        as_text(content) if content not in (None, "", []) and not isinstance(content, list) else ""
-    )
-
-
-def _convert(msg: dict) -> list[dict]:
-    """One message dict as OpenAI chat messages (before pairing repair)."""
-    role = msg.get("role")
-    if role == "system":
-        text = _text_of(msg)
-        return [{"role": "system", "content": text}] if text else []
-    if role == "tool" or is_tool_result(msg):
-        out = []
-        if role == "tool":
-            text = as_text(msg.get("content"))
-            if msg.get("is_error") and not text.lower().startswith("[error]"):
-                text = "[error] " + text
-            out.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": msg.get("tool_call_id") or "",
-                    "content": text,
-                }
-            )
-        for b in blocks(msg):
-            if b.get("type") != "tool_result":
-                continue
-            c = b.get("content")
-            text = (
-                "\n".join(as_text(x.get("text")) for x in c if isinstance(x, dict))
-                if isinstance(c, list)
-                else as_text(c)
-            )
-            if b.get("is_error") and not text.lower().startswith("[error]"):
-                text = "[error] " + text
-            out.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": b.get("tool_use_id") or "",
-                    "content": text,
-                }
-            )
-        return out
-    if role == "user":
-        text = _text_of(msg)
-        return [{"role": "user", "content": text}] if text else []
-    # assistant
-    calls = []
-    for tc in msg.get("tool_calls") or ():
-        if isinstance(tc, dict) and tc.get("id"):
-            fn = tc.get("function") if isinstance(tc.get("function"), dict) else {}
-            calls.append(
-                {
-                    "id": tc["id"],
-                    "type": "function",
-                    "function": {
-                        "name": tc.get("name") or fn.get("name") or "",
-                        "arguments": _json_args(tc.get("arguments", fn.get("arguments"))),
-                    },
-                }
-            )
-    for b in blocks(msg):
-        if b.get("type") == "tool_use" and b.get("id"):
-            calls.append(
-                {
-                    "id": b["id"],
-                    "type": "function",
-                    "function": {
-                        "name": b.get("name") or "",
-                        "arguments": _json_args(b.get("input")),
-                    },
-                }
-            )
-    text = _text_of(msg)
-    if not text and not calls:
-        return []  # a placeholder is never rendered as an empty message
-    out: dict[str, Any] = {"role": "assistant", "content": text or None}
-    if calls:
-        out["tool_calls"] = calls
-    return [out]
-
-
-class _ProviderCache:
-    """Per-message conversions, keyed like ``MessageFacts`` (id, role, content length;
-    a hit counts only when the cached message equals the one asked about), and the
-    assembled provider messages of the last history.
-
-    Besides the per-message cache it keeps, for the last history it assembled, the
-    conversions in order, their flattened provider messages (with where each
-    message's part starts) and the running tool-pairing state (calls still waiting
-    for a result, whether a result came without its call). The next history is
-    compared with the last by identity at C speed (then by equality, so that a branch
-    re-read from the store as new dicts counts as unchanged); on an append-only history only
-    the new messages are converted, flattened and paired, and a message replaced by
-    a new object (aging cleared one more tool result) is patched in place. A
-    shorter history (rewind) or a replacement that changes the message count or
-    the tool pairing rebuilds the assembly from the per-message cache. When the
-    pairing needs repair (a call never answered, as in an interrupted tool run, or
-    a result without its call) the repaired list is kept too and extended with
-    what was appended (``_IncrementalRepair``), so such a session does not pay a
-    whole-history repair on every call.
-    """
-
-    def __init__(self, max_entries: int = 100_000):
-        # key -> (the message converted, its conversion)
-        self._cache: dict[tuple, tuple[dict, _Entry]] = {}
-        self.max_entries = max_entries
-        self._reset_assembly()
-
-    def _reset_assembly(self) -> None:
-        self._last_msgs: list[dict] = []
-        self._last_conv: list[_Entry] = []
-        self._flat: list[dict] = []  # the provider messages of _last_conv, in order
-        self._starts: list[int] = []  # where each entry's messages begin in _flat
-        self._pending: dict[str, int] = {}  # call id -> calls of that id still unanswered
-        self._open = 0  # call ids with a pending count above zero
-        self._orphan = False  # a result came before (without) its call
-        self._repaired: _IncrementalRepair | None = None  # built on the first unpaired history
-
-    def convert_all(self, history: Sequence[dict]) -> list[_Entry]:
-        """Conversions of every message (updates the assembly of :meth:`provider_messages`)."""
-        self._assemble(history)
-        return list(self._last_conv)
-
-    def provider_messages(self, history: Sequence[dict]) -> list[dict]:
-        """``to_provider_messages(history)``, at the cost of what changed since the last call."""
-        self._assemble(history)
-        if not self._orphan and not self._open:
-            return list(self._flat)
-        # a session that keeps an unanswered call (an interrupted tool run) would pay
-        # a whole-history repair on every call; the repair is kept and extended instead
-        if self._repaired is None:
-            self._repaired = _IncrementalRepair()
-        self._repaired.extend(self._flat, self._name_at)
-        return list(self._repaired.out)
-
-    def _name_at(self, pos: int) -> str:
-        """The tool name of the entry holding flat position ``pos``."""
-        return self._last_conv[bisect_right(self._starts, pos) - 1][3]
-
-    def _assemble(self, history: Sequence[dict]) -> None:
-        last = self._last_msgs
-        k = len(last)
-        if k > len(history):
-            self._reset_assembly()  # a rewind: the pairing state cannot be undone
-            k = 0
-        elif k and not all(map(operator.is_, history, last)):
-            # equal copies (the branch re-read from the store) keep their conversions;
-            # both passes run at C speed, only the messages that really differ are visited
-            differs = list(map(operator.ne, history, last))
-            changed = list(compress(range(k), differs))
-            if changed and not self._patch(history, changed):
-                self._reset_assembly()
-                k = 0
-        get = self.get
-        new = [get(m) for m in history[k:]]
-        conv, flat, starts = self._last_conv, self._flat, self._starts
-        for entry in new:
-            starts.append(len(flat))
-            flat.extend(entry[0])
-            if entry[1] or entry[2]:
-                self._pair(entry)
-        conv.extend(new)
-        self._last_msgs = list(history)
-
-    def _patch(self, history: Sequence[dict], changed: list[int]) -> bool:
-        """Replace the entries of the messages at ``changed``; False when a rebuild is needed."""
-        if len(changed) * 4 > len(self._last_conv):
-            return False  # mostly new: a rebuild is as cheap and simpler
-        conv, flat, starts = self._last_conv, self._flat, self._starts
-        for i in changed:
-            old, entry = conv[i], self.get(history[i])
-            if entry[1] != old[1] or entry[2] != old[2] or len(entry[0]) != len(old[0]):
-                return False  # pairing or positions differ
-            conv[i] = entry
-            flat[starts[i] : starts[i] + len(entry[0])] = entry[0]
-            if self._repaired is not None:
-                for pos in range(starts[i], starts[i] + len(entry[0])):
-                    self._repaired.rerender(flat, pos, self._name_at)
-        return True
-
-    def _pair(self, entry: _Entry) -> None:
-        """Pairing state after one more message: its results answer earlier calls, then its calls open."""
-        pending = self._pending
-        for rid in entry[2]:
-            count = pending.get(rid, 0)
-            if count:
-                pending[rid] = count - 1
-                if count == 1:
-                    self._open -= 1
-            else:
-                self._orphan = True
-        for cid in entry[1]:
-            count = pending.get(cid, 0)
-            pending[cid] = count + 1
-            if count == 0:
-                self._open += 1
-
-    def get(self, msg: dict) -> _Entry:
-        mid = msg.get("id")
-        if not mid:
-            return _convert_entry(msg)
-        content = msg.get("content")
-        key = (
-            mid,
-            msg.get("role"),
-            len(content) if isinstance(content, str | list) else -1,
-            _redacted_marker(msg),
-        )
-        try:
-            hit = self._cache.get(key)
-        except TypeError:  # an unhashable id from a malformed transcript: not cached
-            return _convert_entry(msg)
-        if hit is not None and (hit[0] is msg or hit[0] == msg):
-            return hit[1]
-        if len(self._cache) >= self.max_entries:
-            self._cache.clear()
-        entry = _convert_entry(msg)
-        self._cache[key] = (msg, entry)
-        return entry
-
-
-def _redacted_marker(msg: dict) -> int:
-    # aging edits tool_result blocks in extra, which the content length does not see
-    extra = msg.get("extra")
-    if not isinstance(extra, dict):
-        return 0
-    return sum(1 for b in extra.get("blocks") or () if isinstance(b, dict) and b.get("_redacted"))
-
-
-# (provider messages, call ids, result ids, tool name of the results)
-_Entry = tuple[list[dict], tuple[str, ...], tuple[str, ...], str]
-
-
-def _convert_entry(msg: dict) -> _Entry:
-    messages = _convert(msg)
-    calls: tuple[str, ...] = ()
-    results: tuple[str, ...] = ()
-    for m in messages:
-        if m["role"] == "assistant" and "tool_calls" in m:
-            calls += tuple(tc["id"] for tc in m["tool_calls"])
-        elif m["role"] == "tool":
-            results += (m["tool_call_id"],)
-    return messages, calls, results, str(msg.get("name") or "") if results else ""
-
-
-def to_provider_messages(
-    history: Sequence[dict], cache: _ProviderCache | None = None
-) -> list[dict]:
-    """OpenAI chat messages for ``history``, with tool pairing repaired.
-
-    A result pairs with the most recent earlier call of its id that is still
-    unanswered. A call left without a result is removed from its assistant message
-    (which gets a short note naming it instead); a result without a call becomes a
-    user message naming the tool and the call id. When every call and result pair
-    up (the normal case, and always after an opctx compaction) the messages are
-    returned as converted, without a second pass.
-    """
-    if cache is not None:
-        return cache.provider_messages(history)
-    entries = [_convert_entry(m) for m in history]
-    pending: dict[str, int] = {}
-    orphan = False
-    for _msgs, calls, results, _name in [e for e in entries if e[1] or e[2]]:
-        for rid in results:
-            if pending.get(rid):
-                pending[rid] -= 1
-            else:
-                orphan = True
-        for cid in calls:
-            pending[cid] = pending.get(cid, 0) + 1
-    if not orphan and not any(pending.values()):
-        return [m for e in entries for m in e[0]]
-    return _repair(entries)
-
-
-def _repair(entries: Sequence[_Entry]) -> list[dict]:
-    flat = [(m, e[3]) for e in entries for m in e[0]]
-    open_calls: dict[str, list[int]] = {}
-    answered: set[tuple[int, str]] = set()
-    matched: set[int] = set()
-    for i, (m, _name) in enumerate(flat):
-        if m["role"] == "assistant" and "tool_calls" in m:
-            for tc in m["tool_calls"]:
-                open_calls.setdefault(tc["id"], []).append(i)
-        elif m["role"] == "tool":
-            stack = open_calls.get(m["tool_call_id"])
-            if stack:
-                answered.add((stack.pop(), m["tool_call_id"]))
-                matched.add(i)
-    out: list[dict] = []
-    for i, (m, name) in enumerate(flat):
-        if m["role"] == "assistant" and "tool_calls" in m:
-            out.append(_keep_answered_calls(m, i, answered))
-        elif m["role"] == "tool" and i not in matched:
-            out.append(_result_as_user_message(m, name))
-        else:
-            out.append(m)
-    return out
-
-
-def _keep_answered_calls(m: dict, i: int, answered: set[tuple[int, str]]) -> dict:
-    """Assistant message ``m`` (at flat position ``i``) without its unanswered calls, each named in a note."""
-    kept = [tc for tc in m["tool_calls"] if (i, tc["id"]) in answered]
-    if len(kept) == len(m["tool_calls"]):
-        return m
-    fixed = {k: v for k, v in m.items() if k != "tool_calls"}
-    if kept:
-        fixed["tool_calls"] = kept
-    dropped = [tc for tc in m["tool_calls"] if (i, tc["id"]) not in answered]
-    note = "; ".join(f"called {tc['function']['name']}({tc['function']['arguments']})" for tc in dropped)
-    fixed["content"] = ((m.get("content") or "") + f"\n[{note}; result not in context]").strip()
-    return fixed
-
-
-def _result_as_user_message(m: dict, name: str) -> dict:
-    label = f"tool {name}" if name else "tool"
-    return {"role": "user", "content": f"[result of {label} (call {m['tool_call_id']})]\n{m['content']}"}
-
-
-class _IncrementalRepair:
-    """``_repair`` of a growing flat list, at the cost of what was appended.
-
-    The repaired list maps the flat provider messages one to one. Appending can only
-    change the repaired form of the new messages and of the earlier assistant messages
-    whose calls the new results answer (a result pairs with the most recent earlier
-    call of its id still unanswered, so whether a result is an orphan is settled when
-    it arrives). A message patched in place (same pairing) is re-rendered where it is.
-    """
-
-    __slots__ = ("out", "open_calls", "answered", "matched")
-
-    def __init__(self) -> None:
-        self.out: list[dict] = []
-        self.open_calls: dict[str, list[int]] = {}
-        self.answered: set[tuple[int, str]] = set()
-        self.matched: set[int] = set()
-
-    def extend(self, flat: list[dict], name_at: Callable[[int], str]) -> None:
-        out, open_calls, answered = self.out, self.open_calls, self.answered
-        touched: list[int] = []
-        for i in range(len(out), len(flat)):
-            m = flat[i]
-            role = m["role"]
-            if role == "assistant" and "tool_calls" in m:
-                for tc in m["tool_calls"]:
-                    open_calls.setdefault(tc["id"], []).append(i)
-                touched.append(i)
-                out.append(m)
-            elif role == "tool":
-                stack = open_calls.get(m["tool_call_id"])
-                if stack:
-                    j = stack.pop()
-                    answered.add((j, m["tool_call_id"]))
-                    self.matched.add(i)
-                    touched.append(j)
-                    out.append(m)
-                else:
-                    out.append(_result_as_user_message(m, name_at(i)))
-            else:
-                out.append(m)
-        for j in touched:
-            out[j] = _keep_answered_calls(flat[j], j, answered)
-
-    def rerender(self, flat: list[dict], i: int, name_at: Callable[[int], str]) -> None:
-        if i >= len(self.out):
-            return
-        m = flat[i]
-        if m["role"] == "assistant" and "tool_calls" in m:
-            self.out[i] = _keep_answered_calls(m, i, self.answered)
-        elif m["role"] == "tool" and i not in self.matched:
-            self.out[i] = _result_as_user_message(m, name_at(i))
-        else:
-            self.out[i] = m
-
-
 # --------------------------------------------------------------------------- default engine
 
 
@@ -711,6 +334,59 @@ class _SessionState:
     counted: tuple[list[Any], int, int, str | None] | None = None
     # one prepare/compact at a time per session: the caches above are extended in place
     lock: Any = field(default_factory=threading.RLock)
+
+
+@dataclass
+class _BranchFigures:
+    """The active branch as ``compact`` measured it: what the later steps work from.
+
+    Every figure is an estimate of the prompt as ``prepare`` would send it (aged), so
+    that before and after compare like with like.
+    """
+
+    history: list[dict]
+    window: int
+    system_tokens: int
+    tools_tokens: int
+    facts: MessageFacts
+    table: Any  # facts.table(history)
+    deltas: dict[int, int]  # position -> what aging changed there (see _aging_deltas)
+    aged_history: int  # the history's tokens, aged
+    budget: BudgetAllocation
+
+    @property
+    def tokens_before(self) -> int:
+        return self.system_tokens + self.tools_tokens + self.aged_history
+
+    @property
+    def pct(self) -> float:
+        return self.budget.input_used_pct
+
+
+def _compaction_reason(reason: str | None, user_initiated: bool) -> str:
+    """``auto``, ``manual`` or ``recovered``: the reason given, else by who asked."""
+    why = reason or ("manual" if user_initiated else "auto")
+    if why not in ("auto", "manual", "recovered"):
+        raise ValueError(f"compaction reason must be auto, manual or recovered, got {why!r}")
+    return why
+
+
+def _result_fields(
+    branch: _BranchFigures, cut: CutPoint, summary: SummaryResult, why: str
+) -> dict[str, Any]:
+    """The ``CompactResult`` fields a compaction that got a summary reports, written or not."""
+    return dict(
+        summary_text=summary.text,
+        summarised_count=summary.summarised_count,
+        summarised_tokens=summary.summarised_tokens,
+        tokens_before=branch.tokens_before,
+        used_previous_summary=summary.used_previous_summary,
+        reason=why,
+        fell_back_to_structural=summary.fell_back_to_structural,
+        cut_index=cut.index,
+        kept_count=len(branch.history) - cut.index + len(cut.pinned),
+        protected_count=cut.protected_head,
+    )
 
 
 def _agent_attr(agent: Any, name: str, default: Any = None) -> Any:
@@ -1162,14 +838,8 @@ class DefaultContextEngine(ContextEngine):
         provider_call: Callable[..., Any] | None = None,
     ) -> CompactResult:
         started = time.perf_counter()
-        why = reason or ("manual" if user_initiated else "auto")
-        if why not in ("auto", "manual", "recovered"):
-            raise ValueError(f"compaction reason must be auto, manual or recovered, got {why!r}")
-        db = session_db if session_db is not None else self.session_db
-        if db is None:
-            raise EngineError(
-                f"context engine {self.name!r} has no session_db: pass session_db=... to compact"
-            )
+        why = _compaction_reason(reason, user_initiated)
+        db = self._compaction_db(session_db)
         state = self._state(session_id)
         with state.lock:
             if user_initiated and state.guard.disabled:
@@ -1180,200 +850,31 @@ class DefaultContextEngine(ContextEngine):
                 {"session_id": session_id, "reason": why, "trigger": trigger},
             )
 
-            history = db.get_branch(session_id)
-            window = self.window_for(model)
-            system_prompt = (
-                self.system_prompt_for(agent)
-                if agent is not None or state.last_prep is None
-                else None
-            )
-            if system_prompt is not None:
-                system_tokens = (
-                    self.estimator.message_tokens(
-                        {"role": "system", "content": system_prompt}, model
-                    )
-                    if system_prompt
-                    else 0
-                )
-            else:
-                system_tokens = state.system_tokens
-            tools_tokens = (
-                self.estimator.tools_tokens(list(tools), model) if tools else state.tools_tokens
-            )
-            facts = self._facts(state, model)
-            table = facts.table(history)
-            # measured on the prompt as prepare sends it, aged: a history whose old results
-            # aging already cleared is no emergency, and folding results that are already
-            # placeholders saves less than their stored size
-            refmap = state.references.update(history) if history else ReferenceMap()
-            aged, _ = self._age(state, history, refmap)
-            deltas = self._aging_deltas(state, history, aged, table, model)
-            if deltas is None:  # an ager that changed the message count: no positions
-                deltas = {}
-            aged_history = max(0, table.total_tokens + sum(deltas.values()))
-            tokens_before = system_tokens + tools_tokens + aged_history
-            budget = self.budget_allocator.allocate(
-                window, system_tokens, aged_history, tools_tokens, model
-            )
-            pct = budget.input_used_pct
-
             def finish(result: CompactResult) -> CompactResult:
-                result.duration_ms = (time.perf_counter() - started) * 1000
-                emit(on_event, "compaction_finished", {"session_id": session_id, **asdict(result)})
-                if result.error and not result.ok:
-                    logger.info(
-                        "context engine %r: compaction of %s did not run: %s",
-                        self.name,
-                        session_id,
-                        result.error,
-                    )
-                return result
+                return self._finish_compaction(result, session_id, started, on_event)
 
-            room = max(1, budget.input_budget - system_tokens - tools_tokens)
-            max_tail = (
-                None
-                if keep_recent_tokens is not None
-                else max(1, int(room * self.tail_budget_share))
-            )
-            cut = find_cut_index(
-                history,
-                window,
-                self.config,
-                keep_recent_tokens,
-                facts=facts,
-                max_tail_tokens=max_tail,
-            )
+            branch = self._measure_branch(state, db, session_id, agent, model, tools)
+            cut = self._plan_cut(branch, keep_recent_tokens)
             if not cut.ok:
-                disabled = self._no_progress(
-                    state, why, aged_history, f"no compaction possible: {cut.reason}"
-                )
+                return finish(self._nothing_to_cut(state, why, branch, cut))
+            summary = self._summarise_folded(
+                branch, cut, previous_summary, model, provider_call, cancel_event
+            )
+            tokens_after, summary_tokens = self._predict_tokens_after(
+                state, branch, cut, summary, model
+            )
+            fields = _result_fields(branch, cut, summary, why)
+            if tokens_after >= branch.tokens_before:
                 return finish(
-                    CompactResult(
-                        ok=False,
-                        reason=why,
-                        error=cut.reason,
-                        tokens_before=tokens_before,
-                        tokens_after=tokens_before,
-                        cut_index=None,
-                        protected_count=cut.protected_head,
-                        disabled_auto=disabled,
-                    )
+                    self._no_shrink(state, why, branch, summary_tokens, tokens_after, fields)
                 )
-
-            head_n, cut_idx, pinned = cut.protected_head, cut.index, cut.pinned
-            # a pinned request (CutPoint.pinned) is kept verbatim after the summary
-            folded = [m for i, m in enumerate(history[head_n:cut_idx], head_n) if i not in pinned]
-            if previous_summary is None:
-                previous_summary = _latest_summary_text(folded)
-            force = None
-            if pct >= self.emergency_pct:
-                force = (
-                    f"Emergency: input at {pct:.0%} of the budget (>= {self.emergency_pct:.0%}); "
-                    "no room for an LLM summary call"
-                )
-            output_room = min(self.config.summary_output_tokens, window // 4)
-            max_prompt = window - output_room
-            summarizer = self.summarizer
-            if getattr(summarizer, "provider_call", True) is None and provider_call is not None:
-                # no summariser provider configured: summarise with the agent's own provider
-                summarizer = Summarizer(
-                    provider_call, model, self.config, count_tokens=summarizer.count_tokens
-                )
-            summary = summarizer.summarise(
-                folded,
-                previous_summary,
-                cancel_event,
-                None,
-                max_prompt_tokens=max_prompt,
-                force_structural=force,
-                estimate=facts.tokens,
-            )
-            summary_msg = {"role": "system", "content": f"{SUMMARY_PREFIX}\n{summary.text}"}
-            summary_tokens = self._estimate(summary_msg, model)
-            layout = (
-                history[:head_n]
-                + [summary_msg]
-                + [history[i] for i in sorted(pinned)]
-                + history[cut_idx:]
-            )
-            predicted = self._predicted_aged_tokens(state, layout, model)
-            if predicted is None:  # an ager that cannot be tried on a copy: keep aged as now
-                kept = lambda i: i < head_n or i >= cut_idx or i in pinned  # noqa: E731
-                predicted = (
-                    table.prefix_tokens[head_n]
-                    + summary_tokens
-                    + table.tail_tokens(cut_idx)
-                    + sum(table.tokens_at(i) for i in pinned)
-                    + sum(d for i, d in deltas.items() if kept(i))
-                )
-            tokens_after = system_tokens + tools_tokens + predicted
-            base = dict(
-                summary_text=summary.text,
-                summarised_count=summary.summarised_count,
-                summarised_tokens=summary.summarised_tokens,
-                tokens_before=tokens_before,
-                used_previous_summary=summary.used_previous_summary,
-                reason=why,
-                fell_back_to_structural=summary.fell_back_to_structural,
-                cut_index=cut_idx,
-                kept_count=len(history) - cut_idx + len(pinned),
-                protected_count=head_n,
-            )
-            if tokens_after >= tokens_before:
-                msg = (
-                    f"no progress: the summary ({summary_tokens} tokens) would not shrink the input "
-                    f"({tokens_before} -> {tokens_after} tokens); nothing was written"
-                )
-                disabled = self._no_progress(state, why, aged_history, msg)
-                return finish(
-                    CompactResult(
-                        ok=False,
-                        tokens_after=tokens_before,
-                        error=msg,
-                        disabled_auto=disabled,
-                        **{**base, "summary_text": ""},
-                    )
-                )
-
-            persisted = self.persister.insert_summary_node(
-                session_id,
-                summary.text,
-                cut_idx,
-                history,
-                head_n,
-                reason=why,
-                trigger=trigger,
-                pre_tokens=tokens_before,
-                tokens_after=tokens_after,
-                fell_back_to_structural=summary.fell_back_to_structural,
-                session_db=db,
-                **({"pinned": pinned} if pinned else {}),  # custom persisters predate pinning
+            persisted = self._persist_summary(
+                session_id, db, branch, cut, summary, why, trigger, tokens_after
             )
             self.usage_tracker.record_compaction(session_id)
-            saved = (tokens_before - tokens_after) / tokens_before if tokens_before else 0.0
-            error = summary.error
-            disabled = False
-            with self._lock:
-                guard = state.guard
-                if saved < self.min_saving:
-                    guard.low_saving_streak += 1
-                    if guard.low_saving_streak >= 2 and why != "manual":
-                        msg = (
-                            f"auto-compaction disabled: two compactions in a row saved under "
-                            f"{self.min_saving:.0%} ({saved:.1%} this time)"
-                        )
-                        self._disable(state, msg, tokens_after - system_tokens - tools_tokens)
-                        disabled = True
-                        error = f"{error}; {msg}" if error else msg
-                else:
-                    guard.low_saving_streak = 0
-                # the new branch has new ids: start the per-session caches afresh
-                state.facts, state.facts_model = MessageFacts(self._estimate), None
-                state.aged_tokens.clear()
-                state.references = self._new_references()
-                state.provider_cache = _ProviderCache()
-                state.counted = None
-                state.recommended = False
+            error, disabled = self._account_for_saving(
+                state, why, branch, tokens_after, summary.error
+            )
             return finish(
                 CompactResult(
                     ok=True,
@@ -1382,9 +883,311 @@ class DefaultContextEngine(ContextEngine):
                     error=error,
                     new_head_id=persisted.new_head_id,
                     disabled_auto=disabled,
-                    **base,
+                    **fields,
                 )
             )
+
+    def _compaction_db(self, session_db: Any) -> Any:
+        """The store ``compact`` reads and writes: the argument, else the engine's own."""
+        db = session_db if session_db is not None else self.session_db
+        if db is None:
+            raise EngineError(
+                f"context engine {self.name!r} has no session_db: pass session_db=... to compact"
+            )
+        return db
+
+    def _measure_branch(
+        self,
+        state: _SessionState,
+        db: Any,
+        session_id: str,
+        agent: Any,
+        model: str | None,
+        tools: Sequence[dict] | None,
+    ) -> _BranchFigures:
+        """Step 1: re-read the active branch and count it as ``prepare`` would send it.
+
+        The system prompt is rebuilt when an agent is given (or no prepare ran yet),
+        else the last prepare's estimate is reused; the same for the tools.
+        """
+        history = db.get_branch(session_id)
+        window = self.window_for(model)
+        system_prompt = (
+            self.system_prompt_for(agent)
+            if agent is not None or state.last_prep is None
+            else None
+        )
+        if system_prompt is not None:
+            system_tokens = (
+                self.estimator.message_tokens(
+                    {"role": "system", "content": system_prompt}, model
+                )
+                if system_prompt
+                else 0
+            )
+        else:
+            system_tokens = state.system_tokens
+        tools_tokens = (
+            self.estimator.tools_tokens(list(tools), model) if tools else state.tools_tokens
+        )
+        facts = self._facts(state, model)
+        table = facts.table(history)
+        # measured on the prompt as prepare sends it, aged: a history whose old results
+        # aging already cleared is no emergency, and folding results that are already
+        # placeholders saves less than their stored size
+        refmap = state.references.update(history) if history else ReferenceMap()
+        aged, _ = self._age(state, history, refmap)
+        deltas = self._aging_deltas(state, history, aged, table, model)
+        if deltas is None:  # an ager that changed the message count: no positions
+            deltas = {}
+        aged_history = max(0, table.total_tokens + sum(deltas.values()))
+        budget = self.budget_allocator.allocate(
+            window, system_tokens, aged_history, tools_tokens, model
+        )
+        return _BranchFigures(
+            history=history,
+            window=window,
+            system_tokens=system_tokens,
+            tools_tokens=tools_tokens,
+            facts=facts,
+            table=table,
+            deltas=deltas,
+            aged_history=aged_history,
+            budget=budget,
+        )
+
+    def _plan_cut(self, branch: _BranchFigures, keep_recent_tokens: int | None) -> CutPoint:
+        """Step 2: where to cut. The kept tail may use at most ``tail_budget_share`` of the
+        input budget left after system and tools (unless ``keep_recent_tokens`` is given),
+        so that on a small window the tail cannot eat the whole budget."""
+        room = max(1, branch.budget.input_budget - branch.system_tokens - branch.tools_tokens)
+        max_tail = (
+            None
+            if keep_recent_tokens is not None
+            else max(1, int(room * self.tail_budget_share))
+        )
+        return find_cut_index(
+            branch.history,
+            branch.window,
+            self.config,
+            keep_recent_tokens,
+            facts=branch.facts,
+            max_tail_tokens=max_tail,
+        )
+
+    def _nothing_to_cut(
+        self, state: _SessionState, why: str, branch: _BranchFigures, cut: CutPoint
+    ) -> CompactResult:
+        """No cut possible: nothing is written; an automatic run disables auto-compaction."""
+        disabled = self._no_progress(
+            state, why, branch.aged_history, f"no compaction possible: {cut.reason}"
+        )
+        return CompactResult(
+            ok=False,
+            reason=why,
+            error=cut.reason,
+            tokens_before=branch.tokens_before,
+            tokens_after=branch.tokens_before,
+            cut_index=None,
+            protected_count=cut.protected_head,
+            disabled_auto=disabled,
+        )
+
+    def _summarise_folded(
+        self,
+        branch: _BranchFigures,
+        cut: CutPoint,
+        previous_summary: str | None,
+        model: str | None,
+        provider_call: Callable[..., Any] | None,
+        cancel_event: threading.Event | None,
+    ) -> SummaryResult:
+        """Step 3: summarise ``history[head:cut]`` (pinned requests excepted).
+
+        UPDATE from the previous summary (the argument, else the summary node being
+        folded), FRESH otherwise; the structural summary at once in an emergency
+        (``budget_pct >= emergency_pct``). The summariser falls back to the structural
+        summary by itself when the LLM call fails.
+        """
+        history, head_n, cut_idx, pinned = branch.history, cut.protected_head, cut.index, cut.pinned
+        # a pinned request (CutPoint.pinned) is kept verbatim after the summary
+        folded = [m for i, m in enumerate(history[head_n:cut_idx], head_n) if i not in pinned]
+        if previous_summary is None:
+            previous_summary = _latest_summary_text(folded)
+        pct, window = branch.pct, branch.window
+        force = None
+        if pct >= self.emergency_pct:
+            force = (
+                f"Emergency: input at {pct:.0%} of the budget (>= {self.emergency_pct:.0%}); "
+                "no room for an LLM summary call"
+            )
+        output_room = min(self.config.summary_output_tokens, window // 4)
+        max_prompt = window - output_room
+        summarizer = self.summarizer
+        if getattr(summarizer, "provider_call", True) is None and provider_call is not None:
+            # no summariser provider configured: summarise with the agent's own provider
+            summarizer = Summarizer(
+                provider_call, model, self.config, count_tokens=summarizer.count_tokens
+            )
+        return summarizer.summarise(
+            folded,
+            previous_summary,
+            cancel_event,
+            None,
+            max_prompt_tokens=max_prompt,
+            force_structural=force,
+            estimate=branch.facts.tokens,
+        )
+
+    def _predict_tokens_after(
+        self,
+        state: _SessionState,
+        branch: _BranchFigures,
+        cut: CutPoint,
+        summary: SummaryResult,
+        model: str | None,
+    ) -> tuple[int, int]:
+        """Step 4: ``(tokens_after, summary_tokens)``: the new branch (head, summary,
+        pinned requests, tail) as the next ``prepare`` will send it, aged by a copy of
+        the session's ager; with an ager that cannot be copied, each kept message
+        counts as it is aged now."""
+        history, head_n, cut_idx, pinned = branch.history, cut.protected_head, cut.index, cut.pinned
+        table = branch.table
+        summary_msg = {"role": "system", "content": f"{SUMMARY_PREFIX}\n{summary.text}"}
+        summary_tokens = self._estimate(summary_msg, model)
+        layout = (
+            history[:head_n]
+            + [summary_msg]
+            + [history[i] for i in sorted(pinned)]
+            + history[cut_idx:]
+        )
+        predicted = self._predicted_aged_tokens(state, layout, model)
+        if predicted is None:  # an ager that cannot be tried on a copy: keep aged as now
+            kept = lambda i: i < head_n or i >= cut_idx or i in pinned  # noqa: E731
+            predicted = (
+                table.prefix_tokens[head_n]
+                + summary_tokens
+                + table.tail_tokens(cut_idx)
+                + sum(table.tokens_at(i) for i in pinned)
+                + sum(d for i, d in branch.deltas.items() if kept(i))
+            )
+        return branch.system_tokens + branch.tools_tokens + predicted, summary_tokens
+
+    def _no_shrink(
+        self,
+        state: _SessionState,
+        why: str,
+        branch: _BranchFigures,
+        summary_tokens: int,
+        tokens_after: int,
+        fields: dict[str, Any],
+    ) -> CompactResult:
+        """The summary would not shrink the input: nothing is written (guard as for no cut)."""
+        tokens_before = branch.tokens_before
+        msg = (
+            f"no progress: the summary ({summary_tokens} tokens) would not shrink the input "
+            f"({tokens_before} -> {tokens_after} tokens); nothing was written"
+        )
+        disabled = self._no_progress(state, why, branch.aged_history, msg)
+        return CompactResult(
+            ok=False,
+            tokens_after=tokens_before,
+            error=msg,
+            disabled_auto=disabled,
+            **{**fields, "summary_text": ""},
+        )
+
+    def _persist_summary(
+        self,
+        session_id: str,
+        db: Any,
+        branch: _BranchFigures,
+        cut: CutPoint,
+        summary: SummaryResult,
+        why: str,
+        trigger: str | None,
+        tokens_after: int,
+    ) -> Any:
+        """Step 5: write the summary node and the new branch (``Persister.insert_summary_node``)."""
+        pinned = cut.pinned
+        return self.persister.insert_summary_node(
+            session_id,
+            summary.text,
+            cut.index,
+            branch.history,
+            cut.protected_head,
+            reason=why,
+            trigger=trigger,
+            pre_tokens=branch.tokens_before,
+            tokens_after=tokens_after,
+            fell_back_to_structural=summary.fell_back_to_structural,
+            session_db=db,
+            **({"pinned": pinned} if pinned else {}),  # custom persisters predate pinning
+        )
+
+    def _account_for_saving(
+        self,
+        state: _SessionState,
+        why: str,
+        branch: _BranchFigures,
+        tokens_after: int,
+        error: str | None,
+    ) -> tuple[str | None, bool]:
+        """Step 6, after a written compaction: ``(error, disabled_auto)``.
+
+        Two automatic compactions in a row that saved under ``min_saving`` disable
+        auto-compaction (the message is added to ``error``); the session's caches
+        start afresh, since the new branch has new ids.
+        """
+        tokens_before = branch.tokens_before
+        saved = (tokens_before - tokens_after) / tokens_before if tokens_before else 0.0
+        disabled = False
+        with self._lock:
+            guard = state.guard
+            if saved < self.min_saving:
+                guard.low_saving_streak += 1
+                if guard.low_saving_streak >= 2 and why != "manual":
+                    msg = (
+                        f"auto-compaction disabled: two compactions in a row saved under "
+                        f"{self.min_saving:.0%} ({saved:.1%} this time)"
+                    )
+                    self._disable(
+                        state, msg, tokens_after - branch.system_tokens - branch.tools_tokens
+                    )
+                    disabled = True
+                    error = f"{error}; {msg}" if error else msg
+            else:
+                guard.low_saving_streak = 0
+            self._forget_branch_caches(state)
+        return error, disabled
+
+    def _forget_branch_caches(self, state: _SessionState) -> None:
+        """The per-session caches of a branch that compaction replaced (new ids)."""
+        state.facts, state.facts_model = MessageFacts(self._estimate), None
+        state.aged_tokens.clear()
+        state.references = self._new_references()
+        state.provider_cache = _ProviderCache()
+        state.counted = None
+        state.recommended = False
+
+    def _finish_compaction(
+        self,
+        result: CompactResult,
+        session_id: str,
+        started: float,
+        on_event: EventHandler | None,
+    ) -> CompactResult:
+        """Step 7: time the compaction, emit ``compaction_finished``, log a run that did not happen."""
+        result.duration_ms = (time.perf_counter() - started) * 1000
+        emit(on_event, "compaction_finished", {"session_id": session_id, **asdict(result)})
+        if result.error and not result.ok:
+            logger.info(
+                "context engine %r: compaction of %s did not run: %s",
+                self.name,
+                session_id,
+                result.error,
+            )
+        return result
 
     def _disable(self, state: _SessionState, reason: str, history_tokens: int) -> None:
         state.guard.disabled = True

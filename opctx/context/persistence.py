@@ -36,6 +36,12 @@ nothing is lost; :class:`PersistError` says which step failed.
 
 Copies are deep copies of the message dicts minus ``id``/``parent_id``, so every
 other key (tool calls, blocks, model, usage, timestamps) is preserved verbatim.
+
+``Persister.insert_summary_node`` reads as its steps: ``_split_branch`` (check the
+range, split head / folded / kept), ``_compaction_record`` (the summary's
+``compaction`` field), ``Persister._new_branch`` (the copies and the summary,
+chained), then ``_write_branch``, ``_move_head`` and ``_save_summary_text``, each
+raising its own :class:`PersistError`.
 """
 
 from __future__ import annotations
@@ -160,50 +166,42 @@ class Persister:
         (and in ``pinned_ids``).
         """
         db = self._db(session_db)
-        n = len(history)
-        if not 0 <= protect_first_n <= cut_idx <= n:
-            raise PersistError(
-                f"invalid compaction range: protect_first_n={protect_first_n}, cut_idx={cut_idx}, "
-                f"history of {n} messages (need 0 <= protect_first_n <= cut_idx <= len)"
-            )
-        if cut_idx == protect_first_n:
-            raise PersistError("nothing to fold: cut_idx equals protect_first_n")
-        missing = [i for i, m in enumerate(history) if not m.get("id")]
-        if missing:
-            raise PersistError(
-                f"history messages without an id at positions {missing[:5]}: read it from the store"
-            )
         pinned_set = set(pinned)
-        if any(not protect_first_n <= i < cut_idx for i in pinned_set):
-            raise PersistError(
-                f"pinned positions {sorted(pinned_set)} must lie in the folded range "
-                f"[{protect_first_n}, {cut_idx})"
-            )
-        head = history[:protect_first_n]
-        folded = [m for i, m in enumerate(history[protect_first_n:cut_idx], protect_first_n)
-                  if i not in pinned_set]
-        kept = [history[i] for i in sorted(pinned_set)] + list(history[cut_idx:])
-        if not folded:
-            raise PersistError("nothing to fold: every message of the range is pinned")
-        compaction = {
-            "kind": "summary",
-            "folded_ids": [m["id"] for m in folded],
-            "folded_range": [folded[0]["id"], folded[-1]["id"]],
-            "protected_ids": [m["id"] for m in head],
-            "kept_ids": [m["id"] for m in kept],
-            "reason": reason,
-            "trigger": trigger,
-            "pre_tokens": pre_tokens,
-            "tokens_after": tokens_after,
-            "fell_back_to_structural": bool(fell_back_to_structural),
-            "recorded": False,
-            "format": None,
-        }
-        if pinned_set:
-            compaction["pinned_ids"] = [history[i]["id"] for i in sorted(pinned_set)]
-        if extra_compaction:
-            compaction.update(extra_compaction)
+        head, folded, kept = _split_branch(history, protect_first_n, cut_idx, pinned_set)
+        compaction = _compaction_record(
+            head,
+            folded,
+            kept,
+            pinned_ids=[history[i]["id"] for i in sorted(pinned_set)],
+            reason=reason,
+            trigger=trigger,
+            pre_tokens=pre_tokens,
+            tokens_after=tokens_after,
+            fell_back_to_structural=fell_back_to_structural,
+            extra_compaction=extra_compaction,
+        )
+        new_branch = self._new_branch(head, kept, summary_text, compaction)
+        # the summary dict itself: a store may rename ids in place while writing
+        # (the lab's replay does), so its id is read after the write
+        summary = new_branch[len(head)]
+        new_branch = _write_branch(db, session_id, new_branch)
+        new_head = new_branch[-1]["id"]
+        _move_head(db, session_id, new_head)
+        _save_summary_text(db, session_id, summary_text)
+        return PersistResult(
+            summary_id=summary["id"],
+            new_head_id=new_head,
+            protected_copy_ids=[m["id"] for m in new_branch[: len(head)]],
+            kept_copy_ids=[m["id"] for m in new_branch[len(head) + 1 :]],
+            branch=new_branch,
+        )
 
+    def _new_branch(
+        self, head: list[dict], kept: list[dict], summary_text: str, compaction: dict[str, Any]
+    ) -> list[dict]:
+        """The new branch as message dicts: head copies, the summary, kept copies, chained
+        by ``parent_id`` from a parentless first node (layout above). The summary is
+        stamped one microsecond before the first kept message (else now)."""
         new_branch: list[dict] = []
         parent: str | None = None
         for m in head:
@@ -221,43 +219,7 @@ class Persister:
             c = copy_message(m, parent)
             new_branch.append(c)
             parent = c["id"]
-
-        try:
-            written = db.append_messages(session_id, new_branch)
-        except Exception as exc:
-            raise PersistError(
-                f"writing the compacted branch failed: {type(exc).__name__}: {exc}"
-            ) from exc
-        if (
-            isinstance(written, list)
-            and len(written) == len(new_branch)
-            and all(isinstance(w, dict) for w in written)
-        ):
-            new_branch = written
-        new_head = new_branch[-1]["id"]
-        try:
-            db.set_head(session_id, new_head)
-        except Exception as exc:
-            raise PersistError(
-                f"the compacted branch was written but moving HEAD to {new_head} failed "
-                f"({type(exc).__name__}: {exc}); the old branch is still active"
-            ) from exc
-        try:
-            meta = dict(db.get_extra_meta(session_id) or {})
-            meta[LAST_SUMMARY_KEY] = summary_text
-            db.set_extra_meta(session_id, meta)
-        except Exception as exc:
-            raise PersistError(
-                f"the compaction was written and HEAD moved, but saving the summary text failed "
-                f"({type(exc).__name__}: {exc})"
-            ) from exc
-        return PersistResult(
-            summary_id=summary["id"],
-            new_head_id=new_head,
-            protected_copy_ids=[m["id"] for m in new_branch[: len(head)]],
-            kept_copy_ids=[m["id"] for m in new_branch[len(head) + 1 :]],
-            branch=new_branch,
-        )
+        return new_branch
 
     def last_summary_text(self, session_id: str, session_db: Any = None) -> str | None:
         """``extra_meta["_last_summary_text"]`` of the session, or ``None``."""
@@ -270,3 +232,114 @@ class Persister:
 def _timestamp(msg: dict) -> float | None:
     ts = msg.get("timestamp")
     return float(ts) if isinstance(ts, int | float) and not isinstance(ts, bool) else None
+
+
+def _split_branch(
+    history: Sequence[dict], protect_first_n: int, cut_idx: int, pinned: set[int]
+) -> tuple[list[dict], list[dict], list[dict]]:
+    """``(head, folded, kept)`` of a compaction, after checking the range: the pinned
+    positions lead ``kept``, ahead of the tail. Raises :class:`PersistError` on a range
+    that is invalid or folds nothing, or on a message without an id."""
+    n = len(history)
+    if not 0 <= protect_first_n <= cut_idx <= n:
+        raise PersistError(
+            f"invalid compaction range: protect_first_n={protect_first_n}, cut_idx={cut_idx}, "
+            f"history of {n} messages (need 0 <= protect_first_n <= cut_idx <= len)"
+        )
+    if cut_idx == protect_first_n:
+        raise PersistError("nothing to fold: cut_idx equals protect_first_n")
+    missing = [i for i, m in enumerate(history) if not m.get("id")]
+    if missing:
+        raise PersistError(
+            f"history messages without an id at positions {missing[:5]}: read it from the store"
+        )
+    if any(not protect_first_n <= i < cut_idx for i in pinned):
+        raise PersistError(
+            f"pinned positions {sorted(pinned)} must lie in the folded range "
+            f"[{protect_first_n}, {cut_idx})"
+        )
+    head = history[:protect_first_n]
+    folded = [m for i, m in enumerate(history[protect_first_n:cut_idx], protect_first_n)
+              if i not in pinned]
+    kept = [history[i] for i in sorted(pinned)] + list(history[cut_idx:])
+    if not folded:
+        raise PersistError("nothing to fold: every message of the range is pinned")
+    return list(head), folded, kept
+
+
+def _compaction_record(
+    head: list[dict],
+    folded: list[dict],
+    kept: list[dict],
+    *,
+    pinned_ids: list[str],
+    reason: str,
+    trigger: str | None,
+    pre_tokens: int | None,
+    tokens_after: int | None,
+    fell_back_to_structural: bool,
+    extra_compaction: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The summary node's ``compaction`` field (layout above); ``pinned_ids`` only when
+    something is pinned, ``extra_compaction`` merged last."""
+    compaction = {
+        "kind": "summary",
+        "folded_ids": [m["id"] for m in folded],
+        "folded_range": [folded[0]["id"], folded[-1]["id"]],
+        "protected_ids": [m["id"] for m in head],
+        "kept_ids": [m["id"] for m in kept],
+        "reason": reason,
+        "trigger": trigger,
+        "pre_tokens": pre_tokens,
+        "tokens_after": tokens_after,
+        "fell_back_to_structural": bool(fell_back_to_structural),
+        "recorded": False,
+        "format": None,
+    }
+    if pinned_ids:
+        compaction["pinned_ids"] = pinned_ids
+    if extra_compaction:
+        compaction.update(extra_compaction)
+    return compaction
+
+
+def _write_branch(db: Any, session_id: str, new_branch: list[dict]) -> list[dict]:
+    """Write every new node in one ``append_messages`` call (one transaction); the
+    branch as the store returned it when it returned one dict per node."""
+    try:
+        written = db.append_messages(session_id, new_branch)
+    except Exception as exc:
+        raise PersistError(
+            f"writing the compacted branch failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    if (
+        isinstance(written, list)
+        and len(written) == len(new_branch)
+        and all(isinstance(w, dict) for w in written)
+    ):
+        return written
+    return new_branch
+
+
+def _move_head(db: Any, session_id: str, new_head: str) -> None:
+    """Point HEAD at the new branch; on failure the old branch stays active."""
+    try:
+        db.set_head(session_id, new_head)
+    except Exception as exc:
+        raise PersistError(
+            f"the compacted branch was written but moving HEAD to {new_head} failed "
+            f"({type(exc).__name__}: {exc}); the old branch is still active"
+        ) from exc
+
+
+def _save_summary_text(db: Any, session_id: str, summary_text: str) -> None:
+    """Keep the summary text in ``extra_meta["_last_summary_text"]`` for the next UPDATE."""
+    try:
+        meta = dict(db.get_extra_meta(session_id) or {})
+        meta[LAST_SUMMARY_KEY] = summary_text
+        db.set_extra_meta(session_id, meta)
+    except Exception as exc:
+        raise PersistError(
+            f"the compaction was written and HEAD moved, but saving the summary text failed "
+            f"({type(exc).__name__}: {exc})"
+        ) from exc

@@ -16,6 +16,13 @@ model, tools=None, engine=None, on_event=None, max_iterations=8) -> TurnResult``
 6. ``trigger_compaction(...)`` is the ``/compact`` command
    (``user_initiated=True``, reason ``manual``).
 
+``process_user_turn`` reads as that loop; a private ``_Turn`` holds the running
+turn (the history kept in memory, the ``TurnResult`` being filled) with one
+method per step: ``start`` (1), ``prepare_call`` (2-3, compacting through
+``compact_inline``), ``call_llm`` (4, with the context-length retry),
+``record_call`` and ``store_reply``, ``after_turn`` (5), ``run_tools``, and
+``finish`` (the ``turn_finished`` event).
+
 Choices where the specification is open
 =======================================
 * **The budget is checked before every LLM call of the turn, not only before
@@ -59,7 +66,7 @@ from typing import Any
 
 from opctx.dag.chat import ToolRegistry, parse_tool_call
 from opctx.dag.messages import as_text
-from opctx.dag.providers import Reply, Usage, call_provider
+from opctx.dag.providers import Reply, ToolCall, Usage, call_provider
 
 from .engine import ContextEngine, EngineError, EventHandler, emit, resolve_engine_for
 from .types import CompactResult, TurnPrep
@@ -227,70 +234,155 @@ def process_user_turn(
         raise ValueError(f"max_iterations must be >= 1, got {max_iterations}")
     if not isinstance(user_text, str):
         raise TypeError(f"user_text must be a str, got {type(user_text).__name__}")
-    engine = engine or resolve_engine_for(agent)
-    registry = _registry(tools)
-    schemas = registry.schemas() or None
-    result = TurnResult(session_id=session_id, text="")
+    turn = _Turn(
+        session_db,
+        session_id,
+        engine or resolve_engine_for(agent),
+        agent=agent,
+        provider_call=provider_call,
+        model=model,
+        registry=_registry(tools),
+        on_event=on_event,
+    )
+    result = turn.result
+    turn.start(user_text)  # 1
+    reply: Reply | None = None
+    for iteration in range(1, max_iterations + 1):
+        prep = turn.prepare_call()  # 2, 3
+        prep, record, reply = turn.call_llm(prep)  # 4
+        turn.record_call(iteration, prep, record, reply)
+        calls = turn.store_reply(reply)
+        turn.after_turn(reply, prep)  # 5
+        if not calls:
+            result.text = reply.text or ""
+            result.stop_reason = "final"
+            break
+        turn.run_tools(calls)
+    else:
+        result.stop_reason = "max_iterations"
+        result.text = reply.text if reply is not None and reply.text else ""
+    turn.finish()
+    return result
 
-    engine.on_session_start(session_id)  # 1
-    stored = session_db.append_message(session_id, {"role": "user", "content": user_text})
-    result.user_message_id = stored["id"]
-    result.message_ids.append(stored["id"])
-    engine.ingest(session_id, stored)
-    history = session_db.get_branch(session_id)
 
-    def compact_inline(reason: str | None = None) -> bool:
-        nonlocal history
+class _Turn:
+    """One running :func:`process_user_turn`: its inputs, the history kept in memory
+    and the :class:`TurnResult` being filled, with one method per step."""
+
+    def __init__(
+        self,
+        session_db: Any,
+        session_id: str,
+        engine: ContextEngine,
+        *,
+        agent: Any,
+        provider_call: Callable[..., Any],
+        model: str,
+        registry: ToolRegistry,
+        on_event: EventHandler | None,
+    ) -> None:
+        self.session_db = session_db
+        self.session_id = session_id
+        self.engine = engine
+        self.agent = agent
+        self.provider_call = provider_call
+        self.model = model
+        self.registry = registry
+        self.schemas = registry.schemas() or None
+        self.on_event = on_event
+        self.result = TurnResult(session_id=session_id, text="")
+        self.history: list[dict] = []
+
+    def _engine_name(self) -> str:
+        return getattr(self.engine, "name", "?")
+
+    def start(self, user_text: str) -> None:
+        """Step 1 and the start of 2: warm the engine, store the user message, read the branch."""
+        engine, sid = self.engine, self.session_id
+        engine.on_session_start(sid)
+        stored = self.session_db.append_message(sid, {"role": "user", "content": user_text})
+        self.result.user_message_id = stored["id"]
+        self.result.message_ids.append(stored["id"])
+        engine.ingest(sid, stored)
+        self.history = self.session_db.get_branch(sid)
+
+    def prepare(self) -> TurnPrep:
+        return _prepare(
+            self.engine, self.agent, self.session_id, self.history, self.model, self.schemas
+        )
+
+    def prepare_call(self) -> TurnPrep:
+        """Steps 2-3: prepare the next LLM call; over the auto-compaction threshold,
+        compact inline and prepare again."""
+        prep = self.prepare()
+        if self.engine.should_auto_compact(prep) and self.compact_inline():
+            prep = self.prepare()
+        return prep
+
+    def compact_inline(self, reason: str | None = None) -> bool:
+        """Compact during the turn (``user_initiated=False``); re-read the branch when
+        it was written. A failure is logged and reported in ``errors``, never raised."""
+        result = self.result
         try:
             res = _compact(
-                engine,
-                session_db,
-                session_id,
-                agent=agent,
-                model=model,
-                on_event=on_event,
+                self.engine,
+                self.session_db,
+                self.session_id,
+                agent=self.agent,
+                model=self.model,
+                on_event=self.on_event,
                 user_initiated=False,
                 reason=reason,
-                tools=schemas,
-                provider_call=provider_call,
+                tools=self.schemas,
+                provider_call=self.provider_call,
             )
         except Exception as exc:
-            logger.exception("context engine %r failed in compact", getattr(engine, "name", "?"))
+            logger.exception("context engine %r failed in compact", self._engine_name())
             result.errors.append(
-                f"compact failed in engine {getattr(engine, 'name', '?')!r}: {type(exc).__name__}: {exc}"
+                f"compact failed in engine {self._engine_name()!r}: {type(exc).__name__}: {exc}"
             )
             return False
         result.compactions.append(res)
         if res.error:
             result.errors.append(f"compaction ({res.reason}): {res.error}")
         if res.ok:
-            history = session_db.get_branch(session_id)
+            self.history = self.session_db.get_branch(self.session_id)
         return res.ok
 
-    reply: Reply | None = None
-    for iteration in range(1, max_iterations + 1):
-        prep = _prepare(engine, agent, session_id, history, model, schemas)  # 2
-        if engine.should_auto_compact(prep) and compact_inline():  # 3
-            prep = _prepare(engine, agent, session_id, history, model, schemas)
+    def call_llm(self, prep: TurnPrep) -> tuple[TurnPrep, LLMCallRecord, Reply]:
+        """Step 4: call the provider with ``prep``. A context-length error compacts
+        (reason ``recovered``) and retries once; any other error propagates."""
         record = LLMCallRecord.of(prep)
-        try:  # 4
-            reply = call_provider(
-                provider_call, prep.agent_messages, model, prep.system_prompt or None, schemas
-            )
+        try:
+            reply = self._call(prep)
         except Exception as exc:
             if not is_context_length_error(exc):
                 raise
             logger.warning(
                 "provider rejected the prompt as too long; compacting and retrying once: %s", exc
             )
-            result.errors.append(f"provider: {type(exc).__name__}: {exc}")
-            if not compact_inline("recovered"):
+            self.result.errors.append(f"provider: {type(exc).__name__}: {exc}")
+            if not self.compact_inline("recovered"):
                 raise
-            prep = _prepare(engine, agent, session_id, history, model, schemas)
+            prep = self.prepare()
             record = LLMCallRecord.of(prep)
-            reply = call_provider(
-                provider_call, prep.agent_messages, model, prep.system_prompt or None, schemas
-            )
+            reply = self._call(prep)
+        return prep, record, reply
+
+    def _call(self, prep: TurnPrep) -> Reply:
+        return call_provider(
+            self.provider_call,
+            prep.agent_messages,
+            self.model,
+            prep.system_prompt or None,
+            self.schemas,
+        )
+
+    def record_call(
+        self, iteration: int, prep: TurnPrep, record: LLMCallRecord, reply: Reply
+    ) -> None:
+        """Count the call in the result: iterations, the last prep, the usage."""
+        result = self.result
         result.iterations = iteration
         result.last_prep = prep
         if reply.usage is not None:
@@ -300,31 +392,37 @@ def process_user_turn(
             )
         result.calls.append(record)
 
-        calls = parse_tool_call(reply) if registry.tools else list(reply.tool_calls)
+    def store_reply(self, reply: Reply) -> list[ToolCall]:
+        """Store the assistant message; returns the tool calls it asks for (none are
+        read from its text when the turn has no tools)."""
+        calls = parse_tool_call(reply) if self.registry.tools else list(reply.tool_calls)
         assistant: dict[str, Any] = {"role": "assistant", "content": reply.text or ""}
-        if reply.model or model:
-            assistant["model"] = reply.model or model
+        if reply.model or self.model:
+            assistant["model"] = reply.model or self.model
         if calls:
             assistant["tool_calls"] = [c.to_dict() for c in calls]
         if reply.usage is not None:
             assistant["usage"] = reply.usage.to_dict()
-        stored = session_db.append_message(session_id, assistant)
-        history.append(stored)
-        result.message_ids.append(stored["id"])
-        engine.ingest(session_id, stored)
+        stored = self.session_db.append_message(self.session_id, assistant)
+        self.history.append(stored)
+        self.result.message_ids.append(stored["id"])
+        self.engine.ingest(self.session_id, stored)
+        return calls
 
-        try:  # 5
-            engine.after_turn(session_id, reply.usage, prep, on_event)
+    def after_turn(self, reply: Reply, prep: TurnPrep) -> None:
+        """Step 5: the provider's real usage to the engine (it may emit
+        ``compaction_recommended``); a failure is reported in ``errors``."""
+        try:
+            self.engine.after_turn(self.session_id, reply.usage, prep, self.on_event)
         except Exception as exc:
-            logger.exception("context engine %r failed in after_turn", getattr(engine, "name", "?"))
-            result.errors.append(
-                f"after_turn failed in engine {getattr(engine, 'name', '?')!r}: {type(exc).__name__}: {exc}"
+            logger.exception("context engine %r failed in after_turn", self._engine_name())
+            self.result.errors.append(
+                f"after_turn failed in engine {self._engine_name()!r}: {type(exc).__name__}: {exc}"
             )
 
-        if not calls:
-            result.text = reply.text or ""
-            result.stop_reason = "final"
-            break
+    def run_tools(self, calls: list[ToolCall]) -> None:
+        """Run the tool calls and store one result message per call, in one write."""
+        registry, result = self.registry, self.result
         tool_messages = []
         for call in calls:
             output, is_error = registry.run(call)
@@ -338,9 +436,9 @@ def process_user_turn(
                     "is_error": bool(is_error),
                 }
             )
-        stored_tools = session_db.append_messages(session_id, tool_messages)
+        stored_tools = self.session_db.append_messages(self.session_id, tool_messages)
         for call, msg in zip(calls, stored_tools, strict=True):
-            history.append(msg)
+            self.history.append(msg)
             result.message_ids.append(msg["id"])
             result.tool_results.append(
                 {
@@ -350,21 +448,21 @@ def process_user_turn(
                     "message_id": msg["id"],
                 }
             )
-            engine.ingest(session_id, msg)
-    else:
-        result.stop_reason = "max_iterations"
-        result.text = reply.text if reply is not None and reply.text else ""
-    emit(
-        on_event,
-        "turn_finished",
-        {
-            "session_id": session_id,
-            "iterations": result.iterations,
-            "stop_reason": result.stop_reason,
-            "compactions": len([c for c in result.compactions if c.ok]),
-        },
-    )
-    return result
+            self.engine.ingest(self.session_id, msg)
+
+    def finish(self) -> None:
+        """Emit ``turn_finished``."""
+        result = self.result
+        emit(
+            self.on_event,
+            "turn_finished",
+            {
+                "session_id": self.session_id,
+                "iterations": result.iterations,
+                "stop_reason": result.stop_reason,
+                "compactions": len([c for c in result.compactions if c.ok]),
+            },
+        )
 
 
 def trigger_compaction(

@@ -1,7 +1,9 @@
 """``@agentic_function`` and ``Runtime``: agentic code recorded into the DAG (spec §0.7).
 
 ContextVars carry the integration; there is no glue layer (§0.7 names
-``_store`` and ``_call_id``; ``_graph`` is the in-memory mirror they imply):
+``_store`` and ``_call_id``; ``_graph`` is the in-memory mirror they imply).
+They are defined in ``_context.py``, shared with ``DagRuntime`` (which reads
+``_call_id``), and re-exported here:
 
 ``_store``
     the GraphStore of the current turn (``None``: nothing is persisted).
@@ -87,13 +89,12 @@ import inspect
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from contextvars import ContextVar
 from typing import Any
 
+from ._context import _call_id, _graph, _store, append_node, json_safe, reply_metadata, update_node
 from .nodes import EXPOSE_MODES, Call, Graph, compute_reads
 from .providers import Reply, as_reply, call_provider
 from .render import render_dag_messages
-from .runtime import append_node, json_safe, reply_metadata, update_node
 
 __all__ = [
     "_store",
@@ -107,11 +108,6 @@ __all__ = [
     "Runtime",
     "json_safe",
 ]
-
-_store: ContextVar[Any] = ContextVar("opctx_store", default=None)
-_graph: ContextVar[Graph | None] = ContextVar("opctx_graph", default=None)
-_call_id: ContextVar[str | None] = ContextVar("opctx_call_id", default=None)
-
 
 # Graphs for stores installed without one (``_store.set(store)`` alone, as the
 # specification's turn entry does), loaded on first use and reloaded when the

@@ -41,6 +41,10 @@ Choices where the specification is open
   (which allocates ``seq`` inside its write transaction) and then added to the
   graph with that seq, so the in-memory graph mirrors the database. A provider
   error appends nothing: a failed call leaves no half-written llm node.
+* **Shared with the agentic layer.** ``append_node``, ``update_node``,
+  ``reply_metadata``, ``json_safe`` and the ``_call_id`` ContextVar live in
+  ``_context.py`` (re-exported here), so that this module and ``agentic.py``
+  do not import each other.
 * ``DagRuntime.for_session(session, provider_call)`` fills a ``DagSession``'s
   ``runtime`` slot (session.py does not import this module; layers stay one-way).
 * ``clock`` stamps ``created_at`` on every node this runtime creates, so a replay
@@ -49,12 +53,11 @@ Choices where the specification is open
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ._context import _call_id, append_node, json_safe, reply_metadata, update_node
 from .nodes import Call, Graph, compute_reads
 from .providers import Reply, call_provider
 from .render import render_dag_messages
@@ -62,81 +65,8 @@ from .render import render_dag_messages
 __all__ = ["DagRuntime", "append_node", "update_node", "reply_metadata", "json_safe"]
 
 
-def append_node(node: Call, graph: Graph | None, store: Any = None) -> Call:
-    """Append to the store (seq allocated there) and mirror into the graph."""
-    if store is not None:
-        node = store.append(node)
-    if graph is not None and node.id not in graph:
-        graph.add(node)
-    return node
-
-
-def update_node(node_id: str, graph: Graph | None, store: Any = None, **fields: Any) -> None:
-    """Apply one update to the store and to the graph, store first."""
-    if store is not None:
-        store.update(node_id, **fields)
-    if graph is not None and node_id in graph:
-        graph.update(node_id, **fields)
-
-
-def reply_metadata(reply: Reply) -> dict[str, Any]:
-    """The metadata an llm node records for a reply: usage and tool calls, when present."""
-    meta: dict[str, Any] = {}
-    if reply.usage is not None:
-        meta["usage"] = reply.usage.to_dict()
-    if reply.tool_calls:
-        meta["tool_calls"] = [tc.to_dict() for tc in reply.tool_calls]
-    return meta
-
-
-# -- JSON-safe records ------------------------------------------------------------
-
-
-def json_safe(value: Any, _depth: int = 0) -> Any:
-    """``value`` as plain JSON for the record; the live value is never changed.
-
-    ``None``/``bool``/``int``/``str`` as is; finite floats as is, NaN and the
-    infinities as their ``repr``; dict keys as ``str``; lists and tuples as
-    lists; sets as sorted lists; dataclasses, objects with ``to_dict()`` and
-    NumPy-style values (``dtype`` + ``tolist()``) as their plain form; a
-    ``Reply`` as its text; anything else, or nesting deeper than 50, as ``repr``.
-    """
-    if _depth > 50:
-        return repr(value)
-    if value is None or isinstance(value, bool | int | str):
-        return value
-    if isinstance(value, float):
-        return float(value) if math.isfinite(value) else repr(float(value))
-    if isinstance(value, Reply):
-        return value.text
-    if isinstance(value, dict):
-        return {str(k): json_safe(v, _depth + 1) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(v, _depth + 1) for v in value]
-    if isinstance(value, set | frozenset):
-        items = [json_safe(v, _depth + 1) for v in value]
-        try:
-            return sorted(items)
-        except TypeError:
-            return items
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return json_safe(dataclasses.asdict(value), _depth + 1)
-    if hasattr(value, "dtype") and callable(getattr(value, "tolist", None)):
-        return json_safe(value.tolist(), _depth + 1)  # numpy scalars and arrays
-    to_dict = getattr(value, "to_dict", None)
-    if callable(to_dict):
-        try:
-            return json_safe(to_dict(), _depth + 1)
-        except Exception:  # noqa: BLE001 - a broken to_dict falls back to repr
-            pass
-    return repr(value)
-
-
 def _current_frame() -> str | None:
-    # Imported here: agentic.py owns the ContextVar and imports this module's
-    # helpers, so a top-level import would be circular.
-    from .agentic import _call_id
-
+    """The running ``@agentic_function`` frame: the caller of the llm nodes appended now."""
     return _call_id.get()
 
 

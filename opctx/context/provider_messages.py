@@ -1,0 +1,452 @@
+"""Provider messages: a session's history as the OpenAI chat messages a provider is sent.
+
+The history is a list of message dicts as opctx stores them (``opctx.dag.messages``:
+``role``, ``content`` as text or content blocks, ``tool_calls`` or ``tool_use`` blocks,
+``tool`` messages or ``tool_result`` blocks, ``extra``). A provider wants the OpenAI
+chat shape instead:
+
+* ``{"role": "system" | "user", "content": text}``;
+* ``{"role": "assistant", "content": text or None, "tool_calls": [{"id", "type":
+  "function", "function": {"name", "arguments": a JSON string}}]}``;
+* ``{"role": "tool", "tool_call_id": id, "content": text}``, one per result (an error
+  result starts with ``[error]``).
+
+``_convert`` turns one stored message into zero or more of these (a message with
+neither text nor calls, such as a placeholder, is never sent as an empty message);
+``_convert_entry`` adds what pairing needs: the call ids it opens, the result ids it
+answers and the tool name of its results (an ``_Entry``).
+
+Tool pairing. A provider rejects a call without its result and a result without its
+call. A result pairs with the most recent earlier call of its id that is still
+unanswered. ``_repair`` fixes a history that does not pair up (an interrupted tool
+run, a history cut by hand): a call left without a result is removed from its
+assistant message, which gets a short note naming it instead
+(``_keep_answered_calls``), and a result without a call becomes a user message naming
+the tool and the call id (``_result_as_user_message``). When everything pairs (the
+normal case, and always after an opctx compaction) the converted messages are sent
+as they are.
+
+Why incremental. ``prepare`` runs before every LLM call on a history that mostly only
+grew, so the engine keeps one ``_ProviderCache`` per session: conversions per message
+(keyed like ``MessageFacts``: id, role, content length and ``_redacted_marker``, the
+number of tool results aging cleared in ``extra.blocks``, which the content length
+does not see; a hit counts only when the cached message equals the one asked about),
+and the assembled provider messages and pairing state of the last history. An
+append-only history costs only its new messages; a message aging replaced is patched
+in place; a rewind or a change in pairing rebuilds from the per-message cache. A
+history that keeps an unanswered call keeps its repaired list too
+(``_IncrementalRepair``) and extends it, instead of repairing the whole history on
+every call.
+
+>>> history = [
+...     {"role": "user", "content": "list the files"},
+...     {"role": "assistant", "content": "", "tool_calls": [
+...         {"id": "c1", "name": "ls", "arguments": {"path": "."}}]},
+... ]
+>>> for m in to_provider_messages(history):
+...     print(m)
+{'role': 'user', 'content': 'list the files'}
+{'role': 'assistant', 'content': '[called ls({"path": "."}); result not in context]'}
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from itertools import compress
+from typing import Any
+
+from opctx.dag.messages import as_text, blocks, is_tool_result
+
+__all__ = ["to_provider_messages"]
+
+
+def _json_args(args: Any) -> str:
+    if isinstance(args, str):
+        return args
+    return json.dumps(args if args is not None else {}, ensure_ascii=False, default=str)
+
+
+def _text_of(msg: dict) -> str:
+    content = msg.get("content")
+    if isinstance(content, str) and content:
+        return content
+    parts = [str(b.get("text")) for b in blocks(msg) if b.get("type") == "text" and b.get("text")]
+    if parts:
+        return "\n".join(parts)
+    return (
+        as_text(content) if content not in (None, "", []) and not isinstance(content, list) else ""
+    )
+
+
+def _convert(msg: dict) -> list[dict]:
+    """One message dict as OpenAI chat messages (before pairing repair)."""
+    role = msg.get("role")
+    if role == "system":
+        text = _text_of(msg)
+        return [{"role": "system", "content": text}] if text else []
+    if role == "tool" or is_tool_result(msg):
+        out = []
+        if role == "tool":
+            text = as_text(msg.get("content"))
+            if msg.get("is_error") and not text.lower().startswith("[error]"):
+                text = "[error] " + text
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": msg.get("tool_call_id") or "",
+                    "content": text,
+                }
+            )
+        for b in blocks(msg):
+            if b.get("type") != "tool_result":
+                continue
+            c = b.get("content")
+            text = (
+                "\n".join(as_text(x.get("text")) for x in c if isinstance(x, dict))
+                if isinstance(c, list)
+                else as_text(c)
+            )
+            if b.get("is_error") and not text.lower().startswith("[error]"):
+                text = "[error] " + text
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": b.get("tool_use_id") or "",
+                    "content": text,
+                }
+            )
+        return out
+    if role == "user":
+        text = _text_of(msg)
+        return [{"role": "user", "content": text}] if text else []
+    # assistant
+    calls = []
+    for tc in msg.get("tool_calls") or ():
+        if isinstance(tc, dict) and tc.get("id"):
+            fn = tc.get("function") if isinstance(tc.get("function"), dict) else {}
+            calls.append(
+                {
+                    "id": tc["id"],
+                    "type": "function",
+                    "function": {
+                        "name": tc.get("name") or fn.get("name") or "",
+                        "arguments": _json_args(tc.get("arguments", fn.get("arguments"))),
+                    },
+                }
+            )
+    for b in blocks(msg):
+        if b.get("type") == "tool_use" and b.get("id"):
+            calls.append(
+                {
+                    "id": b["id"],
+                    "type": "function",
+                    "function": {
+                        "name": b.get("name") or "",
+                        "arguments": _json_args(b.get("input")),
+                    },
+                }
+            )
+    text = _text_of(msg)
+    if not text and not calls:
+        return []  # a placeholder is never rendered as an empty message
+    out: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if calls:
+        out["tool_calls"] = calls
+    return [out]
+
+
+class _ProviderCache:
+    """Per-message conversions, keyed like ``MessageFacts`` (id, role, content length;
+    a hit counts only when the cached message equals the one asked about), and the
+    assembled provider messages of the last history.
+
+    Besides the per-message cache it keeps, for the last history it assembled, the
+    conversions in order, their flattened provider messages (with where each
+    message's part starts) and the running tool-pairing state (calls still waiting
+    for a result, whether a result came without its call). The next history is
+    compared with the last by identity at C speed (then by equality, so that a branch
+    re-read from the store as new dicts counts as unchanged); on an append-only history only
+    the new messages are converted, flattened and paired, and a message replaced by
+    a new object (aging cleared one more tool result) is patched in place. A
+    shorter history (rewind) or a replacement that changes the message count or
+    the tool pairing rebuilds the assembly from the per-message cache. When the
+    pairing needs repair (a call never answered, as in an interrupted tool run, or
+    a result without its call) the repaired list is kept too and extended with
+    what was appended (``_IncrementalRepair``), so such a session does not pay a
+    whole-history repair on every call.
+    """
+
+    def __init__(self, max_entries: int = 100_000):
+        # key -> (the message converted, its conversion)
+        self._cache: dict[tuple, tuple[dict, _Entry]] = {}
+        self.max_entries = max_entries
+        self._reset_assembly()
+
+    def _reset_assembly(self) -> None:
+        self._last_msgs: list[dict] = []
+        self._last_conv: list[_Entry] = []
+        self._flat: list[dict] = []  # the provider messages of _last_conv, in order
+        self._starts: list[int] = []  # where each entry's messages begin in _flat
+        self._pending: dict[str, int] = {}  # call id -> calls of that id still unanswered
+        self._open = 0  # call ids with a pending count above zero
+        self._orphan = False  # a result came before (without) its call
+        self._repaired: _IncrementalRepair | None = None  # built on the first unpaired history
+
+    def convert_all(self, history: Sequence[dict]) -> list[_Entry]:
+        """Conversions of every message (updates the assembly of :meth:`provider_messages`)."""
+        self._assemble(history)
+        return list(self._last_conv)
+
+    def provider_messages(self, history: Sequence[dict]) -> list[dict]:
+        """``to_provider_messages(history)``, at the cost of what changed since the last call."""
+        self._assemble(history)
+        if not self._orphan and not self._open:
+            return list(self._flat)
+        # a session that keeps an unanswered call (an interrupted tool run) would pay
+        # a whole-history repair on every call; the repair is kept and extended instead
+        if self._repaired is None:
+            self._repaired = _IncrementalRepair()
+        self._repaired.extend(self._flat, self._name_at)
+        return list(self._repaired.out)
+
+    def _name_at(self, pos: int) -> str:
+        """The tool name of the entry holding flat position ``pos``."""
+        return self._last_conv[bisect_right(self._starts, pos) - 1][3]
+
+    def _assemble(self, history: Sequence[dict]) -> None:
+        last = self._last_msgs
+        k = len(last)
+        if k > len(history):
+            self._reset_assembly()  # a rewind: the pairing state cannot be undone
+            k = 0
+        elif k and not all(map(operator.is_, history, last)):
+            # equal copies (the branch re-read from the store) keep their conversions;
+            # both passes run at C speed, only the messages that really differ are visited
+            differs = list(map(operator.ne, history, last))
+            changed = list(compress(range(k), differs))
+            if changed and not self._patch(history, changed):
+                self._reset_assembly()
+                k = 0
+        get = self.get
+        new = [get(m) for m in history[k:]]
+        conv, flat, starts = self._last_conv, self._flat, self._starts
+        for entry in new:
+            starts.append(len(flat))
+            flat.extend(entry[0])
+            if entry[1] or entry[2]:
+                self._pair(entry)
+        conv.extend(new)
+        self._last_msgs = list(history)
+
+    def _patch(self, history: Sequence[dict], changed: list[int]) -> bool:
+        """Replace the entries of the messages at ``changed``; False when a rebuild is needed."""
+        if len(changed) * 4 > len(self._last_conv):
+            return False  # mostly new: a rebuild is as cheap and simpler
+        conv, flat, starts = self._last_conv, self._flat, self._starts
+        for i in changed:
+            old, entry = conv[i], self.get(history[i])
+            if entry[1] != old[1] or entry[2] != old[2] or len(entry[0]) != len(old[0]):
+                return False  # pairing or positions differ
+            conv[i] = entry
+            flat[starts[i] : starts[i] + len(entry[0])] = entry[0]
+            if self._repaired is not None:
+                for pos in range(starts[i], starts[i] + len(entry[0])):
+                    self._repaired.rerender(flat, pos, self._name_at)
+        return True
+
+    def _pair(self, entry: _Entry) -> None:
+        """Pairing state after one more message: its results answer earlier calls, then its calls open."""
+        pending = self._pending
+        for rid in entry[2]:
+            count = pending.get(rid, 0)
+            if count:
+                pending[rid] = count - 1
+                if count == 1:
+                    self._open -= 1
+            else:
+                self._orphan = True
+        for cid in entry[1]:
+            count = pending.get(cid, 0)
+            pending[cid] = count + 1
+            if count == 0:
+                self._open += 1
+
+    def get(self, msg: dict) -> _Entry:
+        mid = msg.get("id")
+        if not mid:
+            return _convert_entry(msg)
+        content = msg.get("content")
+        key = (
+            mid,
+            msg.get("role"),
+            len(content) if isinstance(content, str | list) else -1,
+            _redacted_marker(msg),
+        )
+        try:
+            hit = self._cache.get(key)
+        except TypeError:  # an unhashable id from a malformed transcript: not cached
+            return _convert_entry(msg)
+        if hit is not None and (hit[0] is msg or hit[0] == msg):
+            return hit[1]
+        if len(self._cache) >= self.max_entries:
+            self._cache.clear()
+        entry = _convert_entry(msg)
+        self._cache[key] = (msg, entry)
+        return entry
+
+
+def _redacted_marker(msg: dict) -> int:
+    # aging edits tool_result blocks in extra, which the content length does not see
+    extra = msg.get("extra")
+    if not isinstance(extra, dict):
+        return 0
+    return sum(1 for b in extra.get("blocks") or () if isinstance(b, dict) and b.get("_redacted"))
+
+
+# (provider messages, call ids, result ids, tool name of the results)
+_Entry = tuple[list[dict], tuple[str, ...], tuple[str, ...], str]
+
+
+def _convert_entry(msg: dict) -> _Entry:
+    messages = _convert(msg)
+    calls: tuple[str, ...] = ()
+    results: tuple[str, ...] = ()
+    for m in messages:
+        if m["role"] == "assistant" and "tool_calls" in m:
+            calls += tuple(tc["id"] for tc in m["tool_calls"])
+        elif m["role"] == "tool":
+            results += (m["tool_call_id"],)
+    return messages, calls, results, str(msg.get("name") or "") if results else ""
+
+
+def to_provider_messages(
+    history: Sequence[dict], cache: _ProviderCache | None = None
+) -> list[dict]:
+    """OpenAI chat messages for ``history``, with tool pairing repaired.
+
+    A result pairs with the most recent earlier call of its id that is still
+    unanswered. A call left without a result is removed from its assistant message
+    (which gets a short note naming it instead); a result without a call becomes a
+    user message naming the tool and the call id. When every call and result pair
+    up (the normal case, and always after an opctx compaction) the messages are
+    returned as converted, without a second pass.
+    """
+    if cache is not None:
+        return cache.provider_messages(history)
+    entries = [_convert_entry(m) for m in history]
+    pending: dict[str, int] = {}
+    orphan = False
+    for _msgs, calls, results, _name in [e for e in entries if e[1] or e[2]]:
+        for rid in results:
+            if pending.get(rid):
+                pending[rid] -= 1
+            else:
+                orphan = True
+        for cid in calls:
+            pending[cid] = pending.get(cid, 0) + 1
+    if not orphan and not any(pending.values()):
+        return [m for e in entries for m in e[0]]
+    return _repair(entries)
+
+
+def _repair(entries: Sequence[_Entry]) -> list[dict]:
+    flat = [(m, e[3]) for e in entries for m in e[0]]
+    open_calls: dict[str, list[int]] = {}
+    answered: set[tuple[int, str]] = set()
+    matched: set[int] = set()
+    for i, (m, _name) in enumerate(flat):
+        if m["role"] == "assistant" and "tool_calls" in m:
+            for tc in m["tool_calls"]:
+                open_calls.setdefault(tc["id"], []).append(i)
+        elif m["role"] == "tool":
+            stack = open_calls.get(m["tool_call_id"])
+            if stack:
+                answered.add((stack.pop(), m["tool_call_id"]))
+                matched.add(i)
+    out: list[dict] = []
+    for i, (m, name) in enumerate(flat):
+        if m["role"] == "assistant" and "tool_calls" in m:
+            out.append(_keep_answered_calls(m, i, answered))
+        elif m["role"] == "tool" and i not in matched:
+            out.append(_result_as_user_message(m, name))
+        else:
+            out.append(m)
+    return out
+
+
+def _keep_answered_calls(m: dict, i: int, answered: set[tuple[int, str]]) -> dict:
+    """Assistant message ``m`` (at flat position ``i``) without its unanswered calls, each named in a note."""
+    kept = [tc for tc in m["tool_calls"] if (i, tc["id"]) in answered]
+    if len(kept) == len(m["tool_calls"]):
+        return m
+    fixed = {k: v for k, v in m.items() if k != "tool_calls"}
+    if kept:
+        fixed["tool_calls"] = kept
+    dropped = [tc for tc in m["tool_calls"] if (i, tc["id"]) not in answered]
+    note = "; ".join(f"called {tc['function']['name']}({tc['function']['arguments']})" for tc in dropped)
+    fixed["content"] = ((m.get("content") or "") + f"\n[{note}; result not in context]").strip()
+    return fixed
+
+
+def _result_as_user_message(m: dict, name: str) -> dict:
+    label = f"tool {name}" if name else "tool"
+    return {"role": "user", "content": f"[result of {label} (call {m['tool_call_id']})]\n{m['content']}"}
+
+
+class _IncrementalRepair:
+    """``_repair`` of a growing flat list, at the cost of what was appended.
+
+    The repaired list maps the flat provider messages one to one. Appending can only
+    change the repaired form of the new messages and of the earlier assistant messages
+    whose calls the new results answer (a result pairs with the most recent earlier
+    call of its id still unanswered, so whether a result is an orphan is settled when
+    it arrives). A message patched in place (same pairing) is re-rendered where it is.
+    """
+
+    __slots__ = ("out", "open_calls", "answered", "matched")
+
+    def __init__(self) -> None:
+        self.out: list[dict] = []
+        self.open_calls: dict[str, list[int]] = {}
+        self.answered: set[tuple[int, str]] = set()
+        self.matched: set[int] = set()
+
+    def extend(self, flat: list[dict], name_at: Callable[[int], str]) -> None:
+        out, open_calls, answered = self.out, self.open_calls, self.answered
+        touched: list[int] = []
+        for i in range(len(out), len(flat)):
+            m = flat[i]
+            role = m["role"]
+            if role == "assistant" and "tool_calls" in m:
+                for tc in m["tool_calls"]:
+                    open_calls.setdefault(tc["id"], []).append(i)
+                touched.append(i)
+                out.append(m)
+            elif role == "tool":
+                stack = open_calls.get(m["tool_call_id"])
+                if stack:
+                    j = stack.pop()
+                    answered.add((j, m["tool_call_id"]))
+                    self.matched.add(i)
+                    touched.append(j)
+                    out.append(m)
+                else:
+                    out.append(_result_as_user_message(m, name_at(i)))
+            else:
+                out.append(m)
+        for j in touched:
+            out[j] = _keep_answered_calls(flat[j], j, answered)
+
+    def rerender(self, flat: list[dict], i: int, name_at: Callable[[int], str]) -> None:
+        if i >= len(self.out):
+            return
+        m = flat[i]
+        if m["role"] == "assistant" and "tool_calls" in m:
+            self.out[i] = _keep_answered_calls(m, i, self.answered)
+        elif m["role"] == "tool" and i not in self.matched:
+            self.out[i] = _result_as_user_message(m, name_at(i))
+        else:
+            self.out[i] = m
