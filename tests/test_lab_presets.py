@@ -154,6 +154,10 @@ def test_claude_code_trigger_follows_the_client_version():
     engine = build_engine("claude-code", context_window=200_000, model=OPUS, client_version="2.0.76")
     assert engine.auto_compact_pct * (200_000 - 32_000) == pytest.approx(155_000)
     assert engine.recommend_pct < engine.auto_compact_pct < engine.emergency_pct
+    # a small what-if window caps the reserve as opctx's budget does (25%): 13K before 24K of input
+    small = build_engine("claude-code", context_window=32_000, model=OPUS)
+    assert small.auto_compact_pct == pytest.approx(1 - 13_000 / 24_000)
+    assert resolve_trigger("claude-code", context_window=32_000, model=OPUS, client_version="2.0.76").auto_tokens == 11_000
 
 
 def test_claude_code_settings_are_parameters():

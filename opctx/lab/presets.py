@@ -87,6 +87,11 @@ ranges, each row with its source):
   13,000``, 167,000 at 200K ("Autocompact buffer: 33k").
 * Codex: ``model_auto_compact_token_limit``, else 90% of the model's window.
 
+The model's max output is opctx's table value, at most Claude Code's default 32,000 (so a model
+with a smaller max output, claude-3-5-sonnet's 8,192, reserves that); a what-if window smaller
+than the model's own caps the reserve as opctx's budget does (25% of the window), so that small
+windows keep room to work in.
+
 Versions the table does not cover (older Claude Code, unparsable strings) use the
 default rule (the 2.1.21 one for Claude Code) and say so once per process and
 version (``logging`` warning); no version at all (a plain message list) uses the
@@ -547,11 +552,15 @@ def resolve_trigger(
     foreign = sorted(set(given) & {"auto_compact_token_limit", "trigger_window_fraction"})
     if foreign:
         raise ValueError(f"{foreign} are Codex settings; the claude-code preset takes trigger_before_window and Claude Code's own settings")
+    from opctx.context.tokens import real_context_window
+
     if autocompact_pct_override is not None and autocompact_pct_override > 100:
         raise ValueError(f"autocompact_pct_override is a percentage (1-100), got {autocompact_pct_override!r}")
     max_output = int(max_output_tokens) if max_output_tokens is not None else _claude_code_max_output(model)
     reserve = max_output if rule.reserve_cap is None else min(max_output, rule.reserve_cap)
-    # a tiny what-if window keeps half of itself for input (as opctx's budget does)
+    if window < real_context_window(model or None):
+        # a what-if window smaller than the model's: cap the reserve as opctx's budget does (25%)
+        reserve = BudgetAllocator(output_reserve=reserve).reserve_for(window, model)
     reserve = min(reserve, window // 2)
     compact_window = min(window, int(auto_compact_window)) if auto_compact_window is not None else window
     effective = compact_window - reserve
