@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from opctx.context.engine import DefaultContextEngine
 from opctx.dag.session_db import DagSessionDB
-from opctx.lab.history import SessionSpec, as_history, load_history
+from opctx.lab.history import (
+    RecordedCompaction,
+    RecordedHistory,
+    SessionSpec,
+    as_history,
+    load_history,
+)
 from opctx.lab.replay import replay
 from opctx.lab.scenarios import build_scenario_sessions, generate_session
 
@@ -73,3 +81,76 @@ def test_missing_database_and_session_are_clear_errors(db_path, tmp_path):
     junk.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(ValueError, match="not an opctx database"):
         load_history(junk, "x")
+
+
+# -- the recording's client, its version, and segments after a compaction --------------------------
+
+
+def _claude_code_jsonl(path):
+    """A small Claude Code session: a tool call, an automatic compaction, then a client upgrade."""
+    sid = "11111111-2222-3333-4444-555555555555"
+    base = {"sessionId": sid, "cwd": "/w", "version": "2.0.74", "userType": "external", "isSidechain": False}
+    model = "claude-opus-4-5-20251101"
+    lines = []
+
+    def add(uuid, parent, kind, second, **kw):
+        lines.append({**base, "type": kind, "uuid": uuid, "parentUuid": parent,
+                      "timestamp": f"2026-01-01T00:00:{second:02d}Z", **kw})
+
+    add("u1", None, "user", 1, message={"role": "user", "content": "fix the bug"})
+    add("a1", "u1", "assistant", 2, message={
+        "role": "assistant", "id": "m1", "model": model,
+        "content": [{"type": "tool_use", "id": "t1", "name": "Read", "input": {"file_path": "x.py"}}],
+        "usage": {"input_tokens": 10, "cache_read_input_tokens": 150_000, "output_tokens": 900}})
+    add("r1", "a1", "user", 3, message={"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t1", "content": "print(1)"}]})
+    add("b1", "r1", "system", 4, subtype="compact_boundary", content="Conversation compacted",
+        compactMetadata={"trigger": "auto", "preTokens": 150_910}, logicalParentUuid="r1")
+    add("s1", "b1", "user", 5, isCompactSummary=True, version="2.0.76",
+        message={"role": "user", "content": "This session is being continued from a previous conversation."})
+    add("a2", "s1", "assistant", 6, version="2.0.76", message={
+        "role": "assistant", "id": "m2", "model": model, "content": [{"type": "text", "text": "done"}],
+        "usage": {"input_tokens": 20_000, "output_tokens": 5}})
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    return sid
+
+
+def test_client_and_version_come_from_the_import(tmp_path, db_path):
+    from opctx.importers import import_paths, parse_path
+
+    path = tmp_path / "session.jsonl"
+    sid = _claude_code_jsonl(path)
+    [imported] = parse_path(path)
+    import_paths([path], db_path)
+    for hist in (as_history(imported), load_history(db_path, imported.session_id)):
+        assert hist.client == "claude-code" and hist.client_version == "2.0.74"
+        # the line that names another version wins from there on (an upgrade mid-session)
+        assert hist.version_at(1) == "2.0.74" and hist.version_at(len(hist.messages)) == "2.0.76"
+        assert hist.source_session_ids == [sid]
+        [comp] = hist.compactions
+        assert comp.trigger == "auto" and comp.pre_tokens == 150_910 and comp.pre_tokens_source == "client"
+        assert comp.source_ids == ["b1", "s1"] and comp.summary_message["role"] == "user"
+    assert RecordedHistory.from_messages([{"role": "user", "content": "x"}]).client_version is None
+
+
+def test_resume_after_is_what_the_agent_continued_with():
+    messages = [{"id": f"m{i}", "role": "user" if i % 2 == 0 else "assistant", "content": f"message {i}"}
+                for i in range(12)]
+    comps = [
+        RecordedCompaction(stream_index=4, node_id="s0", summary_text="first summary", trigger="auto",
+                           protected_ids=["m0"], summary_message={"id": "s0", "role": "user", "content": "first summary"}),
+        RecordedCompaction(stream_index=9, node_id="s1", summary_text="second summary", trigger="manual"),
+    ]
+    hist = RecordedHistory(messages=messages, compactions=comps, model="m", format="claude_code")
+    seg = hist.resume_after(0)
+    # protected head, the summary, then the stream from the compaction point on
+    assert [m["id"] for m in seg.messages] == ["m0", "s0"] + [f"m{i}" for i in range(4, 12)]
+    assert seg.prefix_len == 2 and seg.stream_start == 4
+    assert [seg.original_index(j) for j in range(len(seg.messages))] == [None, None, *range(4, 12)]
+    # the later compaction keeps its place in the segment
+    [later] = seg.compactions
+    assert seg.messages[later.stream_index]["id"] == "m9" and later.trigger == "manual"
+    # a segment of a segment maps to the whole session too
+    seg2 = seg.resume_after(0)
+    assert seg2.messages[0]["content"] == "second summary" and seg2.messages[0]["role"] == "user"
+    assert [seg2.original_index(j) for j in range(len(seg2.messages))] == [None, *range(9, 12)]

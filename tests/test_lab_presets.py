@@ -1,17 +1,24 @@
-"""Presets: documented sources, registry entries, thresholds per window, observation masking."""
+"""Presets: documented sources, registry entries, thresholds per window and client version, masking."""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from opctx.context.engine import CONTEXT_ENGINE_REGISTRY, DefaultContextEngine, get_engine
+from opctx.lab import presets as presets_module
 from opctx.lab.presets import (
     ENGINE_SOURCES,
     MASK_PLACEHOLDER,
     PRESETS,
+    TRIGGER_RULES,
     ObservationMasker,
     build_engine,
+    parse_version,
     preset_names,
+    resolve_trigger,
+    rule_for,
     thresholds_for,
 )
 from opctx.lab.replay import replay
@@ -126,3 +133,105 @@ def test_masking_and_none_never_compact():
     masked = replay(msgs, "observation-masking", context_window=20_000)
     assert (masked.steps_df["tokens"] <= masked.steps_df["tokens_none"]).all()
     assert masked.steps_df["redacted"].max() > 0
+
+
+# -- client versions ------------------------------------------------------------------------------
+
+OPUS = "claude-opus-4-5-20251101"
+
+
+def test_claude_code_trigger_follows_the_client_version():
+    at = {v: resolve_trigger("claude-code", context_window=200_000, model=OPUS, client_version=v) for v in
+          ("2.0.0", "2.0.74", "2.0.76", "2.1.20", "2.1.21", "2.1.173")}
+    # 2.0.x: the whole max output (32,000) is reserved: 'Autocompact buffer: 45.0k tokens'
+    assert {v: r.auto_tokens for v, r in at.items()} == {
+        "2.0.0": 155_000, "2.0.74": 155_000, "2.0.76": 155_000, "2.1.20": 155_000,
+        "2.1.21": 167_000, "2.1.173": 167_000}
+    assert at["2.0.76"].output_reserve == 32_000 and at["2.1.21"].output_reserve == 20_000
+    assert all(r.known for r in at.values())
+    assert at["2.0.76"].rule is not at["2.1.21"].rule
+    # the engine built for a version compacts at that many tokens of its input budget
+    engine = build_engine("claude-code", context_window=200_000, model=OPUS, client_version="2.0.76")
+    assert engine.auto_compact_pct * (200_000 - 32_000) == pytest.approx(155_000)
+    assert engine.recommend_pct < engine.auto_compact_pct < engine.emergency_pct
+    # a small what-if window caps the reserve as opctx's budget does (25%): 13K before 24K of input
+    small = build_engine("claude-code", context_window=32_000, model=OPUS)
+    assert small.auto_compact_pct == pytest.approx(1 - 13_000 / 24_000)
+    assert resolve_trigger("claude-code", context_window=32_000, model=OPUS, client_version="2.0.76").auto_tokens == 11_000
+
+
+def test_claude_code_settings_are_parameters():
+    def auto(version, **kw):
+        return resolve_trigger("claude-code", context_window=200_000, model=OPUS, client_version=version, **kw).auto_tokens
+
+    # CLAUDE_CODE_MAX_OUTPUT_TOKENS=64000: 77.0k buffer before 2.1.21 (#17660), capped at 20K after
+    assert auto("2.0.76", max_output_tokens=64_000) == 123_000
+    assert auto("2.1.30", max_output_tokens=64_000) == 167_000
+    assert auto("2.1.30", max_output_tokens=8_000) == 200_000 - 8_000 - 13_000
+    # CLAUDE_CODE_AUTO_COMPACT_WINDOW: the window the trigger is computed from, never above the real one
+    assert auto("2.1.30", auto_compact_window=150_000) == 150_000 - 20_000 - 13_000
+    assert auto("2.1.30", auto_compact_window=900_000) == 167_000
+    # CLAUDE_AUTOCOMPACT_PCT_OVERRIDE: a share of the effective window that can only lower the trigger
+    assert auto("2.1.30", autocompact_pct_override=50) == 90_000
+    assert auto("2.1.30", autocompact_pct_override=95) == 167_000
+    # a calibrated figure: tokens before the window
+    assert auto("2.0.76", trigger_before_window=40_000) == 160_000
+    res = resolve_trigger("claude-code", context_window=200_000, client_version="2.0.76", max_output_tokens=64_000)
+    assert res.overridden_by == ("max_output_tokens",) and "max_output_tokens" in res.source
+    for bad in ({"max_output_tokens": 0}, {"autocompact_pct_override": 150}, {"auto_compact_token_limit": 9}):
+        with pytest.raises(ValueError):
+            resolve_trigger("claude-code", context_window=200_000, **bad)
+
+
+def test_codex_limit_is_ninety_percent_of_the_model_window():
+    # a rollout reports 95% of gpt-5.2-codex's 272,000 as its window; Codex's limit is 90% of 272,000
+    res = resolve_trigger("codex", context_window=258_400, model="gpt-5.2-codex", client_version="0.77.0")
+    assert res.auto_tokens == 244_800 and res.known
+    assert resolve_trigger("codex", context_window=258_400, model="gpt-5.2-codex",
+                           auto_compact_token_limit=200_000).auto_tokens == 200_000
+    assert resolve_trigger("codex", context_window=258_400, model="gpt-5.2-codex",
+                           trigger_window_fraction=0.75).auto_tokens == 204_000
+    # a what-if window keeps 90% of itself
+    assert resolve_trigger("codex", context_window=100_000, model="gpt-5.2-codex").auto_tokens == 90_000
+    engine = build_engine("codex", context_window=258_400, model="gpt-5.2-codex", client_version="0.77.0")
+    assert engine.auto_compact_pct * (258_400 - 1_024) == pytest.approx(244_800)
+    with pytest.raises(ValueError, match="Claude Code settings"):
+        build_engine("codex", context_window=258_400, max_output_tokens=64_000)
+
+
+def test_client_parameters_belong_to_client_presets():
+    # client_version is accepted (and ignored) by every preset: one call can replay a recording under several
+    build_engine("hermes", context_window=100_000, client_version="2.0.76")
+    with pytest.raises(ValueError, match="client presets"):
+        build_engine("hermes", context_window=100_000, max_output_tokens=64_000)
+
+
+def test_unknown_versions_use_the_default_rule_and_say_so_once(caplog, monkeypatch):
+    monkeypatch.setattr(presets_module, "_WARNED_VERSIONS", set())
+    with caplog.at_level("WARNING", logger="opctx.lab.presets"):
+        for _ in range(3):
+            res = resolve_trigger("claude-code", context_window=200_000, model=OPUS, client_version="1.0.70")
+        resolve_trigger("claude-code", context_window=200_000, model=OPUS, client_version="not a version")
+        silent = resolve_trigger("claude-code", context_window=200_000, model=OPUS, client_version=None)
+    assert not res.known and res.auto_tokens == 167_000 and res.rule is presets_module.DEFAULT_TRIGGER_RULES["claude-code"]
+    assert silent.auto_tokens == 167_000 and not silent.known
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 2 and "'1.0.70'" in warned[0] and "'not a version'" in warned[1]
+
+
+def test_every_trigger_rule_has_a_source():
+    for rule in TRIGGER_RULES:
+        assert rule.rule and len(rule.source) > 40, rule.label
+        # a public reference or a measurement, named
+        assert "#" in rule.source or "codex-rs" in rule.source or "changelog" in rule.source, rule.label
+
+
+@given(st.tuples(st.integers(0, 3), st.integers(0, 300), st.integers(0, 400)))
+def test_a_version_falls_in_at_most_one_row_per_client(version):
+    text = ".".join(map(str, version))
+    assert parse_version(text) == version
+    for client in ("claude-code", "codex"):
+        covering = [r for r in TRIGGER_RULES if r.client == client and r.covers(version)]
+        assert len(covering) <= 1
+        rule, known = rule_for(client, text)
+        assert known == bool(covering) and (not covering or rule is covering[0])

@@ -10,6 +10,7 @@
 ``metrics``        tokens, savings, cost, prefix cache, tool pairs, reference loss
 ``prices``         assumed list prices per model family, cache multipliers
 ``fidelity``       recorded compactions vs where the presets compact
+``calibrate``      fit a client preset's trigger to recorded compactions
 ``sweep``          many sessions x many configurations, any executor
 ``scenarios``      seeded synthetic coding sessions with planted identifiers
 =================  ==========================================================
@@ -18,7 +19,8 @@ Names resolve lazily (``replay`` imports the engine, ``frames`` imports
 pandas), so ``import opctx.lab`` is cheap. The two functions named like their
 modules are imported from the module: ``from opctx.lab.replay import replay``,
 ``from opctx.lab.sweep import sweep`` (a package attribute cannot be both the
-submodule and the function). See docs/lab.md.
+submodule and the function; ``opctx.lab.calibrate`` is the exception: that module
+is callable as its function). See docs/lab.md.
 """
 
 from __future__ import annotations
@@ -53,6 +55,10 @@ _EXPORTS = {
     "ModelPrice": "prices",
     "price_for": "prices",
     "fidelity_table": "fidelity",
+    "fidelity_summary": "fidelity",
+    "calibrate": "calibrate",
+    "CalibratedPreset": "calibrate",
+    "loso_fidelity_table": "calibrate",
     "expand_grid": "sweep",
     "generate_session": "scenarios",
     "write_scenarios": "scenarios",

@@ -29,6 +29,23 @@ session_id)``), from ``Call`` nodes (``from_calls``, e.g. an importer's parse
 result, no database needed) or from a plain message list (``from_messages``).
 ``SessionSpec(db_path, session_id)`` is the picklable handle that sweeps pass to
 worker processes.
+
+The client that recorded a session and its version come from the importer's
+session metadata: Claude Code lines carry ``version`` (kept once in
+``meta.claude_code``; a line whose version differs keeps it in
+``metadata.source_fields``, so ``version_at(index)`` follows an upgrade in the
+middle of a session), Codex rollouts carry ``session_meta.cli_version`` (kept in
+``meta.codex``). ``RecordedHistory.client`` is ``"claude-code"``, ``"codex"`` or
+``""``; ``client_version`` is ``None`` where the recording does not say. The
+client presets (``opctx.lab.presets``) resolve their trigger from them.
+
+``resume_after(k)`` is the recording as the real agent continued it after its
+``k``-th compaction: the protected head, the recorded summary, then the stream
+from that point on (the kept tail is already there: kept copies resolve to
+originals emitted right after the compaction point). Resynchronised fidelity
+(``opctx.lab.fidelity``) replays each such segment on its own, so one early miss
+does not decide every later compaction. ``original_index(j)`` maps a segment's
+message index back to the stream of the whole session.
 """
 
 from __future__ import annotations
@@ -45,6 +62,7 @@ from opctx.dag.messages import call_to_message
 from opctx.dag.nodes import Call
 
 __all__ = [
+    "CLIENT_OF_FORMAT",
     "SessionSpec",
     "RecordedCompaction",
     "RecordedHistory",
@@ -54,6 +72,10 @@ __all__ = [
     "provider_prompt_tokens",
     "open_readonly",
 ]
+
+
+# importer format -> the client preset family that models it
+CLIENT_OF_FORMAT = {"claude_code": "claude-code", "claude_code_hook": "claude-code", "codex": "codex"}
 
 
 @dataclass(frozen=True)
@@ -86,6 +108,16 @@ class RecordedCompaction:
     protected: int = 0
     created_at: float | None = None
     recorded: bool = True
+    # ids of the stream messages the compaction kept verbatim (copies resolved to originals)
+    kept_ids: list[str] = field(default_factory=list)
+    protected_ids: list[str] = field(default_factory=list)
+    # the recording's own ids of the compaction (Claude Code boundary / summary line uuids)
+    source_ids: list[str] = field(default_factory=list)
+    # where pre_tokens comes from: "client" (the client's own figure, Claude Code
+    # preTokens) or "provider" (the importer's total of the last usage report, Codex)
+    pre_tokens_source: str | None = None
+    # the summary node as the user message the agent saw after the compaction
+    summary_message: dict | None = None
 
 
 @dataclass
@@ -101,6 +133,12 @@ class RecordedHistory:
     title: str = ""
     # the window the recording's agent reported (Codex ``model_context_window``), if any
     context_window: int | None = None
+    # the importer's session metadata (``meta.claude_code``, ``meta.codex``, source ids ...)
+    meta: dict = field(default_factory=dict)
+    # a segment made by ``resume_after``: the stream index of its first recorded message and
+    # how many messages (protected head + summary) precede it
+    stream_start: int = 0
+    prefix_len: int = 0
 
     def __post_init__(self) -> None:
         if self.context_window is None:
@@ -144,21 +182,105 @@ class RecordedHistory:
         session_id: str = "",
         fmt: str = "",
         title: str = "",
+        meta: dict | None = None,
     ) -> RecordedHistory:
         """A history from ``Call`` nodes and the head of the active branch (default: the last node)."""
+        meta = dict(meta or {})
         by_id = {c.id: c for c in calls}
         if not by_id:
-            return cls(messages=[], model=model, session_id=session_id, format=fmt, title=title)
+            return cls(messages=[], model=model, session_id=session_id, format=fmt, title=title, meta=meta)
         if head is None:
             head = max(by_id.values(), key=lambda c: c.seq).id
         messages, compactions = recorded_stream(by_id, head)
         if not model:
             model = _majority_model(messages)
-        return cls(messages, compactions, model=model, format=fmt, session_id=session_id, title=title)
+        return cls(messages, compactions, model=model, format=fmt, session_id=session_id, title=title, meta=meta)
 
     @property
     def n_requests(self) -> int:
         return sum(1 for m in self.messages if m.get("role") == "assistant")
+
+    @property
+    def client(self) -> str:
+        """The agent that recorded the session: ``"claude-code"``, ``"codex"`` or ``""``."""
+        return CLIENT_OF_FORMAT.get(self.format, "")
+
+    @property
+    def client_version(self) -> str | None:
+        """The client version the recording names (session level), ``None`` if it names none."""
+        for key, field_name in (("claude_code", "version"), ("codex", "cli_version")):
+            block = self.meta.get(key)
+            value = block.get(field_name) if isinstance(block, dict) else None
+            if isinstance(value, str) and value.strip():
+                return value.strip()
+        return None
+
+    def version_at(self, index: int) -> str | None:
+        """The client version in force at stream ``index`` (a line that names another one wins)."""
+        for j in range(min(index, len(self.messages) - 1), -1, -1):
+            fields_ = self.messages[j].get("source_fields")
+            value = fields_.get("version") if isinstance(fields_, dict) else None
+            if isinstance(value, str) and value.strip():
+                return value.strip()
+        return self.client_version
+
+    @property
+    def source_session_ids(self) -> list[str]:
+        """The recording's own session ids (a session saved in two files shares them)."""
+        ids = self.meta.get("source_session_ids")
+        out = [str(i) for i in ids if i] if isinstance(ids, list) else []
+        for key, field_name in (("claude_code", "sessionId"), ("codex", "id")):
+            block = self.meta.get(key)
+            value = block.get(field_name) if isinstance(block, dict) else None
+            if value and str(value) not in out:
+                out.append(str(value))
+        return out
+
+    def original_index(self, index: int) -> int | None:
+        """The stream index of the whole session that message ``index`` of this history is.
+
+        ``None`` for the protected head and summary a ``resume_after`` segment starts with.
+        """
+        if index < self.prefix_len:
+            return None
+        return self.stream_start + index - self.prefix_len
+
+    def resume_after(self, k: int) -> RecordedHistory:
+        """The recording as the agent continued it after recorded compaction ``k``.
+
+        Messages: the compaction's protected head, its summary (a user message, as
+        the clients send it), then the stream from the compaction point on. Later
+        recorded compactions keep their places (shifted), so a replay with
+        ``feed_usage=True`` stops feeding recorded counts where the recording
+        compacted again. ``original_index`` maps the segment back.
+        """
+        comp = self.compactions[k]
+        start = comp.stream_index
+        by_id = {m.get("id"): m for m in self.messages[:start]}
+        head = [by_id[i] for i in comp.protected_ids if i in by_id]
+        summary = dict(comp.summary_message) if comp.summary_message else {
+            "id": comp.node_id, "role": "user", "content": comp.summary_text,
+        }
+        prefix = [*head, summary]
+        shift = len(prefix) - start
+        later = [
+            RecordedCompaction(**{**c.__dict__, "stream_index": c.stream_index + shift})
+            for c in self.compactions[k + 1:]
+        ]
+        segment = RecordedHistory(
+            messages=prefix + self.messages[start:],
+            compactions=later,
+            model=self.model,
+            format=self.format,
+            session_id=self.session_id,
+            source=self.source,
+            title=self.title,
+            context_window=self.context_window,
+            meta=self.meta,
+            stream_start=self.original_index(start) or 0,
+            prefix_len=len(prefix),
+        )
+        return segment
 
     def provider_usage(self, index: int) -> dict | None:
         usage = self.messages[index].get("usage")
@@ -209,6 +331,10 @@ def recorded_stream(nodes: dict[str, Call], head: str) -> tuple[list[dict], list
             hops += 1
         return call
 
+    def original_id(node_id: str) -> str:
+        node = nodes.get(node_id)
+        return original(node).id if node is not None else node_id
+
     def emit(call: Call) -> None:
         call = original(call)
         if call.id in emitted:
@@ -223,6 +349,7 @@ def recorded_stream(nodes: dict[str, Call], head: str) -> tuple[list[dict], list
                 if folded is not None:
                     emit(folded)
             emitted.add(call.id)
+            source_ids = call.metadata.get("source_ids")
             compactions.append(
                 RecordedCompaction(
                     stream_index=len(out),
@@ -236,6 +363,13 @@ def recorded_stream(nodes: dict[str, Call], head: str) -> tuple[list[dict], list
                     protected=len(comp.get("protected_ids") or ()),
                     created_at=call.created_at,
                     recorded=bool(comp.get("recorded", False)),
+                    kept_ids=[original_id(i) for i in comp.get("kept_ids") or ()],
+                    protected_ids=[original_id(i) for i in comp.get("protected_ids") or ()],
+                    source_ids=[str(i) for i in source_ids if i] if isinstance(source_ids, list) else [],
+                    pre_tokens_source=None if comp.get("pre_tokens") is None
+                    else "provider" if comp.get("pre_tokens_usage") is not None else "client",
+                    # the clients send their summary as a user message
+                    summary_message={**call_to_message(call), "role": "user"},
                 )
             )
             return
@@ -258,11 +392,11 @@ def load_history(db_path: str | os.PathLike, session_id: str) -> RecordedHistory
     conn = open_readonly(db_path)
     try:
         row = conn.execute(
-            "SELECT id, title, model, source, last_node_id FROM sessions WHERE id = ?", (session_id,)
+            "SELECT id, title, model, source, last_node_id, extra_json FROM sessions WHERE id = ?", (session_id,)
         ).fetchone()
         if row is None:
             raise KeyError(f"{db_path}: no session {session_id!r}")
-        _, title, model, source, head = row
+        _, title, model, source, head, extra_json = row
         rows = conn.execute(
             "SELECT id, type, predecessor, caller, created_at, seq, data_json FROM nodes "
             "WHERE session_id = ? ORDER BY seq",
@@ -281,8 +415,13 @@ def load_history(db_path: str | os.PathLike, session_id: str) -> RecordedHistory
     fmt = source[len("import:"):] if source and source.startswith("import:") else (source or "")
     if head is None and nodes:
         head = max(nodes.values(), key=lambda c: c.seq).id
+    try:
+        meta = json.loads(extra_json or "{}")
+    except ValueError:
+        meta = {}
     hist = RecordedHistory.from_calls(
-        nodes.values(), head, model="", session_id=session_id, fmt=fmt, title=title or ""
+        nodes.values(), head, model="", session_id=session_id, fmt=fmt, title=title or "",
+        meta=meta if isinstance(meta, dict) else {},
     )
     hist.model = model or hist.model
     hist.source = str(db_path)
@@ -308,7 +447,7 @@ def as_history(obj: Any) -> RecordedHistory:
         return RecordedHistory.from_calls(
             obj.calls, obj.head, model=getattr(obj, "model", "") or "",
             session_id=getattr(obj, "session_id", "") or "", fmt=getattr(obj, "format", "") or "",
-            title=getattr(obj, "title", "") or "",
+            title=getattr(obj, "title", "") or "", meta=getattr(obj, "meta", None),
         )
     raise TypeError(
         f"cannot replay a {type(obj).__name__}: pass a message list, a SessionSpec, "

@@ -26,9 +26,11 @@ a percentage for the replay's window (``thresholds_for``).
     20; aging with its spec defaults (4 turns, 60 s, 800 tokens, first 2 kept);
     output reserve ``min(model max output or 16,384, 25% of window)``.
 ``claude-code``
-    Claude Code-like: effective window = window - min(max output, 20,000);
-    auto-compact when 13,000 tokens are left of it (~92-93% of a 200K window,
-    the figure SPEC-NOTES gives), warn at 20,000 left, block at 3,000 left;
+    Claude Code-like, its trigger resolved per client version (see "Client
+    versions" below). Default (no version, or 2.1.21 and later): effective
+    window = window - min(max output, 20,000); auto-compact when 13,000 tokens
+    are left of it (167,000 at 200K: ~92-93% of the input budget, the figure
+    SPEC-NOTES gives), warn at 20,000 left, block at 3,000 left;
     the whole conversation is summarised (tail ~0: keep tokens 0, keep
     messages 0, protect_first_n 0, protect_last_n 0; the cut still keeps the
     latest user request, an opctx invariant); tool-result aging kept (the spec's
@@ -47,10 +49,13 @@ a percentage for the replay's window (``thresholds_for``).
     later - a property of the strategy that the replay reports (one warning,
     ``compactions_failed`` / ``auto_compaction_disabled`` in the metrics).
 ``codex``
-    Codex CLI-like (SPEC-NOTES): auto-compact at 90% of the context window,
+    Codex CLI-like (SPEC-NOTES): auto-compact at ``model_auto_compact_token_limit``,
+    by default 90% of the model's context window (the 272,000-token window of
+    the gpt-5 family gives 244,800; Codex reports 95% of it, 258,400, as
+    ``model_context_window``, which is the window a replay of a rollout runs at),
     keep recent user messages up to 20,000 tokens. Codex budgets against the
     whole window, so the output reserve is opctx's minimum (1,024) and the
-    threshold becomes ``0.9 * window / input_budget``; emergency at the full
+    threshold becomes ``limit / input_budget``; emergency at the full
     window (assumed: Codex has no structural tier). Approximation: Codex keeps
     only *user* messages (up to 20K tokens) around its summary; opctx's layout
     keeps a contiguous tail, here of 20,000 tokens with no message minimum and no
@@ -65,13 +70,50 @@ a percentage for the replay's window (``thresholds_for``).
     No aging, no compaction: the recorded history as it is (thresholds
     infinite). The baseline of every "tokens saved".
 
+Client versions
+---------------
+The client presets resolve their trigger from the client version and model of
+the recording (``resolve_trigger``; ``TRIGGER_RULES`` is the table of version
+ranges, each row with its source):
+
+* Claude Code 2.0.0-2.1.20: the output reserve was the model's whole max output
+  (Claude Code's default 32,000), so ``window - 32,000 - 13,000``: 155,000 at
+  200K ("Autocompact buffer: 45.0k tokens" in ``/context``; 77.0k with
+  ``CLAUDE_CODE_MAX_OUTPUT_TOKENS=64000``). Measured on the corpus: the six
+  2.0.74-2.0.76 automatic compactions of the default configuration are all
+  consistent with 155,000 and with nothing else outside (154,906, 155,199].
+* Claude Code 2.1.21 and later ("Fixed auto-compact triggering too early on
+  models with large output token limits"): ``window - min(max output, 20,000) -
+  13,000``, 167,000 at 200K ("Autocompact buffer: 33k").
+* Codex: ``model_auto_compact_token_limit``, else 90% of the model's window.
+
+The model's max output is opctx's table value, at most Claude Code's default 32,000 (so a model
+with a smaller max output, claude-3-5-sonnet's 8,192, reserves that); a what-if window smaller
+than the model's own caps the reserve as opctx's budget does (25% of the window), so that small
+windows keep room to work in.
+
+Versions the table does not cover (older Claude Code, unparsable strings) use the
+default rule (the 2.1.21 one for Claude Code) and say so once per process and
+version (``logging`` warning); no version at all (a plain message list) uses the
+default silently. The client's own settings are parameters:
+``max_output_tokens`` (``CLAUDE_CODE_MAX_OUTPUT_TOKENS``),
+``auto_compact_window`` (``CLAUDE_CODE_AUTO_COMPACT_WINDOW``: the window the
+trigger is computed from, at most the real one), ``autocompact_pct_override``
+(``CLAUDE_AUTOCOMPACT_PCT_OVERRIDE``: a percentage of the effective window that
+can only lower the trigger), ``auto_compact_token_limit`` (Codex's
+``model_auto_compact_token_limit``); and calibrated figures
+(``opctx.lab.calibrate``): ``trigger_before_window`` (tokens before the window)
+and ``trigger_window_fraction`` (a fraction of the window). ``client_version``
+names the version; replays of other presets accept and ignore it.
+
 Parameters a replay may override (``replay(..., **params)``): the engine's
 ``recommend_pct``, ``auto_compact_pct`` (alias ``trigger_pct``),
 ``emergency_pct``, ``tail_budget_share``, ``min_saving``; every
 ``SummarizerConfig`` field (``keep_ratio``, ``protect_first_n`` ...); the
 aging switches ``aging`` (bool) and ``aging_<field>`` for ``TurnAger`` fields;
 ``output_reserve`` and ``reserve_policy`` of the budget; ``keep_last`` (M) of
-observation masking. An unknown parameter is a ``ValueError`` naming it.
+observation masking; the client parameters above. An unknown parameter is a
+``ValueError`` naming it.
 """
 
 from __future__ import annotations
@@ -79,6 +121,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -112,6 +155,12 @@ __all__ = [
     "instantiate",
     "MASK_PLACEHOLDER",
     "ENGINE_SOURCES",
+    "TriggerRule",
+    "TriggerResolution",
+    "TRIGGER_RULES",
+    "CLIENT_PARAMETERS",
+    "resolve_trigger",
+    "parse_version",
 ]
 
 logger = logging.getLogger(__name__)
@@ -123,6 +172,17 @@ _CONFIG_FIELDS = {f.name for f in fields(SummarizerConfig)}
 _ENGINE_FIELDS = {"recommend_pct", "auto_compact_pct", "emergency_pct", "tail_budget_share", "min_saving", "rearm_fraction"}
 _BUDGET_FIELDS = {"output_reserve", "reserve_policy"}
 _OTHER_FIELDS = {"aging", "keep_last", "trigger_pct"}
+# the client presets' own settings (module docstring, "Client versions"); client_version is
+# accepted by every preset so that one call can replay a recording under several
+CLIENT_PARAMETERS = {
+    "client_version": "the recording's client version (a TRIGGER_RULES row)",
+    "max_output_tokens": "Claude Code's CLAUDE_CODE_MAX_OUTPUT_TOKENS",
+    "auto_compact_window": "Claude Code's CLAUDE_CODE_AUTO_COMPACT_WINDOW (tokens)",
+    "autocompact_pct_override": "Claude Code's CLAUDE_AUTOCOMPACT_PCT_OVERRIDE (percent, only lowers)",
+    "auto_compact_token_limit": "Codex's model_auto_compact_token_limit (tokens)",
+    "trigger_before_window": "a calibrated trigger: tokens before the window",
+    "trigger_window_fraction": "a calibrated trigger: a fraction of the window",
+}
 
 
 @dataclass(frozen=True)
@@ -135,6 +195,7 @@ class PresetSpec:
     sources: dict[str, str]
     kind: str = "default"  # "default" | "masking" | "none"
     token_thresholds: dict[str, int] = field(default_factory=dict)  # tokens left before the effective window
+    client: str | None = None  # the client whose trigger table applies (TRIGGER_RULES)
 
 
 PRESETS: dict[str, PresetSpec] = {
@@ -164,10 +225,11 @@ PRESETS: dict[str, PresetSpec] = {
             "aging_protect_first_n": 0,
         },
         token_thresholds={"recommend": 20_000, "auto": 13_000, "emergency": 3_000},
+        client="claude-code",
         sources={
-            "output_reserve 20000: effective window = window - min(max output, 20000)": "Claude Code 2.x behaviour as publicly reverse-engineered (assumed)",
-            "auto-compact 13000 tokens before the effective window (~92-93% of 200K)": "SPEC-NOTES (~92-93%); spec §4 trigger_pct row (Claude Code 93%); the 13000 buffer assumed",
-            "recommend 20000 / emergency 3000 tokens before (warning / blocking)": "Claude Code 2.x thresholds as publicly reverse-engineered (assumed)",
+            "output_reserve 20000: effective window = window - min(max output, 20000) (default rule; per client version: TRIGGER_RULES)": "Claude Code 2.1.21 changelog; anthropics/claude-code#31806 (deobfuscated threshold), #23409 ('Autocompact buffer: 33k')",
+            "auto-compact 13000 tokens before the effective window (~92-93% of 200K)": "SPEC-NOTES (~92-93%); spec §4 trigger_pct row (Claude Code 93%); the 13000 constant: anthropics/claude-code#12004, #31806",
+            "recommend 20000 / emergency 3000 tokens before (warning / blocking)": "Claude Code 2.x thresholds as publicly reverse-engineered (#12004: 20000 warning/error buffers; 3000 manual-compact buffer) (assumed for the blocking tier)",
             "keep_ratio 0, keep_min_tokens 0, keep_max_tokens 0, keep_min_messages 0 (summarise everything)": "classic Claude Code auto-compact summarises the whole conversation (assumed; the spec's 8K/40K/5-message tail borrows the ideas of its newer tail-keeping compaction, not modelled here)",
             "protect_first_n 0, protect_last_n 0, aging_protect_first_n 0": "spec §3 and §4 comparison tables (Claude Code: no protect-first-N, no protect-last-N)",
             "aging on, other aging numbers = the spec's": "spec §3 comparison table (Claude Code: aging, wall-clock and turn gates); numbers assumed = spec §3.1",
@@ -213,8 +275,9 @@ PRESETS: dict[str, PresetSpec] = {
             "protect_last_n": 0,
             "aging": False,
         },
+        client="codex",
         sources={
-            "auto-compact at 90% of the context window": "SPEC-NOTES (Codex-like)",
+            "auto-compact at 90% of the context window (model_auto_compact_token_limit, per model: TRIGGER_RULES)": "SPEC-NOTES (Codex-like); openai/codex codex-rs/core/src/models_manager/model_family.rs (default_auto_compact_limit = context_window * 9 / 10)",
             "keep_min_tokens = keep_max_tokens 20000, keep_ratio 0, keep_min_messages 0": "SPEC-NOTES (keep recent user messages up to 20000 tokens); approximated by a contiguous 20000-token tail",
             "protect_first_n 0, protect_last_n 0": "SPEC-NOTES (Codex keeps recent messages only); no protected head or count assumed",
             "output_reserve 1024 (budget against the whole window)": "assumed (Codex thresholds are fractions of the whole window)",
@@ -254,14 +317,290 @@ def preset_names() -> list[str]:
     return list(PRESETS)
 
 
-def thresholds_for(spec: PresetSpec, context_window: int, input_budget: int) -> dict[str, float]:
-    """Thresholds of ``spec`` for a window: token figures become fractions of the input budget."""
+# -- client versions: the trigger table ---------------------------------------------------------
+
+# Claude Code constants (tokens), each with its source in TRIGGER_RULES / the claude-code preset
+CLAUDE_CODE_BUFFER = 13_000
+CLAUDE_CODE_DEFAULT_MAX_OUTPUT = 32_000
+CLAUDE_CODE_WARNING_BUFFER = 20_000
+CLAUDE_CODE_BLOCKING_BUFFER = 3_000
+# Codex: the context window of a model family (codex-rs model_family.rs), longest prefix wins;
+# rollouts report 95% of it (effective_context_window_percent) as model_context_window
+CODEX_MODEL_WINDOWS = {
+    "gpt-5": 272_000,
+    "codex-": 272_000,
+    "codex-mini-latest": 200_000,
+    "o3": 200_000,
+    "o4-mini": 200_000,
+    "gpt-4.1": 1_047_576,
+    "gpt-4o": 128_000,
+    "gpt-oss": 96_000,
+    "gpt-3.5": 16_385,
+}
+CODEX_EFFECTIVE_WINDOW_PERCENT = 95
+
+_VERSION = re.compile(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def parse_version(version: Any) -> tuple[int, int, int] | None:
+    """``"2.0.76"`` -> ``(2, 0, 76)``; anything without a leading ``N.N`` -> ``None``."""
+    if not isinstance(version, str):
+        return None
+    m = _VERSION.match(version)
+    if m is None:
+        return None
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+@dataclass(frozen=True)
+class TriggerRule:
+    """One row of a client's trigger table: the versions it covers, the rule, its source.
+
+    Claude Code rows: trigger = window - reserve - ``buffer`` with reserve = the
+    model's max output (``reserve_cap`` None) or ``min(max output, reserve_cap)``.
+    Codex rows: trigger = ``window_fraction`` x the model's context window.
+    """
+
+    client: str
+    first: str | None  # first version covered (inclusive); None: every earlier one
+    last: str | None  # last version covered (inclusive); None: every later one
+    rule: str
+    source: str
+    reserve_cap: int | None = None
+    buffer: int = 0
+    window_fraction: float = 0.0
+
+    @property
+    def label(self) -> str:
+        if self.first is None and self.last is None:
+            return f"{self.client} (all versions)"
+        if self.last is None:
+            return f"{self.client} >={self.first}"
+        return f"{self.client} {self.first or '0'}-{self.last}"
+
+    def covers(self, version: tuple[int, int, int] | None) -> bool:
+        if version is None:
+            return False
+        first = parse_version(self.first) if self.first else None
+        last = parse_version(self.last) if self.last else None
+        return (first is None or version >= first) and (last is None or version <= last)
+
+
+TRIGGER_RULES: tuple[TriggerRule, ...] = (
+    TriggerRule(
+        "claude-code", "2.0.0", "2.1.20",
+        rule="window - max output (Claude Code's default 32,000) - 13,000: 155,000 at 200K",
+        source=(
+            "anthropics/claude-code#10266 and #15435 ('/context' Autocompact buffer 45k = 22.5% of 200K, 2.0.x), "
+            "#20760 ('Autocompact buffer: 45.0k tokens' on 2.1.19), #17660 and modu-ai/moai-adk#292 (77.0k with "
+            "CLAUDE_CODE_MAX_OUTPUT_TOKENS=64000: the reserve is the whole max output), #12004 (the 13000 constant); "
+            "ended by the 2.1.21 changelog ('Fixed auto-compact triggering too early on models with large output "
+            "token limits'); measured: the six default-configuration 2.0.74-2.0.76 automatic compactions of "
+            "../shared/corpus all lie in (154,906, 155,199] (calibrate, consensus)"
+        ),
+        reserve_cap=None, buffer=CLAUDE_CODE_BUFFER,
+    ),
+    TriggerRule(
+        "claude-code", "2.1.21", None,
+        rule="window - min(max output, 20,000) - 13,000: 167,000 at 200K",
+        source=(
+            "Claude Code 2.1.21 changelog; anthropics/claude-code#31806 (deobfuscated getAutoCompactThreshold: "
+            "effective window - 13000, CLAUDE_AUTOCOMPACT_PCT_OVERRIDE can only lower it), #23409 ('Autocompact "
+            "buffer: 33k' on claude-opus-4-6, 2026-02), jarrodwatts/claude-hud#184 (45k -> 33k); 2.1.173 compacts "
+            "near 167K (issue 14). Not modelled: 1M-window defaults and server-side auto windows of later versions "
+            "(pass auto_compact_window)"
+        ),
+        reserve_cap=20_000, buffer=CLAUDE_CODE_BUFFER,
+    ),
+    TriggerRule(
+        "codex", None, None,
+        rule="model_auto_compact_token_limit, else 90% of the model's context window (244,800 for gpt-5*)",
+        source=(
+            "openai/codex codex-rs/core/src/models_manager/model_family.rs (auto_compact_token_limit() = config "
+            "override or default_auto_compact_limit = context_window * 9 / 10; gpt-5.x and codex models: "
+            "CONTEXT_WINDOW_272K; effective_context_window_percent 95), codex-rs/protocol/src/openai_models.rs "
+            "('When omitted, core derives it from context_window (90%)'); config key model_auto_compact_token_limit"
+        ),
+        window_fraction=0.9,
+    ),
+)
+# what a version the table does not cover gets (documented in the module docstring)
+DEFAULT_TRIGGER_RULES = {"claude-code": TRIGGER_RULES[1], "codex": TRIGGER_RULES[2]}
+
+_WARNED_VERSIONS: set[tuple[str, str]] = set()
+_WARNED_LOCK = threading.Lock()
+
+
+def _warn_unknown_version(client: str, version: str, rule: TriggerRule) -> None:
+    """One warning per process and (client, version): a sweep warns once, not per replay."""
+    with _WARNED_LOCK:
+        if (client, version) in _WARNED_VERSIONS:
+            return
+        _WARNED_VERSIONS.add((client, version))
+    logger.warning(
+        "%s version %r is not in opctx.lab.presets.TRIGGER_RULES: using the default rule (%s: %s); "
+        "pass the client's settings (max_output_tokens, auto_compact_window, ...) or calibrate "
+        "(opctx.lab.calibrate) if its recordings compact elsewhere",
+        client, version, rule.label, rule.rule,
+    )
+
+
+def rule_for(client: str, version: str | None) -> tuple[TriggerRule, bool]:
+    """The table row for ``client`` at ``version`` and whether the table covers it."""
+    parsed = parse_version(version)
+    for rule in TRIGGER_RULES:
+        if rule.client == client and rule.covers(parsed):
+            return rule, True
+    return DEFAULT_TRIGGER_RULES[client], False
+
+
+@dataclass(frozen=True)
+class TriggerResolution:
+    """A client preset's thresholds for one recording: absolute tokens of a request."""
+
+    client: str
+    version: str | None
+    known: bool  # the version is covered by a TRIGGER_RULES row
+    rule: TriggerRule
+    context_window: int
+    output_reserve: int
+    auto_tokens: int
+    recommend_tokens: int
+    emergency_tokens: int
+    overridden_by: tuple[str, ...] = ()
+
+    @property
+    def source(self) -> str:
+        return self.rule.source if not self.overridden_by else f"parameters {', '.join(self.overridden_by)}"
+
+
+def _codex_window(model: str | None, context_window: int) -> int:
+    """The window Codex computes its limit from: the model's own if the replay runs at it."""
+    name = (model or "").lower()
+    best = max((p for p in CODEX_MODEL_WINDOWS if name.startswith(p)), key=len, default=None)
+    family = CODEX_MODEL_WINDOWS.get(best) if best else None
+    # a rollout reports 95% of the model's window; a replay at it or above (opctx's model table
+    # gives the API's larger window) runs the model as Codex does; a smaller what-if window is its own
+    if family and context_window >= family * CODEX_EFFECTIVE_WINDOW_PERCENT // 100 - 1:
+        return family
+    return context_window
+
+
+def _claude_code_max_output(model: str | None) -> int:
+    from opctx.context.tokens import model_info
+
+    info = model_info(model) if model else None
+    known = info.max_output if info is not None and info.known and info.family == "anthropic" else None
+    return min(known, CLAUDE_CODE_DEFAULT_MAX_OUTPUT) if known else CLAUDE_CODE_DEFAULT_MAX_OUTPUT
+
+
+def resolve_trigger(
+    preset: str | PresetSpec,
+    *,
+    context_window: int,
+    model: str | None = None,
+    client_version: str | None = None,
+    max_output_tokens: int | None = None,
+    auto_compact_window: int | None = None,
+    autocompact_pct_override: float | None = None,
+    auto_compact_token_limit: int | None = None,
+    trigger_before_window: int | None = None,
+    trigger_window_fraction: float | None = None,
+) -> TriggerResolution:
+    """The trigger of a client preset for a recording's client version, model and window.
+
+    >>> r = resolve_trigger("claude-code", context_window=200_000, client_version="2.0.76")
+    >>> r.auto_tokens, r.rule.label
+    (155000, 'claude-code 2.0.0-2.1.20')
+    >>> resolve_trigger("claude-code", context_window=200_000, client_version="2.1.30").auto_tokens
+    167000
+    >>> resolve_trigger("codex", context_window=258_400, model="gpt-5.2-codex").auto_tokens
+    244800
+    """
+    spec = PRESETS[preset] if isinstance(preset, str) else preset
+    if spec.client is None:
+        raise ValueError(f"preset {spec.name!r} has no client trigger table")
+    window = int(context_window)
+    if window <= 0:
+        raise ValueError(f"context_window must be positive, got {context_window!r}")
+    rule, known = rule_for(spec.client, client_version)
+    if not known and client_version is not None and sum(r.client == spec.client for r in TRIGGER_RULES) > 1:
+        _warn_unknown_version(spec.client, str(client_version), rule)
+    given = {k: v for k, v in {
+        "max_output_tokens": max_output_tokens, "auto_compact_window": auto_compact_window,
+        "autocompact_pct_override": autocompact_pct_override, "auto_compact_token_limit": auto_compact_token_limit,
+        "trigger_before_window": trigger_before_window, "trigger_window_fraction": trigger_window_fraction,
+    }.items() if v is not None}
+    for key, value in given.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ValueError(f"{key} must be a positive number, got {value!r}")
+    if spec.client == "codex":
+        foreign = sorted(set(given) & {"max_output_tokens", "auto_compact_window", "autocompact_pct_override", "trigger_before_window"})
+        if foreign:
+            raise ValueError(f"{foreign} are Claude Code settings; the codex preset takes auto_compact_token_limit / trigger_window_fraction")
+        if trigger_window_fraction is not None and trigger_window_fraction > 1:
+            raise ValueError(f"trigger_window_fraction must be at most 1, got {trigger_window_fraction!r}")
+        base = _codex_window(model, window)
+        auto = int(auto_compact_token_limit) if auto_compact_token_limit is not None else int(
+            (trigger_window_fraction if trigger_window_fraction is not None else rule.window_fraction) * base)
+        reserve = int(spec.params.get("output_reserve", 1_024))
+        return TriggerResolution(
+            spec.client, client_version, known, rule, window, reserve,
+            auto_tokens=auto, recommend_tokens=auto, emergency_tokens=max(auto, window),
+            overridden_by=tuple(sorted(given)),
+        )
+    foreign = sorted(set(given) & {"auto_compact_token_limit", "trigger_window_fraction"})
+    if foreign:
+        raise ValueError(f"{foreign} are Codex settings; the claude-code preset takes trigger_before_window and Claude Code's own settings")
+    from opctx.context.tokens import real_context_window
+
+    if autocompact_pct_override is not None and autocompact_pct_override > 100:
+        raise ValueError(f"autocompact_pct_override is a percentage (1-100), got {autocompact_pct_override!r}")
+    max_output = int(max_output_tokens) if max_output_tokens is not None else _claude_code_max_output(model)
+    reserve = max_output if rule.reserve_cap is None else min(max_output, rule.reserve_cap)
+    if window < real_context_window(model or None):
+        # a what-if window smaller than the model's: cap the reserve as opctx's budget does (25%)
+        reserve = BudgetAllocator(output_reserve=reserve).reserve_for(window, model)
+    reserve = min(reserve, window // 2)
+    compact_window = min(window, int(auto_compact_window)) if auto_compact_window is not None else window
+    effective = compact_window - reserve
+    auto = effective - rule.buffer
+    if trigger_before_window is not None:
+        auto = compact_window - int(trigger_before_window)
+    if autocompact_pct_override is not None:
+        # the override is a share of the effective window and can only lower the trigger (#31806)
+        auto = min(math.floor(effective * autocompact_pct_override / 100), auto)
+    return TriggerResolution(
+        spec.client, client_version, known, rule, window, reserve,
+        auto_tokens=int(auto),
+        recommend_tokens=int(min(auto, effective - CLAUDE_CODE_WARNING_BUFFER)),
+        emergency_tokens=int(max(auto, window - reserve - CLAUDE_CODE_BLOCKING_BUFFER)),
+        overridden_by=tuple(sorted(given)),
+    )
+
+
+def thresholds_for(
+    spec: PresetSpec, context_window: int, input_budget: int, resolution: TriggerResolution | None = None
+) -> dict[str, float]:
+    """Thresholds of ``spec`` for a window: token figures become fractions of the input budget.
+
+    Client presets use ``resolution`` (default: ``resolve_trigger`` with no version, i.e.
+    the default rule of their client).
+    """
     if spec.kind in ("masking", "none"):
         return {"recommend_pct": INF, "auto_compact_pct": INF, "emergency_pct": INF}
-    if spec.name == "codex":
-        auto = 0.9 * context_window / input_budget
-        return {"recommend_pct": auto, "auto_compact_pct": auto, "emergency_pct": max(auto, context_window / input_budget)}
+    if spec.client is not None:
+        res = resolution or resolve_trigger(spec, context_window=context_window)
+        out = {
+            "recommend_pct": max(0.05, res.recommend_tokens / input_budget),
+            "auto_compact_pct": max(0.05, res.auto_tokens / input_budget),
+            "emergency_pct": max(0.05, res.emergency_tokens / input_budget),
+        }
+        out["auto_compact_pct"] = max(out["auto_compact_pct"], out["recommend_pct"])
+        out["emergency_pct"] = max(out["emergency_pct"], out["auto_compact_pct"])
+        return out
     if spec.token_thresholds:
+
         out = {}
         names = {"recommend": "recommend_pct", "auto": "auto_compact_pct", "emergency": "emergency_pct"}
         for key, left in spec.token_thresholds.items():
@@ -438,16 +777,26 @@ def build_engine(
     spec = PRESETS.get(name)
     if spec is None:
         raise ValueError(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
-    merged = {**spec.params, **params}
-    engine_kw, config_kw, aging_kw, budget_kw, other = _split_params(merged)
-    budget = BudgetAllocator(**budget_kw)
+    client_kw = {k: params.pop(k) for k in list(params) if k in CLIENT_PARAMETERS}
+    client_version = client_kw.pop("client_version", None)
+    if client_kw and spec.client is None:
+        raise ValueError(f"{sorted(client_kw)} apply to the client presets (claude-code, codex), not {name!r}")
     window = context_window
     if window is None:
         from opctx.context.tokens import real_context_window
 
         window = real_context_window(model)
+    resolution = None
+    if spec.client is not None:
+        resolution = resolve_trigger(spec, context_window=window, model=model, client_version=client_version, **client_kw)
+    merged = {**spec.params, **params}
+    if resolution is not None and "output_reserve" not in params:
+        # the client's own reserve for this version and model (the budget the engine reports)
+        merged["output_reserve"] = resolution.output_reserve
+    engine_kw, config_kw, aging_kw, budget_kw, other = _split_params(merged)
+    budget = BudgetAllocator(**budget_kw)
     input_budget = max(1, window - budget.reserve_for(window, model))
-    thresholds = thresholds_for(spec, window, input_budget)
+    thresholds = thresholds_for(spec, window, input_budget, resolution)
     explicit = set(engine_kw)
     for key, value in thresholds.items():
         engine_kw.setdefault(key, value)
