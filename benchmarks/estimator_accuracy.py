@@ -391,6 +391,8 @@ def estimate(pair: Pair, counter: str, model: Model, variant: str) -> int:
 
 # Families whose shipped constants were fitted on this corpus: scored leave-one-session-out.
 FITTED_FAMILIES = {"claude": "anthropic"}
+# Fewer training pairs than this and a fit keeps the shipped constants.
+MIN_FIT_PAIRS = 40
 CLAUDE_CODE_FORMATS = {"claude_code", "claude_code_hook"}
 # What Claude Code sends after these tool calls beyond what its transcript holds, as a
 # multiple of the call's input (cl100k tokens). Measured (fitted with the profile, scored
@@ -449,6 +451,10 @@ def fit_model(pairs: list[Pair], base: tokens.FamilyProfile, variant: str = "usa
     counted at the bytes per token that visible reasoning runs in the same sessions
     (bytes per cl100k token over the fitted text scale: two passes).
     """
+    if len(pairs) < MIN_FIT_PAIRS:
+        # too little to fit: the shipped constants (fitted on ../shared/corpus, so an
+        # honest score anywhere else)
+        return Model(base, dict(CLIENT_ECHOES))
     bytes_per_cl100k = _visible_thinking_bytes_per_cl100k(pairs)
     scale = base.scale
     for _ in range(2):

