@@ -84,8 +84,8 @@ def test_info_says_which_encoding_each_family_uses(capsys):
     assert info["token_encodings"] == tokens.family_counters()
     assert main(["info"]) == 0
     out = capsys.readouterr().out
-    line = next(x for x in out.splitlines() if x.startswith("encodings:"))
+    line = next(x for x in out.splitlines() if x.startswith("token counter:"))
     for family, counter in info["token_encodings"].items():
-        assert family in line and counter in line
+        assert family in line and f"{counter} for" in line
     assert main(["info", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["token_encodings"] == info["token_encodings"]
