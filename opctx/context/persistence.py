@@ -47,6 +47,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from opctx.dag._text import replace_lone_surrogates
+
 from .prompts import SUMMARY_PREFIX
 
 __all__ = [
@@ -244,7 +246,7 @@ class Persister:
             ) from exc
         try:
             meta = dict(db.get_extra_meta(session_id) or {})
-            meta[LAST_SUMMARY_KEY] = summary_text
+            meta[LAST_SUMMARY_KEY] = replace_lone_surrogates(summary_text)[0]  # storable
             db.set_extra_meta(session_id, meta)
         except Exception as exc:
             raise PersistError(

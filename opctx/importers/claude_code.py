@@ -61,6 +61,7 @@ Mapping
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -76,6 +77,7 @@ from .base import (
     SessionBuilder,
     TranscriptError,
     content_text,
+    decode_json,
     iter_jsonl,
     load_json,
     parse_timestamp,
@@ -174,6 +176,7 @@ class _Converter:
         self.tool_results_dir = tool_results_dir
         self.extra_meta = dict(session_meta or {})
         self.node_of_uuid: dict[str, str] = {}
+        self.line_of_uuid: dict[str, int] = {}  # the first line of each uuid (duplicates)
         self.index: dict[str, int] = {}  # node id -> creation index (epoch test)
         self.llm_of_msgid: dict[str, Call] = {}
         self.tail_of_llm: dict[str, str] = {}
@@ -252,7 +255,10 @@ class _Converter:
             problem = _shape_problem(entry)
             if problem is None:
                 try:
+                    first_line = self._first_line_of_uuid(entry, line)
                     self._dispatch(line, entry)
+                    if first_line is not None:
+                        self._mark_duplicate(entry, line, first_line)
                     continue
                 except (KeyError, TypeError, AttributeError, ValueError) as exc:
                     problem = f"unexpected content ({type(exc).__name__}: {exc})"
@@ -269,6 +275,30 @@ class _Converter:
             self._compact_summary(None, None)
         self._attach_snapshots()
         self._link_sidechains()
+
+    def _first_line_of_uuid(self, entry: dict, line: int) -> int | None:
+        """Where this entry's ``uuid`` was first seen, if it was (else remember it here)."""
+        uid = entry.get("uuid")
+        if not isinstance(uid, str):
+            return None
+        first = self.line_of_uuid.setdefault(uid, line)
+        return None if first == line else first
+
+    def _mark_duplicate(self, entry: dict, line: int, first_line: int) -> None:
+        """A second entry with a uuid already used: both stay, as distinct nodes.
+
+        The later node gets ``metadata.duplicate_uuid`` (the uuid and the first line
+        that used it); lines naming that uuid as parent afterwards hang on the later
+        entry, as they were written after it.
+        """
+        uid = entry["uuid"]
+        where = "element" if self.in_array else "line"
+        self.b.warnings.append(
+            f"{self._where(line)}: uuid {uid} already used at {where} {first_line}; both kept as "
+            f"distinct nodes (metadata.duplicate_uuid on the later one)")
+        node = self.b.by_id.get(self.node_of_uuid.get(uid, ""))
+        if node is not None:
+            node.metadata.setdefault("duplicate_uuid", {"uuid": uid, f"first_{where}": first_line})
 
     def _dispatch(self, line: int, entry: dict) -> None:
         kind = entry.get("type")
@@ -649,6 +679,8 @@ def convert_entries(entries: list[tuple[int, dict]], path: str, *, fmt: str = FO
 
 def _shape_problem(entry: dict) -> str | None:
     """Why an entry cannot be read as its type, or None. Checked before anything is built."""
+    if entry.get("type") is not None and not isinstance(entry["type"], str):
+        return f"type is {type(entry['type']).__name__}, not a string"
     for key in ("uuid", "parentUuid", "logicalParentUuid"):
         if entry.get(key) is not None and not isinstance(entry[key], str):
             return f"{key} is {type(entry[key]).__name__}, not a string"
@@ -678,11 +710,39 @@ def subagent_files_of(session_file: str) -> list[str]:
     sub = p.with_suffix("") / "subagents"
     if sub.is_dir():
         out += sorted(str(f) for f in sub.iterdir() if _AGENT_FILE.match(f.name))
-    sid = p.stem
-    for f in sorted(p.parent.iterdir()):
-        if _AGENT_FILE.match(f.name) and f.is_file() and _first_session_id(str(f)) == sid:
-            out.append(str(f))
+    out += _flat_agents(str(p.parent))[0].get(p.stem, [])
     return out
+
+
+def _flat_agents(folder: str) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """The flat ``agent-*.jsonl`` files of a folder: ({sessionId: files}, {file: sessionId}).
+
+    Cached per folder and modification time: importing a folder of thousands of
+    sessions must not list it again for every session file.
+    """
+    try:
+        stamp = os.stat(folder).st_mtime_ns
+    except OSError:
+        return {}, {}
+    return _flat_agents_at(folder, stamp)
+
+
+@functools.lru_cache(maxsize=16)
+def _flat_agents_at(folder: str, stamp: int) -> tuple[dict[str, list[str]], dict[str, str]]:
+    by_session: dict[str, list[str]] = {}
+    by_file: dict[str, str] = {}
+    try:
+        with os.scandir(folder) as it:
+            names = sorted(e.name for e in it if _AGENT_FILE.match(e.name) and e.is_file())
+    except OSError:
+        return by_session, by_file
+    for name in names:
+        path = os.path.join(folder, name)
+        sid = _first_session_id(path)
+        if sid is not None:
+            by_session.setdefault(sid, []).append(path)
+            by_file[path] = sid
+    return by_session, by_file
 
 
 def owned_side_files(session_file: str) -> set[str]:
@@ -696,6 +756,29 @@ def owned_side_files(session_file: str) -> set[str]:
     return {os.path.normpath(f) for f in owned}
 
 
+def side_file_owner(path: str, session_files: set[str]) -> str | None:
+    """The session file among ``session_files`` whose import reads ``path``, or None.
+
+    The rule of ``owned_side_files`` turned around, so that walking a folder decides
+    each file on its own: ``<s>/subagents/agent-*.jsonl`` (and ``.meta.json``) and
+    ``<s>/tool-results/*`` belong to ``<s>.jsonl``; a flat ``agent-*.jsonl`` (and its
+    ``.meta.json``) to the session file named by its first ``sessionId``.
+    """
+    folder, name = os.path.split(path)
+    parent, kind = os.path.split(folder)
+    if kind in ("subagents", "tool-results"):
+        owner = parent + ".jsonl"
+        if owner in session_files and not os.path.basename(owner).startswith("agent-") and (
+                kind == "tool-results" or name.startswith("agent-")):
+            return owner
+    if name.startswith("agent-"):
+        agent = path[: -len(".meta.json")] + ".jsonl" if name.endswith(".meta.json") else path
+        sid = _flat_agents(folder)[1].get(agent) if _AGENT_FILE.match(os.path.basename(agent)) else None
+        if sid is not None and os.path.join(folder, sid + ".jsonl") in session_files:
+            return os.path.join(folder, sid + ".jsonl")
+    return None
+
+
 def _first_session_id(path: str) -> str | None:
     try:
         with open(path, "rb") as fh:
@@ -704,7 +787,7 @@ def _first_session_id(path: str) -> str | None:
                 if not raw:
                     break
                 try:
-                    v = json.loads(raw)
+                    v = decode_json(raw.decode("utf-8", errors="replace"))
                 except ValueError:
                     continue
                 if isinstance(v, dict) and v.get("sessionId"):
@@ -738,7 +821,7 @@ def parse_claude_code_jsonl(path: str, *, on_error: str = "stop",
         meta_file = p.with_suffix(".meta.json")
         if meta_file.is_file():
             try:
-                meta["subagent_meta"] = json.loads(read_text(str(meta_file), on_error="skip"))
+                meta["subagent_meta"] = decode_json(read_text(str(meta_file), on_error="skip"))
             except ValueError:
                 meta["subagent_meta_error"] = f"{meta_file}: not JSON"
         meta["parent"] = {"source_session_id": source_sid, "session_id": f"cc-{source_sid}",

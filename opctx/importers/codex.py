@@ -92,7 +92,8 @@ NOT_VISIBLE = ("(Codex stored this summary encrypted; its text is not visible in
 
 
 def looks_like_line(value: Any) -> bool:
-    return isinstance(value, dict) and value.get("type") in LINE_TYPES and "payload" in value
+    kind = value.get("type") if isinstance(value, dict) else None
+    return isinstance(kind, str) and kind in LINE_TYPES and "payload" in value
 
 
 def codex_usage(last: dict | None) -> dict[str, int] | None:

@@ -142,6 +142,13 @@ def _usage(u: Any) -> dict[str, int] | None:
     return None
 
 
+def _call_key(value: Any) -> Any:
+    """A tool-call id usable as a key: a list or object id (a damaged file) as its JSON text."""
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return value
+
+
 def _tool_calls(msg: dict) -> list[dict]:
     out = []
     for tc in msg.get("tool_calls") or ():
@@ -150,7 +157,7 @@ def _tool_calls(msg: dict) -> list[dict]:
         fn = tc.get("function") if isinstance(tc.get("function"), dict) else None
         name = (fn or tc).get("name", "")
         args = parse_arguments((fn or tc).get("arguments"))
-        entry = {"id": tc.get("id") or new_id("call"), "name": name, "arguments": args}
+        entry = {"id": _call_key(tc.get("id")) or new_id("call"), "name": name, "arguments": args}
         extra = {k: v for k, v in tc.items() if k not in ("id", "type", "function", "name", "arguments")}
         if tc.get("type") not in (None, "function"):
             extra["type"] = tc["type"]
@@ -181,7 +188,13 @@ def convert_messages(messages: list, b: SessionBuilder, *, path: str, on_error: 
             line = lines[idx] if lines is not None and idx < len(lines) else None
             _refuse(path, line, reason, on_error, issues, "message skipped")
             continue
-        conv.add(idx, msg)
+        try:
+            conv.add(idx, msg)
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            # a field of the wrong type that the shape check does not cover
+            line = lines[idx] if lines is not None and idx < len(lines) else None
+            _refuse(path, line, f"message {idx}: unexpected content ({type(exc).__name__}: {exc})",
+                    on_error, issues, "message skipped")
     return conv.facts
 
 
@@ -288,7 +301,7 @@ class _MessageConverter:
 
     def _tool_result_block(self, block: dict, when: float) -> None:
         """An Anthropic ``tool_result`` block -> the code node answering its ``tool_use``."""
-        tid = block.get("tool_use_id")
+        tid = _call_key(block.get("tool_use_id"))
         rmeta: dict[str, Any] = {"tool_call_id": tid, "is_error": bool(block.get("is_error"))}
         inner = block.get("content")
         if isinstance(inner, list):
@@ -330,7 +343,7 @@ class _MessageConverter:
         """A ``tool`` (or legacy ``function``) message -> the code node answering its call."""
         content = msg.get("content")
         ids = msg.get("tool_call_ids") if isinstance(msg.get("tool_call_ids"), list) else None
-        tid = msg.get("tool_call_id") or (ids[0] if ids else None)
+        tid = _call_key(msg.get("tool_call_id") or (ids[0] if ids else None))
         owner = self.owners.get(tid) if tid else None
         if owner is None and msg["role"] == "function" and self.last_legacy is not None:
             owner, tid = self.last_legacy, self.last_legacy[1]["id"]
@@ -384,7 +397,7 @@ def _assistant_parts(msg: dict) -> tuple[list[str], list[dict], list[dict], list
             texts.append(x.get("text") or "")
         elif x.get("type") == "tool_use":
             inp = x.get("input")
-            calls.append({"id": x.get("id") or new_id("call"), "name": x.get("name", ""),
+            calls.append({"id": _call_key(x.get("id")) or new_id("call"), "name": x.get("name", ""),
                           "arguments": inp if isinstance(inp, dict) else {"_value": inp}})
         elif x.get("type") in ("thinking", "redacted_thinking"):
             thinking.append(x)
@@ -578,8 +591,10 @@ def parse_opctx_jsonl(path: str, *, on_error: str = "stop") -> list[ImportedSess
         b.by_id[call.id] = call
         if "compaction" in call.metadata:
             b.compactions.append(call.id)
+    if not b.calls:
+        raise TranscriptError(path, None, "no valid node in the opctx export")
     head = m(header.get("head")) if header.get("head") else b.calls[-1].id
-    if head not in b.by_id:
+    if not isinstance(head, str) or head not in b.by_id:
         head = b.calls[-1].id
     meta = dict(header.get("meta") or {})
     sid = header.get("session_id") or file_digest(_read(path))

@@ -68,6 +68,7 @@ def write_session(imported: ImportedSession, db: str | os.PathLike | sqlite3.Con
     """
     from opctx.dag.session import DagSessionManager
 
+    _make_session_fields_storable(imported)
     sid = imported.session_id
     status = "written"
     meta = dict(imported.meta)
@@ -91,4 +92,39 @@ def write_session(imported: ImportedSession, db: str | os.PathLike | sqlite3.Con
         mgr.create(title=imported.title, model=imported.model, agent_id=imported.agent_id,
                    source=imported.source, session_id=sid, extra_meta=meta,
                    nodes=imported.calls, head=imported.head)
+    _warn_replaced_surrogates(imported)
     return status
+
+
+def _make_session_fields_storable(imported: ImportedSession) -> None:
+    """Lone surrogates in the session's own fields -> U+FFFD, counted in ``meta``.
+
+    The nodes are fixed by the store as it writes them (``opctx.dag._text``): the same
+    rule, counted in each node's ``metadata["replaced_surrogates"]``.
+    """
+    from opctx.dag._text import REPLACED_SURROGATES_KEY, replace_lone_surrogates, scrub
+
+    total = 0
+    for name in ("session_id", "title", "model", "agent_id"):
+        value, n = replace_lone_surrogates(getattr(imported, name) or "")
+        if n:
+            setattr(imported, name, value)
+            total += n
+    meta, n = scrub(imported.meta)
+    if total + n:
+        imported.meta = dict(meta)
+        imported.meta[REPLACED_SURROGATES_KEY] = total + n
+        imported.warnings.append(
+            f"{imported.source_path}: session {imported.session_id}: {total + n} lone surrogate(s) "
+            f"in its title, id or fields replaced with U+FFFD (meta.{REPLACED_SURROGATES_KEY})")
+
+
+def _warn_replaced_surrogates(imported: ImportedSession) -> None:
+    from opctx.dag._text import REPLACED_SURROGATES_KEY
+
+    fixed = [c for c in imported.calls if c.metadata.get(REPLACED_SURROGATES_KEY)]
+    if fixed:
+        n = sum(c.metadata[REPLACED_SURROGATES_KEY] for c in fixed)
+        imported.warnings.append(
+            f"{imported.source_path}: session {imported.session_id}: {n} lone surrogate(s) in "
+            f"{len(fixed)} node(s) replaced with U+FFFD (metadata.{REPLACED_SURROGATES_KEY})")
