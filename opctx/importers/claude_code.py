@@ -66,6 +66,7 @@ import json
 import os
 import re
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +178,9 @@ class _Converter:
         self.extra_meta = dict(session_meta or {})
         self.node_of_uuid: dict[str, str] = {}
         self.line_of_uuid: dict[str, int] = {}  # the first line of each uuid (duplicates)
+        self.entries = 0
+        self.first_session_key: str | None = None
+        self.first_agent_id: str | None = None
         self.index: dict[str, int] = {}  # node id -> creation index (epoch test)
         self.llm_of_msgid: dict[str, Call] = {}
         self.tail_of_llm: dict[str, str] = {}
@@ -247,34 +251,63 @@ class _Converter:
             self.b.head = node_id
 
     # -- entry handlers ------------------------------------------------------------------------
-    def run(self, entries: list[tuple[int, dict]]) -> None:
-        self._all_side = bool(entries) and all(
-            e.get("isSidechain") for _, e in entries if e.get("type") in ("user", "assistant")
-        )
+    def run(self, entries: Iterable[tuple[int, dict]]) -> None:
+        """Convert ``(line, entry)`` pairs as they come (a list or a file being read).
+
+        Whether every conversation line is a sidechain (a subagent's own file) decides
+        how sidechain lines attach; it is known at the first line that is not one, so
+        only the entries before it wait (all of them in a file of sidechains only).
+        """
+        waiting: list[tuple[int, dict]] | None = []
+        self._all_side = False
         for line, entry in entries:
-            problem = _shape_problem(entry)
-            if problem is None:
-                try:
-                    first_line = self._first_line_of_uuid(entry, line)
-                    self._dispatch(line, entry)
-                    if first_line is not None:
-                        self._mark_duplicate(entry, line, first_line)
-                    continue
-                except (KeyError, TypeError, AttributeError, ValueError) as exc:
-                    problem = f"unexpected content ({type(exc).__name__}: {exc})"
-            kind = entry.get("type")
-            reason = f"{kind} entry: {problem}"
-            file_line = None if self.in_array else line
-            if self.in_array:
-                reason = f"array element {line}: {reason}"
-            if self.on_error != "skip":
-                raise TranscriptError(self.path, file_line, reason)
-            self.issues.append(Issue(self.path, file_line, reason, "entry skipped"))
+            self._note(entry)
+            if waiting is not None:
+                waiting.append((line, entry))
+                if entry.get("type") in ("user", "assistant") and not entry.get("isSidechain"):
+                    for item in waiting:
+                        self._entry(*item)
+                    waiting = None
+                continue
+            self._entry(line, entry)
+        if waiting is not None:
+            self._all_side = bool(waiting)
+            for item in waiting:
+                self._entry(*item)
         if self.pending_boundary is not None:
             # A boundary whose summary line never came (file cut short): record what we know.
             self._compact_summary(None, None)
         self._attach_snapshots()
         self._link_sidechains()
+
+    def _note(self, entry: dict) -> None:
+        """Count an entry; keep the first session and agent ids (the file's own names)."""
+        self.entries += 1
+        if self.first_session_key is None and entry.get("sessionId"):
+            self.first_session_key = str(entry["sessionId"])
+        if self.first_agent_id is None and entry.get("agentId"):
+            self.first_agent_id = str(entry["agentId"])
+
+    def _entry(self, line: int, entry: dict) -> None:
+        """One entry: checked, dispatched by type; a bad one raised or skipped with its line."""
+        problem = _shape_problem(entry)
+        if problem is None:
+            try:
+                first_line = self._first_line_of_uuid(entry, line)
+                self._dispatch(line, entry)
+                if first_line is not None:
+                    self._mark_duplicate(entry, line, first_line)
+                return
+            except (KeyError, TypeError, AttributeError, ValueError) as exc:
+                problem = f"unexpected content ({type(exc).__name__}: {exc})"
+        kind = entry.get("type")
+        reason = f"{kind} entry: {problem}"
+        file_line = None if self.in_array else line
+        if self.in_array:
+            reason = f"array element {line}: {reason}"
+        if self.on_error != "skip":
+            raise TranscriptError(self.path, file_line, reason)
+        self.issues.append(Issue(self.path, file_line, reason, "entry skipped"))
 
     def _first_line_of_uuid(self, entry: dict, line: int) -> int | None:
         """Where this entry's ``uuid`` was first seen, if it was (else remember it here)."""
@@ -303,7 +336,7 @@ class _Converter:
     def _dispatch(self, line: int, entry: dict) -> None:
         kind = entry.get("type")
         if entry.get("timestamp") is not None:
-            self.b.time(entry.get("timestamp"))
+            self.b.time(entry.get("timestamp"), self._where(line))
         sid = entry.get("sessionId")
         if isinstance(sid, str) and sid not in self.session_ids:
             self.session_ids.append(sid)
@@ -696,13 +729,6 @@ def _shape_problem(entry: dict) -> str | None:
     return None
 
 
-def _session_key(entries: list[tuple[int, dict]], path: str) -> str:
-    for _, e in entries:
-        if e.get("sessionId"):
-            return str(e["sessionId"])
-    return Path(path).stem
-
-
 def subagent_files_of(session_file: str) -> list[str]:
     """Subagent transcripts that belong to ``session_file`` (both layouts)."""
     p = Path(session_file)
@@ -797,45 +823,45 @@ def _first_session_id(path: str) -> str | None:
     return None
 
 
-def _read_entries(path: str, on_error: str, issues: list[Issue]) -> list[tuple[int, dict]]:
-    return [(jl.line, jl.value) for jl in iter_jsonl(path, on_error=on_error, issues=issues)]
-
-
 def parse_claude_code_jsonl(path: str, *, on_error: str = "stop",
                             with_subagents: bool = True) -> list[ImportedSession]:
-    """A session file, its spilled tool results and (by default) its subagents."""
+    """A session file, its spilled tool results and (by default) its subagents.
+
+    The file is converted as it is read, line by line: a large transcript is never held
+    as parsed records and as nodes at once.
+    """
     path = str(path)
     issues: list[Issue] = []
-    entries = _read_entries(path, on_error, issues)
-    if not entries:
-        raise TranscriptError(path, None, "no Claude Code entries in the file")
     p = Path(path)
     is_agent = bool(_AGENT_FILE.match(p.name))
-    source_sid = _session_key(entries, path)
     tr_dir = str(p.with_suffix("") / "tool-results")
-    meta: dict[str, Any] = {}
     if is_agent:
-        agent_id = next((str(e["agentId"]) for _, e in entries if e.get("agentId")),
-                        p.stem[len("agent-"):])
+        # a subagent's own spilled outputs live beside the parent's
+        # (the session id comes from the file: used as a folder name only when it is a plain id)
+        sid = _first_session_id(path) or p.stem
+        parent_dir = p.parent.parent if p.parent.name == "subagents" else (
+            p.parent / sid if _SAFE_ID.fullmatch(sid) else None)
+        tr_dir = str(parent_dir / "tool-results") if parent_dir is not None else ""
+    conv = _Converter(path, FORMAT, tool_results_dir=tr_dir if tr_dir and os.path.isdir(tr_dir) else None,
+                      on_error=on_error, issues=issues)
+    conv.run((jl.line, jl.value) for jl in iter_jsonl(path, on_error=on_error, issues=issues))
+    if not conv.entries:
+        raise TranscriptError(path, None, "no Claude Code entries in the file")
+    source_sid = conv.first_session_key or p.stem
+    if is_agent:
+        agent_id = conv.first_agent_id or p.stem[len("agent-"):]
         session_id = f"cc-{source_sid}-agent-{agent_id}"
         meta_file = p.with_suffix(".meta.json")
         if meta_file.is_file():
             try:
-                meta["subagent_meta"] = decode_json(read_text(str(meta_file), on_error="skip"))
+                conv.extra_meta["subagent_meta"] = decode_json(read_text(str(meta_file), on_error="skip"))
             except ValueError:
-                meta["subagent_meta_error"] = f"{meta_file}: not JSON"
-        meta["parent"] = {"source_session_id": source_sid, "session_id": f"cc-{source_sid}",
-                          "agent_id": agent_id}
-        # a subagent's own spilled outputs live beside the parent's
-        # (the session id comes from the file: used as a folder name only when it is a plain id)
-        parent_dir = p.parent.parent if p.parent.name == "subagents" else (
-            p.parent / source_sid if _SAFE_ID.fullmatch(source_sid) else None)
-        tr_dir = str(parent_dir / "tool-results") if parent_dir is not None else ""
+                conv.extra_meta["subagent_meta_error"] = f"{meta_file}: not JSON"
+        conv.extra_meta["parent"] = {"source_session_id": source_sid, "session_id": f"cc-{source_sid}",
+                                     "agent_id": agent_id}
     else:
         session_id = f"cc-{p.stem if _looks_uuid(p.stem) else source_sid}"
-    main = convert_entries(entries, path, session_id=session_id,
-                           tool_results_dir=tr_dir if tr_dir and os.path.isdir(tr_dir) else None,
-                           session_meta=meta, skipped=issues, on_error=on_error)
+    main = conv.finish(session_id, issues)
     out = [main]
     if with_subagents and not is_agent:
         for f in subagent_files_of(path):

@@ -188,8 +188,9 @@ def convert_messages(messages: list, b: SessionBuilder, *, path: str, on_error: 
             line = lines[idx] if lines is not None and idx < len(lines) else None
             _refuse(path, line, reason, on_error, issues, "message skipped")
             continue
+        where = f"{path}:{lines[idx]}" if lines is not None and idx < len(lines) else f"{path}, message {idx}"
         try:
-            conv.add(idx, msg)
+            conv.add(idx, msg, where)
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
             # a field of the wrong type that the shape check does not cover
             line = lines[idx] if lines is not None and idx < len(lines) else None
@@ -247,10 +248,10 @@ class _MessageConverter:
         self.last_legacy: tuple[Call, dict] | None = None
         self.facts: dict[str, Any] = {"first_user": "", "models": {}}
 
-    def add(self, idx: int, msg: dict) -> None:
+    def add(self, idx: int, msg: dict, where: str | None = None) -> None:
         """Convert one well-formed message: the fields every role shares, then its role's own."""
         role = msg["role"]
-        when = self.b.time(msg.get("timestamp", msg.get("created_at")))
+        when = self.b.time(msg.get("timestamp", msg.get("created_at")), where)
         meta = self._common_meta(msg)
         if role in ("system", "developer"):
             self._system(msg, meta, when)

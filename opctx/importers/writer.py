@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Iterator
 from typing import Any
 
 from .base import ImportedSession
@@ -89,11 +90,34 @@ def write_session(imported: ImportedSession, db: str | os.PathLike | sqlite3.Con
                 return "exists"
             mgr.delete(sid)
             status = "replaced"
-        mgr.create(title=imported.title, model=imported.model, agent_id=imported.agent_id,
-                   source=imported.source, session_id=sid, extra_meta=meta,
-                   nodes=imported.calls, head=imported.head)
+        batches = _batches(imported.calls)
+        session = mgr.create(title=imported.title, model=imported.model, agent_id=imported.agent_id,
+                             source=imported.source, session_id=sid, extra_meta=meta,
+                             nodes=next(batches, []))
+        for batch in batches:
+            session.store.append_many(batch)
+        session.store.set_head(imported.head)
     _warn_replaced_surrogates(imported)
     return status
+
+
+# Nodes are serialised a batch at a time (still one transaction): the JSON and search
+# text of a whole 75 MB transcript at once would cost twice its size again in memory.
+_BATCH_NODES = 256
+_BATCH_CHARS = 4_000_000
+
+
+def _batches(calls: list) -> Iterator[list]:
+    batch: list = []
+    chars = 0
+    for call in calls:
+        batch.append(call)
+        chars += len(call.output) if isinstance(call.output, str) else 1000
+        if len(batch) >= _BATCH_NODES or chars >= _BATCH_CHARS:
+            yield batch
+            batch, chars = [], 0
+    if batch:
+        yield batch
 
 
 def _make_session_fields_storable(imported: ImportedSession) -> None:
