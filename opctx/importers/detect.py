@@ -85,8 +85,8 @@ def classify_document(doc: Any, path: str = "<input>") -> str:
     if isinstance(doc, dict):
         hist = doc.get("history")
         if isinstance(hist, list):
-            if any(openhands.looks_like_event(x) for x in hist[:20]):
-                return "openhands"
+            if any(openhands.looks_like_event(x) or openhands.looks_like_pair(x) for x in hist[:20]):
+                return "openhands"  # events, or the [action, observation] pairs of 2024 outputs
             return "swe_agent"
         msgs = doc.get("messages")
         if isinstance(msgs, list):
