@@ -98,11 +98,12 @@ def test_opctx_export_with_no_valid_node(tmp_path):
     p.write_text(json.dumps({"opctx_export": 1, "session_id": "s"}) + "\n"
                  + json.dumps({"id": 7, "seq": 0, "role": "user", "caller": None, "predecessor": None,
                                "reads": [], "metadata": {}}) + "\n", encoding="utf-8")
-    for mode in ("stop", "skip"):
-        with pytest.raises(TranscriptError) as err:
-            parse_path(p, on_error=mode)
-        assert str(err.value).startswith(str(p))
-        assert "line 2" in str(err.value) or err.value.line == 2 or "no valid node" in err.value.reason
+    with pytest.raises(TranscriptError) as err:
+        parse_path(p)
+    assert err.value.line == 2 and err.value.reason.startswith("not a Call record (KeyError")
+    with pytest.raises(TranscriptError) as err:
+        parse_path(p, on_error="skip")  # the bad line skipped: nothing left to import
+    assert err.value.reason == "no valid node in the opctx export" and str(err.value).startswith(str(p))
 
 
 def test_first_line_over_one_mebibyte(tmp_path):

@@ -8,10 +8,14 @@
     sorted, minus the side files a Claude Code session file reads itself (its
     ``subagents/``, flat ``agent-*.jsonl`` and ``tool-results/``), so nothing is imported
     twice, and minus hidden folders *below* the walked one (``.git``, ``.venv``; walk
-    ``~/.claude/projects`` itself to import Claude Code's folder).
+    ``~/.claude/projects`` itself to import Claude Code's folder). Each folder is listed
+    once (a flat folder of 10,000 sessions is found in well under a second); which side
+    files a session owns is decided per file from the walk (``side_file_owner``).
+    Folders that cannot be read go to ``problems`` (``ImportReport.unreadable``): never
+    skipped silently. FIFOs and devices are not candidates: opening one would block.
 ``import_paths(paths, db, ...) -> ImportReport``
     Parse and write, session by session (each one atomic, see ``writer``), with an
-    optional tqdm progress bar on stderr.
+    optional tqdm progress bar on stderr, shown from the start (while folders are walked).
 
 Errors (``on_error``):
     ``"stop"``: the first file that cannot be imported ends the run (sessions already
@@ -20,7 +24,10 @@ Errors (``on_error``):
     is listed in ``failed`` and the run goes on.
     A file named on the command line whose content is not a transcript is a failure; one
     met while walking a folder (a README, a manifest) is only listed in ``ignored``:
-    walking a folder means "import the transcripts in it".
+    walking a folder means "import the transcripts in it". A parser that raises anything
+    but ``TranscriptError`` (a bug) fails that file, never the run.
+    The database itself refusing writes (read-only, full, damaged) is no transcript's
+    fault: ``ImportDatabaseError`` ends the run at once, with one message.
 """
 
 from __future__ import annotations

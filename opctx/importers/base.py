@@ -23,6 +23,13 @@ Strict and lenient reading (``on_error``)
     reported the same way, because dropping a whole line for one bad byte loses more than
     it protects. Nothing is ever skipped silently.
 
+Reading
+    JSON Lines are read one line at a time (``iter_jsonl``), never the whole file at once.
+    Every JSON text goes through ``decode_json``: ``NaN``/``Infinity`` and numbers too
+    large for a float are kept as the text the file wrote (the store writes standard
+    JSON only), and nesting deeper than ``MAX_NESTING`` is an error naming the line,
+    never a ``RecursionError``.
+
 ``SessionBuilder``
     Allocates node ids (fresh ``u_``/``l_``/``c_`` ids: a transcript may be imported twice,
     into two sessions, and node ids are unique in a database; the recording's own ids are
@@ -35,7 +42,9 @@ Strict and lenient reading (``on_error``)
 Timestamps
     ISO 8601 strings (``Z`` or an offset; naive ones are read as UTC) and epoch numbers
     (seconds or milliseconds) are accepted. A record without a time inherits the time of
-    the record before it, so ``created_at`` never jumps to "now" in an old recording.
+    the record before it, so ``created_at`` never jumps to "now" in an old recording. A
+    time that is no time (``NaN``, ``Infinity``, outside years 1-9999, text) does the
+    same, and is kept: ``metadata.bad_timestamp`` of the record's node, and a warning.
 """
 
 from __future__ import annotations
@@ -186,6 +195,9 @@ def _too_deep(text: str) -> int | None:
 _BRACKET_OR_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')  # a string, or a bracket
 
 
+_DECODER = json.JSONDecoder(parse_constant=str, parse_float=_finite_float)  # built once: not per line
+
+
 def decode_json(text: str) -> Any:
     """``json.loads`` for untrusted recordings: standard JSON out, ``ValueError`` or a value.
 
@@ -199,7 +211,7 @@ def decode_json(text: str) -> Any:
     {'t': 'NaN', 'n': '1e999', 'ok': 1.5}
     """
     try:
-        value = json.loads(text, parse_constant=str, parse_float=_finite_float)
+        value = _DECODER.decode(text)
     except RecursionError:  # the decoder ran out of stack
         raise json.JSONDecodeError(f"nesting deeper than {MAX_NESTING} levels", text,
                                    _too_deep(text) or 0) from None

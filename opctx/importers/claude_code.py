@@ -47,6 +47,10 @@ Mapping
   (the ``/compact`` command echo) on the *pre-compaction* branch; such a line is
   re-attached to the new branch (``metadata.source_parent`` keeps the recorded parent),
   because the model never saw the folded branch again.
+* A ``uuid`` used by two entries (a client writing a line twice, a damaged file): both
+  stay, as distinct nodes; the later one gets ``metadata.duplicate_uuid`` (the uuid and
+  the first line that used it) and a warning names both lines; lines written after it
+  that name the uuid as parent hang on the later one.
 * ``parentUuid`` -> ``predecessor`` (forks kept). The lines of one merged message map to
   its llm node; tool results chain one after the other below it. HEAD = the node of the
   last non-sidechain line.

@@ -582,7 +582,7 @@ def parse_opctx_jsonl(path: str, *, on_error: str = "stop") -> list[ImportedSess
                         caller=m(r.get("caller")), predecessor=m(r.get("predecessor")),
                         reads=[m(x) for x in r.get("reads") or []], metadata=meta)
         except (KeyError, TypeError, ValueError) as exc:
-            reason = f"not a Call record: {exc}"
+            reason = f"not a Call record ({type(exc).__name__}: {exc})"
             if on_error != "skip":
                 raise TranscriptError(path, line, reason) from None
             issues.append(Issue(path, line, reason, "line skipped"))

@@ -2,8 +2,9 @@
 
 ``write_session(imported, db)`` writes one session in ONE transaction (one ``COMMIT``):
 the existence check, the deletion of the session it replaces, the session row with its
-final meta, every node (``append_many``: seq allocated, FTS rows) and HEAD all happen
-inside ``DagSessionManager.transaction()``. Why one: a second connection must never see
+final meta, every node (``append_many`` 256 nodes at a time, so that the JSON and search
+text of a large transcript never exist all at once: seq allocated, FTS rows) and HEAD
+all happen inside ``DagSessionManager.transaction()``. Why one: a second connection must never see
 a partial session (a row without its nodes, nodes without HEAD), and a failure or a
 killed process must leave no trace; SQLite's rollback (or, after a crash, the WAL that
 was never committed) gives both for free, where several commits would need a marker and
@@ -16,6 +17,11 @@ killed in between left that marker; such a session is still recognised
 (``session_is_incomplete``, flagged by ``opctx sessions``) and the next import of the
 same recording replaces it, inside the same single transaction. New imports never
 write the marker.
+
+Text the store cannot encode. A lone surrogate (``"\\ud83d"`` is valid JSON) in the
+session's title, id or fields is replaced with U+FFFD and counted in
+``meta["replaced_surrogates"]``; the store does the same for nodes (``opctx.dag._text``).
+Either adds a warning to the session.
 
 Re-import. Session ids are derived from the recording (``cc-<sessionId>``,
 ``codex-<id>``, ``<format>-<sha1 of the file>``), so importing the same file twice is
