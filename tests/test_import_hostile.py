@@ -247,3 +247,29 @@ def test_decoded_values_are_standard_json(value):
 def test_parse_timestamp_is_finite_or_the_default(value):
     t = parse_timestamp(value, default=-1.0)
     assert t == -1.0 or (isinstance(t, float) and math.isfinite(t))
+
+
+def _depth(value) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+@settings(max_examples=300)
+@given(st.recursive(st.none() | st.integers() | st.text(alphabet='[]{}"\\ab', max_size=6),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                        st.text(alphabet='[]{}"\\ab', max_size=3), inner, max_size=3),
+                    max_leaves=25))
+def test_nesting_check_ignores_brackets_inside_strings(value):
+    from opctx.importers import base
+
+    text = json.dumps(value)
+    limit = 3
+    original = base.MAX_NESTING
+    base.MAX_NESTING = limit
+    try:
+        assert (base._too_deep(text) is not None) == (_depth(value) > limit)
+    finally:
+        base.MAX_NESTING = original

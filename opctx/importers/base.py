@@ -215,11 +215,26 @@ def decode_json(text: str) -> Any:
     except RecursionError:  # the decoder ran out of stack
         raise json.JSONDecodeError(f"nesting deeper than {MAX_NESTING} levels", text,
                                    _too_deep(text) or 0) from None
-    if isinstance(value, (dict, list)) and text.count("[") + text.count("{") > MAX_NESTING:
-        at = _too_deep(text)
-        if at is not None:
-            raise json.JSONDecodeError(f"nesting deeper than {MAX_NESTING} levels", text, at)
+    # deeper than MAX_NESTING takes more opening brackets than that: most texts need no walk
+    if isinstance(value, (dict, list)) and text.count("[") + text.count("{") > MAX_NESTING \
+            and _deeper_than(value, MAX_NESTING):
+        raise json.JSONDecodeError(f"nesting deeper than {MAX_NESTING} levels", text,
+                                   _too_deep(text) or 0)
     return value
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Does a decoded value nest more than ``limit`` containers deep?
+
+    Level by level over the containers only (not the text of the strings), no recursion.
+    """
+    level = [value]
+    for _ in range(limit):
+        level = [c for item in level for c in (item.values() if isinstance(item, dict) else item)
+                 if isinstance(c, (dict, list))]
+        if not level:
+            return False
+    return True
 
 
 
