@@ -138,10 +138,18 @@ def cmd_import(args: argparse.Namespace) -> int:
     for path, reason in report.ignored:
         if not args.quiet:
             _err(f"ignored {path}: not a recognised transcript ({reason})")
+    for path, reason in report.unreadable:
+        _err(f"warning: skipped {_visible(path)}: {reason}")
     for _path, message in report.failed:
         _err(f"error: {message}")
     if report.stopped:
         _err("stopped at the first error (--on-error skip imports what it can)")
+    if report.files == 0 and not report.failed:
+        where = _visible(", ".join(args.paths))
+        _err(f"no transcripts found in {where}" + (
+            f" ({report.candidates} file(s) looked at, none a recognised transcript)"
+            if report.candidates else ""))
+        return EXIT_INPUT
     mb = report.bytes / 1e6
     summary = (f"{len(report.written)} session(s) imported, {len(report.existing)} already present, "
                f"{len(report.failed)} file(s) failed, {len(report.issues)} item(s) skipped, "

@@ -237,6 +237,31 @@ def test_one_commit_per_session(tmp_path, db_path):
         assert IMPORT_STATE_KEY not in mgr.get_extra_meta(s.session_id)
 
 
+def test_a_long_session_is_written_in_batches_and_one_commit(tmp_path, db_path):
+    """Nodes are serialised a batch at a time (memory), still inside one transaction."""
+    lines = [cc_line(1, "user", None, "start")]
+    for n in range(2, 702):
+        lines.append(cc_line(n, "assistant" if n % 2 == 0 else "user", n - 1,
+                             [{"type": "text", "text": f"step {n}"}] if n % 2 == 0 else f"go on {n}"))
+    (s,) = parse_path(write(tmp_path / "long.jsonl", [json.dumps(x) for x in lines]))
+    assert len(s.calls) == 701
+    statements: list[str] = []
+    conn = connect(db_path)
+    try:
+        conn.set_trace_callback(statements.append)
+        assert write_session(s, conn) == "written"
+        conn.set_trace_callback(None)
+    finally:
+        conn.close()
+    verbs = [x.split()[0].upper() for x in statements if x.split()[0].upper() in ("BEGIN", "COMMIT", "ROLLBACK")]
+    assert verbs == ["BEGIN", "COMMIT"]
+    inserts = [x for x in statements if x.lstrip().upper().startswith("INSERT INTO NODES(")]
+    assert len(inserts) > 1  # executemany per batch: the trace shows each row, batches > 1
+    with DagSessionManager(db_path) as mgr:
+        graph = mgr.load(s.session_id).graph
+        assert len(graph) == 701 and mgr.store(s.session_id).head() == s.head
+
+
 def test_second_connection_never_sees_a_partial_session(tmp_path, db_path, monkeypatch):
     """Looked at from another connection while the nodes are already written (just
     before HEAD), and while a replaced session is already deleted: nothing has changed."""

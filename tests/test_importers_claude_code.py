@@ -302,3 +302,29 @@ def test_real_compactions_keep_trigger_and_pre_tokens(corpus_dir):
         assert [c["reason"] for c in comps] == [t for t, _ in recorded], path.name
         checked += len(recorded)
     assert checked >= 5
+
+
+def test_duplicate_uuids_warn_with_file_and_line_and_stay_distinct(tmp_path):
+    def entry(uid: str, parent: str | None, kind: str, content, n: int) -> dict:
+        msg = {"role": kind, "content": content}
+        if kind == "assistant":
+            msg.update(id=f"m{n}", model="claude-x")
+        return {"type": kind, "uuid": uid, "parentUuid": parent, "sessionId": "dup",
+                "timestamp": f"2026-01-01T00:00:0{n}Z", "message": msg}
+
+    lines = [entry("a", None, "user", "first question", 1),
+             entry("b", "a", "assistant", [{"type": "text", "text": "answer"}], 2),
+             entry("c", "b", "user", "follow-up", 3),
+             entry("c", "b", "user", "follow-up, written twice", 4),
+             entry("d", "c", "assistant", [{"type": "text", "text": "second answer"}], 5)]
+    p = tmp_path / "dup.jsonl"
+    p.write_text("\n".join(json.dumps(x) for x in lines) + "\n", encoding="utf-8")
+    (s,) = parse_path(p)
+    assert [c.output for c in s.calls] == ["first question", "answer", "follow-up",
+                                           "follow-up, written twice", "second answer"]
+    first, later, answer = s.calls[2], s.calls[3], s.calls[4]
+    assert first.id != later.id and first.predecessor == later.predecessor == s.calls[1].id
+    assert "duplicate_uuid" not in first.metadata
+    assert later.metadata["duplicate_uuid"] == {"uuid": "c", "first_line": 3}
+    assert answer.predecessor == later.id  # written after the later one: hangs on it
+    assert any(w.startswith(f"{p}:4: uuid c already used at line 3") for w in s.warnings)

@@ -24,6 +24,8 @@ EXPECTED_FORMATS = {
     "mini_swe_agent.traj.json": "mini_swe_agent",
     "openhands_output.jsonl": "openhands",
     "openhands_events.json": "openhands",
+    "openhands_pairs_output.jsonl": "openhands",
+    "openhands_flat_output.jsonl": "openhands",
     "sample.aider.chat.history.md": "aider",
 }
 

@@ -53,6 +53,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from opctx.dag._text import replace_lone_surrogates
+
 from .prompts import SUMMARY_PREFIX
 
 __all__ = [
@@ -336,7 +338,7 @@ def _save_summary_text(db: Any, session_id: str, summary_text: str) -> None:
     """Keep the summary text in ``extra_meta["_last_summary_text"]`` for the next UPDATE."""
     try:
         meta = dict(db.get_extra_meta(session_id) or {})
-        meta[LAST_SUMMARY_KEY] = summary_text
+        meta[LAST_SUMMARY_KEY] = replace_lone_surrogates(summary_text)[0]  # storable
         db.set_extra_meta(session_id, meta)
     except Exception as exc:
         raise PersistError(

@@ -116,6 +116,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from ._text import make_node_storable
 from .messages import as_text
 from .nodes import ROLES, Call, Graph
 
@@ -535,9 +536,11 @@ def _node_data_json(node: Call) -> str:
     if node.metadata:
         data["metadata"] = node.metadata
     try:
-        return json.dumps(data, **_DUMPS_KW)
+        text = json.dumps(data, **_DUMPS_KW)
     except (TypeError, ValueError):
         pass
+    else:  # lone surrogates ("\ud83d" is valid JSON) cannot be stored: see dag/_text.py
+        return _node_data_json(node) if make_node_storable(node, text) else text
     for field in ("input", "output", "metadata", "reads", "name"):
         try:
             json.dumps(getattr(node, field), **_DUMPS_KW)

@@ -14,7 +14,15 @@ arrays), ``opctx_jsonl`` (opctx's own lossless export) and ``aider`` (Markdown, 
 
 from __future__ import annotations
 
-from .api import FORMATS, ImportReport, import_path, import_paths, iter_transcript_files, parse_path
+from .api import (
+    FORMATS,
+    ImportDatabaseError,
+    ImportReport,
+    import_path,
+    import_paths,
+    iter_transcript_files,
+    parse_path,
+)
 from .base import ImportedSession, Issue, TranscriptError, UnknownFormatError
 from .detect import detect, sniff
 from .export import export_jsonl, export_openai, session_to_openai
@@ -23,6 +31,7 @@ from .writer import write_session
 __all__ = [
     "FORMATS",
     "ImportReport",
+    "ImportDatabaseError",
     "ImportedSession",
     "Issue",
     "TranscriptError",

@@ -8,10 +8,14 @@
     sorted, minus the side files a Claude Code session file reads itself (its
     ``subagents/``, flat ``agent-*.jsonl`` and ``tool-results/``), so nothing is imported
     twice, and minus hidden folders *below* the walked one (``.git``, ``.venv``; walk
-    ``~/.claude/projects`` itself to import Claude Code's folder).
+    ``~/.claude/projects`` itself to import Claude Code's folder). Each folder is listed
+    once (a flat folder of 10,000 sessions is found in well under a second); which side
+    files a session owns is decided per file from the walk (``side_file_owner``).
+    Folders that cannot be read go to ``problems`` (``ImportReport.unreadable``): never
+    skipped silently. FIFOs and devices are not candidates: opening one would block.
 ``import_paths(paths, db, ...) -> ImportReport``
     Parse and write, session by session (each one atomic, see ``writer``), with an
-    optional tqdm progress bar on stderr.
+    optional tqdm progress bar on stderr, shown from the start (while folders are walked).
 
 Errors (``on_error``):
     ``"stop"``: the first file that cannot be imported ends the run (sessions already
@@ -20,7 +24,10 @@ Errors (``on_error``):
     is listed in ``failed`` and the run goes on.
     A file named on the command line whose content is not a transcript is a failure; one
     met while walking a folder (a README, a manifest) is only listed in ``ignored``:
-    walking a folder means "import the transcripts in it".
+    walking a folder means "import the transcripts in it". A parser that raises anything
+    but ``TranscriptError`` (a bug) fails that file, never the run.
+    The database itself refusing writes (read-only, full, damaged) is no transcript's
+    fault: ``ImportDatabaseError`` ends the run at once, with one message.
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from opctx.dag.store import StoreError
+
 from .base import ON_ERROR_MODES, ImportedSession, Issue, TranscriptError, UnknownFormatError
 from .detect import sniff
 
@@ -44,6 +53,7 @@ __all__ = [
     "import_paths",
     "import_path",
     "ImportReport",
+    "ImportDatabaseError",
 ]
 
 
@@ -124,31 +134,55 @@ def _actual_format(path: str) -> str | None:
 _CANDIDATE_SUFFIXES = (".jsonl", ".json", ".traj", ".md")
 
 
-def iter_transcript_files(paths: Iterable[str | os.PathLike]) -> Iterator[tuple[str, bool]]:
-    """(file, named explicitly) for every candidate file under ``paths``."""
-    from .claude_code import owned_side_files
+def iter_transcript_files(paths: Iterable[str | os.PathLike], *,
+                          problems: list[tuple[str, str]] | None = None) -> Iterator[tuple[str, bool]]:
+    """(file, named explicitly) for every candidate file under ``paths``.
+
+    One pass over each folder tree (``os.scandir``), so a flat folder of 10,000 sessions
+    is listed once, not once per file. Folders that cannot be read are not skipped
+    silently: each is added to ``problems`` as ``(folder, reason)``. Only regular files
+    (or links to them) are candidates: a FIFO or a device would block the import.
+    """
+    from .claude_code import side_file_owner
 
     for raw in paths:
         p = Path(raw).expanduser()
         if not p.is_dir():
             yield str(p), True
             continue
-        files = sorted(
-            str(f) for f in p.rglob("*")
-            if f.is_file() and f.name.endswith(_CANDIDATE_SUFFIXES)
-            and not any(part.startswith(".") and part not in (".", "..") for part in f.relative_to(p).parts[:-1])
-        )
-        owned: set[str] = set()
+        files = sorted(_walk(str(p), problems))
+        sessions = {f for f in files if f.endswith(".jsonl")}
         for f in files:
-            name = os.path.basename(f)
-            if name.endswith(".jsonl") and not name.startswith("agent-"):
-                owned |= owned_side_files(f)
-        for f in files:
-            if os.path.normpath(f) in owned:
+            owner = side_file_owner(f, sessions)
+            if owner is not None:
                 continue
             if f.endswith(".md") and not _is_aider(f):
                 continue
             yield f, False
+
+
+def _walk(top: str, problems: list[tuple[str, str]] | None) -> Iterator[str]:
+    """Candidate files under ``top``; hidden folders below it (.git, .venv) are left out."""
+    stack = [top]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = list(it)
+        except OSError as exc:
+            if problems is not None:
+                problems.append((folder, f"folder not readable ({exc.strerror or exc})"))
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    if not entry.name.startswith("."):
+                        stack.append(entry.path)
+                elif entry.name.endswith(_CANDIDATE_SUFFIXES) and entry.is_file():
+                    yield entry.path
+            except OSError as exc:  # a dangling or unreadable entry
+                if problems is not None:
+                    problems.append((entry.path, f"not readable ({exc.strerror or exc})"))
 
 
 def _is_aider(path: str) -> bool:
@@ -159,9 +193,31 @@ def _is_aider(path: str) -> bool:
         return False
 
 
+class ImportDatabaseError(StoreError):
+    """The database cannot take the import (read-only, full, damaged, locked): not the
+    transcripts' fault, so the whole import stops with this one error."""
+
+
+# sqlite3 errors that are about the database file, not about the session being written
+_DATABASE_PROBLEMS = ("readonly", "read-only", "disk i/o", "disk is full", "not a database",
+                      "malformed", "unable to open", "is locked", "no such table")
+
+
+def _database_problem(exc: BaseException) -> bool:
+    while exc is not None:
+        if isinstance(exc, sqlite3.Error) and not isinstance(exc, sqlite3.IntegrityError):
+            return any(p in str(exc).lower() for p in _DATABASE_PROBLEMS)
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return False
+
+
 @dataclass
 class ImportReport:
-    """What an import did. ``ok`` is False when anything failed or was skipped."""
+    """What an import did. ``ok`` is False when anything failed, was skipped or unreadable.
+
+    ``candidates``: transcript files found (0: nothing to import). ``unreadable``:
+    folders (or entries) the walk could not read, as ``(path, reason)``.
+    """
 
     written: list[dict] = field(default_factory=list)
     existing: list[str] = field(default_factory=list)
@@ -169,6 +225,8 @@ class ImportReport:
     issues: list[Issue] = field(default_factory=list)
     ignored: list[tuple[str, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    unreadable: list[tuple[str, str]] = field(default_factory=list)
+    candidates: int = 0
     files: int = 0
     bytes: int = 0
     seconds: float = 0.0
@@ -176,7 +234,7 @@ class ImportReport:
 
     @property
     def ok(self) -> bool:
-        return not self.failed and not self.issues
+        return not self.failed and not self.issues and not self.unreadable
 
     @property
     def sessions(self) -> int:
@@ -192,73 +250,43 @@ def import_paths(
     replace: bool = False,
     progress: bool = False,
 ) -> ImportReport:
-    """Import every recording under ``paths`` into ``db`` (see the module docstring)."""
-    from .writer import write_session
+    """Import every recording under ``paths`` into ``db`` (see the module docstring).
 
+    Raises ``ImportDatabaseError`` (a ``StoreError``) when the database itself refuses
+    the writes (read-only, full, damaged): sessions written before stay.
+    """
     if on_error not in ON_ERROR_MODES:
         raise ValueError(f"on_error must be one of {ON_ERROR_MODES}, got {on_error!r}")
     report = ImportReport()
     started = time.perf_counter()
-    files = list(iter_transcript_files(paths))
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(files), unit="file", desc="importing", leave=False,
-                   disable=None)
+        # shown while the folders are walked, before the number of files is known
+        bar = tqdm(total=None, unit="file", desc="finding transcripts", leave=False, disable=None)
     owns = False
     conn: Any = db
-    if not isinstance(db, sqlite3.Connection):
-        from opctx.dag.store import connect
-
-        conn = connect(db)
-        owns = True
     try:
+        files = list(iter_transcript_files(paths, problems=report.unreadable))
+        report.candidates = len(files)
+        if bar is not None:
+            bar.reset(total=len(files))
+            bar.set_description_str("importing", refresh=False)
+        if not isinstance(db, sqlite3.Connection):
+            from opctx.dag.store import connect
+
+            conn = connect(db)
+            owns = True
         for path, explicit in files:
             if bar is not None:
                 bar.set_postfix_str(os.path.basename(path)[-40:], refresh=False)
             try:
-                sessions = parse_path(path, format, on_error=on_error)
-            except UnknownFormatError as exc:
-                if not explicit:
-                    report.ignored.append((path, exc.reason))
-                else:
-                    report.failed.append((path, str(exc)))
-                    if on_error == "stop":
-                        report.stopped = True
-                        break
-                continue
-            except (TranscriptError, OSError) as exc:
-                report.failed.append((path, str(exc)))
-                if on_error == "stop":
-                    report.stopped = True
-                    break
-                continue
+                _import_file(path, explicit, conn, report, format=format, on_error=on_error,
+                             replace=replace)
             finally:
                 if bar is not None:
                     bar.update(1)
-            report.files += 1
-            try:
-                report.bytes += os.path.getsize(path)
-            except OSError:
-                pass
-            for s in sessions:
-                report.issues.extend(s.skipped)
-                report.warnings.extend(s.warnings)
-                try:
-                    status = write_session(s, conn, replace=replace)
-                except Exception as exc:  # the session was rolled back by write_session
-                    report.failed.append((path, f"{path}: session {s.session_id}: {exc}"))
-                    if on_error == "stop":
-                        report.stopped = True
-                        break
-                    continue
-                if status == "exists":
-                    report.existing.append(s.session_id)
-                else:
-                    report.written.append({"session_id": s.session_id, "title": s.title,
-                                           "format": s.format, "nodes": len(s.calls),
-                                           "path": path, "status": status})
             if report.stopped:
                 break
     finally:
@@ -268,6 +296,58 @@ def import_paths(
             conn.close()
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _import_file(path: str, explicit: bool, conn: Any, report: ImportReport, *,
+                 format: str | None, on_error: str, replace: bool) -> None:
+    """Parse one file and write its sessions, recording the outcome in ``report``."""
+    from .writer import write_session
+
+    def fail(message: str) -> None:
+        report.failed.append((path, message))
+        if on_error == "stop":
+            report.stopped = True
+
+    try:
+        sessions = parse_path(path, format, on_error=on_error)
+    except UnknownFormatError as exc:
+        if explicit:
+            fail(str(exc))
+        else:
+            report.ignored.append((path, exc.reason))
+        return
+    except (TranscriptError, OSError) as exc:
+        fail(str(exc) if isinstance(exc, TranscriptError) else f"{path}: {exc}")
+        return
+    except (MemoryError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # a parser bug: this file fails, the import goes on
+        fail(f"{path}: internal error while parsing ({type(exc).__name__}: {exc}); please report it")
+        return
+    report.files += 1
+    try:
+        report.bytes += os.path.getsize(path)
+    except OSError:
+        pass
+    for s in sessions:
+        report.issues.extend(s.skipped)
+        try:
+            status = write_session(s, conn, replace=replace)
+        except Exception as exc:  # the session was rolled back by write_session
+            if _database_problem(exc):
+                raise ImportDatabaseError(f"cannot write to the database: {exc}") from exc
+            fail(f"{path}: session {s.session_id}: {exc}")
+            if report.stopped:
+                return
+            continue
+        finally:
+            report.warnings.extend(s.warnings)
+        if status == "exists":
+            report.existing.append(s.session_id)
+        else:
+            report.written.append({"session_id": s.session_id, "title": s.title,
+                                   "format": s.format, "nodes": len(s.calls),
+                                   "path": path, "status": status})
 
 
 def import_path(path: str | os.PathLike, db: Any, **kw: Any) -> ImportReport:

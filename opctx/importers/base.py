@@ -23,6 +23,13 @@ Strict and lenient reading (``on_error``)
     reported the same way, because dropping a whole line for one bad byte loses more than
     it protects. Nothing is ever skipped silently.
 
+Reading
+    JSON Lines are read one line at a time (``iter_jsonl``), never the whole file at once.
+    Every JSON text goes through ``decode_json``: ``NaN``/``Infinity`` and numbers too
+    large for a float are kept as the text the file wrote (the store writes standard
+    JSON only), and nesting deeper than ``MAX_NESTING`` is an error naming the line,
+    never a ``RecursionError``.
+
 ``SessionBuilder``
     Allocates node ids (fresh ``u_``/``l_``/``c_`` ids: a transcript may be imported twice,
     into two sessions, and node ids are unique in a database; the recording's own ids are
@@ -35,13 +42,19 @@ Strict and lenient reading (``on_error``)
 Timestamps
     ISO 8601 strings (``Z`` or an offset; naive ones are read as UTC) and epoch numbers
     (seconds or milliseconds) are accepted. A record without a time inherits the time of
-    the record before it, so ``created_at`` never jumps to "now" in an old recording.
+    the record before it, so ``created_at`` never jumps to "now" in an old recording. A
+    time that is no time (``NaN``, ``Infinity``, outside years 1-9999, text) does the
+    same, and is kept: ``metadata.bad_timestamp`` of the record's node, and a warning.
 """
 
 from __future__ import annotations
 
+import io
 import json
+import math
 import os
+import re
+import reprlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -58,6 +71,8 @@ __all__ = [
     "ImportedSession",
     "JsonLine",
     "SessionBuilder",
+    "MAX_NESTING",
+    "decode_json",
     "read_text",
     "iter_jsonl",
     "load_json",
@@ -148,6 +163,80 @@ class ImportedSession:
 
 # -- reading -----------------------------------------------------------------------------
 
+# Deeper JSON is refused with a clear error: real recordings nest a few dozen levels at
+# most, and what the importer and the store do with a value (flatten it for search,
+# serialise it, walk it) recurses once or twice per level under Python's limit of 1000.
+MAX_NESTING = 256
+_NON_FINITE = {"NaN", "Infinity", "-Infinity"}
+
+
+def _finite_float(text: str) -> float | str:
+    value = float(text)
+    return value if math.isfinite(value) else text  # 1e999 overflows: keep what was written
+
+
+def _too_deep(text: str) -> int | None:
+    """The offset where ``text`` nests deeper than ``MAX_NESTING``, or None.
+
+    Brackets inside strings do not count.
+    """
+    depth = 0
+    for m in _BRACKET_OR_STRING.finditer(text):
+        c = m.group()
+        if c in "[{":
+            depth += 1
+            if depth > MAX_NESTING:
+                return m.start()
+        elif c in "]}":
+            depth -= 1
+    return None
+
+
+_BRACKET_OR_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')  # a string, or a bracket
+
+
+_DECODER = json.JSONDecoder(parse_constant=str, parse_float=_finite_float)  # built once: not per line
+
+
+def decode_json(text: str) -> Any:
+    """``json.loads`` for untrusted recordings: standard JSON out, ``ValueError`` or a value.
+
+    * ``NaN``, ``Infinity``, ``-Infinity`` (Python's extension of JSON) and numbers too
+      large for a float (``1e999``) are kept as the text the file wrote: JSON has no
+      such values, and the store writes standard JSON only.
+    * Nesting deeper than ``MAX_NESTING`` raises ``ValueError`` instead of
+      ``RecursionError`` (the decoder recurses once per level).
+
+    >>> decode_json('{"t": NaN, "n": 1e999, "ok": 1.5}')
+    {'t': 'NaN', 'n': '1e999', 'ok': 1.5}
+    """
+    try:
+        value = _DECODER.decode(text)
+    except RecursionError:  # the decoder ran out of stack
+        raise json.JSONDecodeError(f"nesting deeper than {MAX_NESTING} levels", text,
+                                   _too_deep(text) or 0) from None
+    # deeper than MAX_NESTING takes more opening brackets than that: most texts need no walk
+    if isinstance(value, (dict, list)) and text.count("[") + text.count("{") > MAX_NESTING \
+            and _deeper_than(value, MAX_NESTING):
+        raise json.JSONDecodeError(f"nesting deeper than {MAX_NESTING} levels", text,
+                                   _too_deep(text) or 0)
+    return value
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Does a decoded value nest more than ``limit`` containers deep?
+
+    Level by level over the containers only (not the text of the strings), no recursion.
+    """
+    level = [value]
+    for _ in range(limit):
+        level = [c for item in level for c in (item.values() if isinstance(item, dict) else item)
+                 if isinstance(c, (dict, list))]
+        if not level:
+            return False
+    return True
+
+
 
 def _line_of_offset(data: bytes, offset: int) -> int:
     return data.count(b"\n", 0, offset) + 1
@@ -186,53 +275,51 @@ def iter_jsonl(path: str, *, on_error: str = "stop", issues: list[Issue] | None 
                data: bytes | None = None) -> Iterator[JsonLine]:
     """Parse a JSON Lines file record by record, with file:line errors.
 
-    Blank lines are ignored. A last line with no newline that fails to parse is reported as
-    *truncated* (the usual trace of a crash mid-write); any other bad line as invalid JSON.
-    Invalid UTF-8 is reported per line. ``on_error="skip"`` records an ``Issue`` instead
-    of raising.
+    The file is read one line at a time (``data``: bytes already in memory instead), so
+    a large transcript is never held twice. Blank lines are ignored. A last line with no
+    newline that fails to parse is reported as *truncated* (the usual trace of a crash
+    mid-write); any other bad line as invalid JSON. Invalid UTF-8 is reported per line.
+    Values are decoded by ``decode_json``. ``on_error="skip"`` records an ``Issue``
+    instead of raising.
     """
-    if data is None:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
-    raw_lines = data.split(b"\n")
-    ends_with_newline = data.endswith(b"\n")
-    last = len(raw_lines) - 1
-    for idx, raw in enumerate(raw_lines):
-        lineno = idx + 1
+    if data is not None:
+        yield from _jsonl_records(io.BytesIO(data), path, on_error, issues)
+        return
+    with open(path, "rb") as fh:
+        yield from _jsonl_records(fh, path, on_error, issues)
+
+
+def _jsonl_records(lines: Iterable[bytes], path: str, on_error: str,
+                   issues: list[Issue] | None) -> Iterator[JsonLine]:
+    def refuse(lineno: int, reason: str, action: str = "line skipped") -> None:
+        if on_error != "skip":
+            raise TranscriptError(path, lineno, reason)
+        if issues is not None:
+            issues.append(Issue(str(path), lineno, reason, action))
+
+    for lineno, raw in enumerate(lines, 1):
+        if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]
         if not raw.strip():
             continue
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            if on_error != "skip":
-                raise TranscriptError(
-                    path, lineno, f"invalid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
-                ) from None
-            if issues is not None:
-                issues.append(Issue(str(path), lineno, "invalid UTF-8", "decoded with U+FFFD"))
+            refuse(lineno, f"invalid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})",
+                   "decoded with U+FFFD")
             text = raw.decode("utf-8", errors="replace")
         try:
-            value = json.loads(text)
+            value = decode_json(text)
         except ValueError as exc:
-            truncated = idx == last and not ends_with_newline
             msg = getattr(exc, "msg", str(exc))
-            reason = (
-                f"truncated last line (JSON ends early: {msg})" if truncated
-                else f"invalid JSON: {msg} at column {getattr(exc, 'colno', '?')}"
-            )
-            if on_error != "skip":
-                raise TranscriptError(path, lineno, reason) from None
-            if issues is not None:
-                issues.append(Issue(str(path), lineno, reason, "line skipped"))
+            if not raw.endswith(b"\n") and not msg.startswith("nesting"):
+                reason = f"truncated last line (JSON ends early: {msg})"
+            else:
+                reason = f"invalid JSON: {msg} at column {getattr(exc, 'colno', '?')}"
+            refuse(lineno, reason)
             continue
         if not isinstance(value, dict):
-            reason = f"expected a JSON object, got {type(value).__name__}"
-            if on_error != "skip":
-                raise TranscriptError(path, lineno, reason)
-            if issues is not None:
-                issues.append(Issue(str(path), lineno, reason, "line skipped"))
+            refuse(lineno, f"expected a JSON object, got {type(value).__name__}")
             continue
         yield JsonLine(lineno, value)
 
@@ -244,7 +331,7 @@ def load_json(path: str, *, on_error: str = "stop", issues: list[Issue] | None =
     if not text.strip():
         raise TranscriptError(path, None, "file is empty")
     try:
-        return json.loads(text)
+        return decode_json(text)
     except ValueError as exc:
         lineno = getattr(exc, "lineno", None)
         msg = getattr(exc, "msg", str(exc))
@@ -256,15 +343,26 @@ def load_json(path: str, *, on_error: str = "stop", issues: list[Issue] | None =
 # -- small value helpers ------------------------------------------------------------------
 
 
+# datetime's range (years 1-9999): a time outside it is no time a recording was made
+_EARLIEST, _LATEST = -62135596800.0, 253402300799.0
+
+
 def parse_timestamp(value: Any, default: float | None = None) -> float | None:
-    """ISO 8601 string or epoch seconds/milliseconds -> epoch seconds (UTC for naive)."""
-    if value is None or value == "":
-        return default
-    if isinstance(value, bool):
+    """ISO 8601 string or epoch seconds/milliseconds -> epoch seconds (UTC for naive).
+
+    Anything else (``NaN``, ``Infinity``, a time outside years 1-9999, text that is no
+    time) gives ``default``: the store keeps standard JSON, and a bad time must not
+    refuse a whole session (``SessionBuilder.time`` records the bad value).
+    """
+    if value is None or value == "" or isinstance(value, bool):
         return default
     if isinstance(value, (int, float)):
-        v = float(value)
-        return v / 1000.0 if v > 1e11 else v
+        try:
+            v = float(value)
+        except OverflowError:  # an integer with hundreds of digits
+            return default
+        v = v / 1000.0 if v > 1e11 else v
+        return v if _EARLIEST <= v <= _LATEST else default  # False for NaN too
     if isinstance(value, str):
         s = value.strip()
         if s.endswith("Z") or s.endswith("z"):
@@ -273,12 +371,16 @@ def parse_timestamp(value: Any, default: float | None = None) -> float | None:
             dt = datetime.fromisoformat(s)
         except ValueError:
             try:
-                return parse_timestamp(float(s), default)
+                number = float(s)
             except ValueError:
                 return default
+            return parse_timestamp(number, default)
         if dt.tzinfo is None:
             dt = dt.replace(tzinfo=UTC)
-        return dt.timestamp()
+        try:
+            return dt.timestamp()
+        except (OverflowError, ValueError):  # year 1 or 9999 with an offset
+            return default
     return default
 
 
@@ -316,7 +418,7 @@ def parse_arguments(raw: Any) -> dict[str, Any]:
         if not s:
             return {}
         try:
-            v = json.loads(s)
+            v = decode_json(s)
         except ValueError:
             return {"_raw": raw}
         return v if isinstance(v, dict) else {"_value": v}
@@ -341,13 +443,26 @@ class SessionBuilder:
         self.compactions: list[str] = []
         self.last_summary_text: str | None = None
         self.warnings: list[str] = []
+        self._bad_time: Any = None  # a record's timestamp that was no time (see ``time``)
         # ids of nodes that never reach a prompt (Claude Code display lines)
         self._not_in_prompt: set[str] = set()
 
     # -- nodes --------------------------------------------------------------------------
-    def time(self, value: Any) -> float:
+    def time(self, value: Any, where: str | None = None) -> float:
+        """The time of a record: its own, else the time of the record before it.
+
+        A value that is present but no time (``NaN``, ``Infinity``, ``"yesterday"``) is
+        recorded: the next node added gets ``metadata["bad_timestamp"]`` (the value as
+        written) and a warning names ``where`` (``path:line``) when given.
+        """
+        self._bad_time = None
         t = parse_timestamp(value)
         if t is None:
+            if value is not None and value != "":
+                storable = isinstance(value, (str, int)) or (isinstance(value, float) and math.isfinite(value))
+                self._bad_time = value if storable else repr(value)
+                self.warnings.append(f"{where or self.source_path}: timestamp {reprlib.repr(value)} is not a time; "
+                                     "the previous record's time is used (metadata.bad_timestamp)")
             return self.last_time
         self.last_time = t
         return t
@@ -371,6 +486,9 @@ class SessionBuilder:
         meta = {"source": f"import:{self.format}"}
         if metadata:
             meta.update(metadata)
+        if self._bad_time is not None:
+            meta["bad_timestamp"] = self._bad_time
+            self._bad_time = None
         prefix = {"user": "u", "llm": "l", "code": "c"}[role]
         call = Call(
             id=new_id(prefix),

@@ -47,6 +47,10 @@ Mapping
   (the ``/compact`` command echo) on the *pre-compaction* branch; such a line is
   re-attached to the new branch (``metadata.source_parent`` keeps the recorded parent),
   because the model never saw the folded branch again.
+* A ``uuid`` used by two entries (a client writing a line twice, a damaged file): both
+  stay, as distinct nodes; the later one gets ``metadata.duplicate_uuid`` (the uuid and
+  the first line that used it) and a warning names both lines; lines written after it
+  that name the uuid as parent hang on the later one.
 * ``parentUuid`` -> ``predecessor`` (forks kept). The lines of one merged message map to
   its llm node; tool results chain one after the other below it. HEAD = the node of the
   last non-sidechain line.
@@ -61,10 +65,12 @@ Mapping
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +82,7 @@ from .base import (
     SessionBuilder,
     TranscriptError,
     content_text,
+    decode_json,
     iter_jsonl,
     load_json,
     parse_timestamp,
@@ -174,6 +181,10 @@ class _Converter:
         self.tool_results_dir = tool_results_dir
         self.extra_meta = dict(session_meta or {})
         self.node_of_uuid: dict[str, str] = {}
+        self.line_of_uuid: dict[str, int] = {}  # the first line of each uuid (duplicates)
+        self.entries = 0
+        self.first_session_key: str | None = None
+        self.first_agent_id: str | None = None
         self.index: dict[str, int] = {}  # node id -> creation index (epoch test)
         self.llm_of_msgid: dict[str, Call] = {}
         self.tail_of_llm: dict[str, str] = {}
@@ -244,36 +255,92 @@ class _Converter:
             self.b.head = node_id
 
     # -- entry handlers ------------------------------------------------------------------------
-    def run(self, entries: list[tuple[int, dict]]) -> None:
-        self._all_side = bool(entries) and all(
-            e.get("isSidechain") for _, e in entries if e.get("type") in ("user", "assistant")
-        )
+    def run(self, entries: Iterable[tuple[int, dict]]) -> None:
+        """Convert ``(line, entry)`` pairs as they come (a list or a file being read).
+
+        Whether every conversation line is a sidechain (a subagent's own file) decides
+        how sidechain lines attach; it is known at the first line that is not one, so
+        only the entries before it wait (all of them in a file of sidechains only).
+        """
+        waiting: list[tuple[int, dict]] | None = []
+        self._all_side = False
         for line, entry in entries:
-            problem = _shape_problem(entry)
-            if problem is None:
-                try:
-                    self._dispatch(line, entry)
-                    continue
-                except (KeyError, TypeError, AttributeError, ValueError) as exc:
-                    problem = f"unexpected content ({type(exc).__name__}: {exc})"
-            kind = entry.get("type")
-            reason = f"{kind} entry: {problem}"
-            file_line = None if self.in_array else line
-            if self.in_array:
-                reason = f"array element {line}: {reason}"
-            if self.on_error != "skip":
-                raise TranscriptError(self.path, file_line, reason)
-            self.issues.append(Issue(self.path, file_line, reason, "entry skipped"))
+            self._note(entry)
+            if waiting is not None:
+                waiting.append((line, entry))
+                if entry.get("type") in ("user", "assistant") and not entry.get("isSidechain"):
+                    for item in waiting:
+                        self._entry(*item)
+                    waiting = None
+                continue
+            self._entry(line, entry)
+        if waiting is not None:
+            self._all_side = bool(waiting)
+            for item in waiting:
+                self._entry(*item)
         if self.pending_boundary is not None:
             # A boundary whose summary line never came (file cut short): record what we know.
             self._compact_summary(None, None)
         self._attach_snapshots()
         self._link_sidechains()
 
+    def _note(self, entry: dict) -> None:
+        """Count an entry; keep the first session and agent ids (the file's own names)."""
+        self.entries += 1
+        if self.first_session_key is None and entry.get("sessionId"):
+            self.first_session_key = str(entry["sessionId"])
+        if self.first_agent_id is None and entry.get("agentId"):
+            self.first_agent_id = str(entry["agentId"])
+
+    def _entry(self, line: int, entry: dict) -> None:
+        """One entry: checked, dispatched by type; a bad one raised or skipped with its line."""
+        problem = _shape_problem(entry)
+        if problem is None:
+            try:
+                first_line = self._first_line_of_uuid(entry, line)
+                self._dispatch(line, entry)
+                if first_line is not None:
+                    self._mark_duplicate(entry, line, first_line)
+                return
+            except (KeyError, TypeError, AttributeError, ValueError) as exc:
+                problem = f"unexpected content ({type(exc).__name__}: {exc})"
+        kind = entry.get("type")
+        reason = f"{kind} entry: {problem}"
+        file_line = None if self.in_array else line
+        if self.in_array:
+            reason = f"array element {line}: {reason}"
+        if self.on_error != "skip":
+            raise TranscriptError(self.path, file_line, reason)
+        self.issues.append(Issue(self.path, file_line, reason, "entry skipped"))
+
+    def _first_line_of_uuid(self, entry: dict, line: int) -> int | None:
+        """Where this entry's ``uuid`` was first seen, if it was (else remember it here)."""
+        uid = entry.get("uuid")
+        if not isinstance(uid, str):
+            return None
+        first = self.line_of_uuid.setdefault(uid, line)
+        return None if first == line else first
+
+    def _mark_duplicate(self, entry: dict, line: int, first_line: int) -> None:
+        """A second entry with a uuid already used: both stay, as distinct nodes.
+
+        The later node gets ``metadata.duplicate_uuid`` (the uuid and the first line
+        that used it); lines naming that uuid as parent afterwards hang on the later
+        entry, as they were written after it.
+        """
+        uid = entry["uuid"]
+        where = "element" if self.in_array else "line"
+        self.b.warnings.append(
+            f"{self._where(line)}: uuid {uid} already used at {where} {first_line}; both kept as "
+            f"distinct nodes (metadata.duplicate_uuid on the later one)")
+        node = self.b.by_id.get(self.node_of_uuid.get(uid, ""))
+        if node is not None:
+            node.metadata.setdefault("duplicate_uuid", {"uuid": uid, f"first_{where}": first_line})
+
     def _dispatch(self, line: int, entry: dict) -> None:
         kind = entry.get("type")
         if entry.get("timestamp") is not None:
-            self.b.time(entry.get("timestamp"))
+            self.b.time(entry.get("timestamp"), self._where(line))
         sid = entry.get("sessionId")
         if isinstance(sid, str) and sid not in self.session_ids:
             self.session_ids.append(sid)
@@ -649,6 +716,8 @@ def convert_entries(entries: list[tuple[int, dict]], path: str, *, fmt: str = FO
 
 def _shape_problem(entry: dict) -> str | None:
     """Why an entry cannot be read as its type, or None. Checked before anything is built."""
+    if entry.get("type") is not None and not isinstance(entry["type"], str):
+        return f"type is {type(entry['type']).__name__}, not a string"
     for key in ("uuid", "parentUuid", "logicalParentUuid"):
         if entry.get(key) is not None and not isinstance(entry[key], str):
             return f"{key} is {type(entry[key]).__name__}, not a string"
@@ -664,13 +733,6 @@ def _shape_problem(entry: dict) -> str | None:
     return None
 
 
-def _session_key(entries: list[tuple[int, dict]], path: str) -> str:
-    for _, e in entries:
-        if e.get("sessionId"):
-            return str(e["sessionId"])
-    return Path(path).stem
-
-
 def subagent_files_of(session_file: str) -> list[str]:
     """Subagent transcripts that belong to ``session_file`` (both layouts)."""
     p = Path(session_file)
@@ -678,11 +740,39 @@ def subagent_files_of(session_file: str) -> list[str]:
     sub = p.with_suffix("") / "subagents"
     if sub.is_dir():
         out += sorted(str(f) for f in sub.iterdir() if _AGENT_FILE.match(f.name))
-    sid = p.stem
-    for f in sorted(p.parent.iterdir()):
-        if _AGENT_FILE.match(f.name) and f.is_file() and _first_session_id(str(f)) == sid:
-            out.append(str(f))
+    out += _flat_agents(str(p.parent))[0].get(p.stem, [])
     return out
+
+
+def _flat_agents(folder: str) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """The flat ``agent-*.jsonl`` files of a folder: ({sessionId: files}, {file: sessionId}).
+
+    Cached per folder and modification time: importing a folder of thousands of
+    sessions must not list it again for every session file.
+    """
+    try:
+        stamp = os.stat(folder).st_mtime_ns
+    except OSError:
+        return {}, {}
+    return _flat_agents_at(folder, stamp)
+
+
+@functools.lru_cache(maxsize=16)
+def _flat_agents_at(folder: str, stamp: int) -> tuple[dict[str, list[str]], dict[str, str]]:
+    by_session: dict[str, list[str]] = {}
+    by_file: dict[str, str] = {}
+    try:
+        with os.scandir(folder) as it:
+            names = sorted(e.name for e in it if _AGENT_FILE.match(e.name) and e.is_file())
+    except OSError:
+        return by_session, by_file
+    for name in names:
+        path = os.path.join(folder, name)
+        sid = _first_session_id(path)
+        if sid is not None:
+            by_session.setdefault(sid, []).append(path)
+            by_file[path] = sid
+    return by_session, by_file
 
 
 def owned_side_files(session_file: str) -> set[str]:
@@ -696,6 +786,29 @@ def owned_side_files(session_file: str) -> set[str]:
     return {os.path.normpath(f) for f in owned}
 
 
+def side_file_owner(path: str, session_files: set[str]) -> str | None:
+    """The session file among ``session_files`` whose import reads ``path``, or None.
+
+    The rule of ``owned_side_files`` turned around, so that walking a folder decides
+    each file on its own: ``<s>/subagents/agent-*.jsonl`` (and ``.meta.json``) and
+    ``<s>/tool-results/*`` belong to ``<s>.jsonl``; a flat ``agent-*.jsonl`` (and its
+    ``.meta.json``) to the session file named by its first ``sessionId``.
+    """
+    folder, name = os.path.split(path)
+    parent, kind = os.path.split(folder)
+    if kind in ("subagents", "tool-results"):
+        owner = parent + ".jsonl"
+        if owner in session_files and not os.path.basename(owner).startswith("agent-") and (
+                kind == "tool-results" or name.startswith("agent-")):
+            return owner
+    if name.startswith("agent-"):
+        agent = path[: -len(".meta.json")] + ".jsonl" if name.endswith(".meta.json") else path
+        sid = _flat_agents(folder)[1].get(agent) if _AGENT_FILE.match(os.path.basename(agent)) else None
+        if sid is not None and os.path.join(folder, sid + ".jsonl") in session_files:
+            return os.path.join(folder, sid + ".jsonl")
+    return None
+
+
 def _first_session_id(path: str) -> str | None:
     try:
         with open(path, "rb") as fh:
@@ -704,7 +817,7 @@ def _first_session_id(path: str) -> str | None:
                 if not raw:
                     break
                 try:
-                    v = json.loads(raw)
+                    v = decode_json(raw.decode("utf-8", errors="replace"))
                 except ValueError:
                     continue
                 if isinstance(v, dict) and v.get("sessionId"):
@@ -714,45 +827,45 @@ def _first_session_id(path: str) -> str | None:
     return None
 
 
-def _read_entries(path: str, on_error: str, issues: list[Issue]) -> list[tuple[int, dict]]:
-    return [(jl.line, jl.value) for jl in iter_jsonl(path, on_error=on_error, issues=issues)]
-
-
 def parse_claude_code_jsonl(path: str, *, on_error: str = "stop",
                             with_subagents: bool = True) -> list[ImportedSession]:
-    """A session file, its spilled tool results and (by default) its subagents."""
+    """A session file, its spilled tool results and (by default) its subagents.
+
+    The file is converted as it is read, line by line: a large transcript is never held
+    as parsed records and as nodes at once.
+    """
     path = str(path)
     issues: list[Issue] = []
-    entries = _read_entries(path, on_error, issues)
-    if not entries:
-        raise TranscriptError(path, None, "no Claude Code entries in the file")
     p = Path(path)
     is_agent = bool(_AGENT_FILE.match(p.name))
-    source_sid = _session_key(entries, path)
     tr_dir = str(p.with_suffix("") / "tool-results")
-    meta: dict[str, Any] = {}
     if is_agent:
-        agent_id = next((str(e["agentId"]) for _, e in entries if e.get("agentId")),
-                        p.stem[len("agent-"):])
+        # a subagent's own spilled outputs live beside the parent's
+        # (the session id comes from the file: used as a folder name only when it is a plain id)
+        sid = _first_session_id(path) or p.stem
+        parent_dir = p.parent.parent if p.parent.name == "subagents" else (
+            p.parent / sid if _SAFE_ID.fullmatch(sid) else None)
+        tr_dir = str(parent_dir / "tool-results") if parent_dir is not None else ""
+    conv = _Converter(path, FORMAT, tool_results_dir=tr_dir if tr_dir and os.path.isdir(tr_dir) else None,
+                      on_error=on_error, issues=issues)
+    conv.run((jl.line, jl.value) for jl in iter_jsonl(path, on_error=on_error, issues=issues))
+    if not conv.entries:
+        raise TranscriptError(path, None, "no Claude Code entries in the file")
+    source_sid = conv.first_session_key or p.stem
+    if is_agent:
+        agent_id = conv.first_agent_id or p.stem[len("agent-"):]
         session_id = f"cc-{source_sid}-agent-{agent_id}"
         meta_file = p.with_suffix(".meta.json")
         if meta_file.is_file():
             try:
-                meta["subagent_meta"] = json.loads(read_text(str(meta_file), on_error="skip"))
+                conv.extra_meta["subagent_meta"] = decode_json(read_text(str(meta_file), on_error="skip"))
             except ValueError:
-                meta["subagent_meta_error"] = f"{meta_file}: not JSON"
-        meta["parent"] = {"source_session_id": source_sid, "session_id": f"cc-{source_sid}",
-                          "agent_id": agent_id}
-        # a subagent's own spilled outputs live beside the parent's
-        # (the session id comes from the file: used as a folder name only when it is a plain id)
-        parent_dir = p.parent.parent if p.parent.name == "subagents" else (
-            p.parent / source_sid if _SAFE_ID.fullmatch(source_sid) else None)
-        tr_dir = str(parent_dir / "tool-results") if parent_dir is not None else ""
+                conv.extra_meta["subagent_meta_error"] = f"{meta_file}: not JSON"
+        conv.extra_meta["parent"] = {"source_session_id": source_sid, "session_id": f"cc-{source_sid}",
+                                     "agent_id": agent_id}
     else:
         session_id = f"cc-{p.stem if _looks_uuid(p.stem) else source_sid}"
-    main = convert_entries(entries, path, session_id=session_id,
-                           tool_results_dir=tr_dir if tr_dir and os.path.isdir(tr_dir) else None,
-                           session_meta=meta, skipped=issues, on_error=on_error)
+    main = conv.finish(session_id, issues)
     out = [main]
     if with_subagents and not is_agent:
         for f in subagent_files_of(path):

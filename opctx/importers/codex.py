@@ -92,7 +92,8 @@ NOT_VISIBLE = ("(Codex stored this summary encrypted; its text is not visible in
 
 
 def looks_like_line(value: Any) -> bool:
-    return isinstance(value, dict) and value.get("type") in LINE_TYPES and "payload" in value
+    kind = value.get("type") if isinstance(value, dict) else None
+    return isinstance(kind, str) and kind in LINE_TYPES and "payload" in value
 
 
 def codex_usage(last: dict | None) -> dict[str, int] | None:
@@ -135,8 +136,11 @@ class _Codex:
         else:
             target.metadata.setdefault("events", []).append(record)
 
-    def run(self, lines, on_error: str = "stop", issues: list[Issue] | None = None) -> None:
+    def run(self, lines, on_error: str = "stop", issues: list[Issue] | None = None) -> int:
+        """Convert the records as they are read; returns how many there were."""
+        count = 0
         for jl in lines:
+            count += 1
             try:
                 self._line(jl)
             except (KeyError, TypeError, AttributeError, ValueError) as exc:
@@ -146,12 +150,13 @@ class _Codex:
                     raise TranscriptError(self.path, jl.line, reason) from None
                 if issues is not None:
                     issues.append(Issue(self.path, jl.line, reason, "record skipped"))
+        return count
 
     def _line(self, jl) -> None:
         rec = jl.value
         kind = rec.get("type")
         payload = rec.get("payload")
-        when = self.b.time(rec.get("timestamp"))
+        when = self.b.time(rec.get("timestamp"), f"{self.path}:{jl.line}")
         if kind == "session_meta" and isinstance(payload, dict):
             self.meta.setdefault("codex", {}).update(payload)
         elif kind == "turn_context" and isinstance(payload, dict):
@@ -373,10 +378,9 @@ def parse_codex(path: str, *, on_error: str = "stop") -> list[ImportedSession]:
     path = str(path)
     issues: list[Issue] = []
     conv = _Codex(path)
-    lines = list(iter_jsonl(path, on_error=on_error, issues=issues))
-    if not lines:
+    read = conv.run(iter_jsonl(path, on_error=on_error, issues=issues), on_error, issues)
+    if not read:
         raise TranscriptError(path, None, "no Codex rollout lines in the file")
-    conv.run(lines, on_error, issues)
     b = conv.b
     # every call gets its code node, answered or not
     for call_id, (llm, tc) in conv.calls_by_id.items():

@@ -24,18 +24,23 @@ Rules, in order:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from . import claude_code, codex, openhands
-from .base import TranscriptError, UnknownFormatError, load_json
+from .base import TranscriptError, UnknownFormatError, decode_json, load_json
 from .message_lists import is_message, looks_mini_swe_agent, uses_anthropic_blocks
 
 __all__ = ["detect", "sniff", "classify_records", "classify_document", "SNIFF_BYTES"]
 
 SNIFF_BYTES = 1 << 20
 _OPCTX_KEYS = {"id", "seq", "role", "caller", "predecessor", "reads", "metadata"}
+
+
+def _mostly(test: Any, items: list) -> bool:
+    """Does ``test`` hold for at least half of ``items`` (and one)?"""
+    hits = sum(1 for x in items if test(x))
+    return hits >= 1 and 2 * hits >= len(items)
 
 
 def classify_records(records: list[dict], path: str = "<input>") -> str:
@@ -52,7 +57,7 @@ def classify_records(records: list[dict], path: str = "<input>") -> str:
         return "hermes"
     if isinstance(first.get("history"), list):
         return "openhands"
-    if all(is_message(r) for r in records):
+    if _mostly(is_message, records):
         return "anthropic" if uses_anthropic_blocks(records) else "openai"
     if all(isinstance(r.get("messages"), list) for r in records):
         msgs = [m for r in records for m in r["messages"]]
@@ -72,7 +77,7 @@ def classify_document(doc: Any, path: str = "<input>") -> str:
             return "claude_code_hook"
         if any(openhands.looks_like_event(x) for x in items):
             return "openhands"
-        if all(is_message(x) for x in items):
+        if _mostly(is_message, items):  # a damaged message is the parser's to report
             if looks_mini_swe_agent(items):
                 return "mini_swe_agent"
             return "anthropic" if uses_anthropic_blocks(doc) else "openai"
@@ -80,8 +85,8 @@ def classify_document(doc: Any, path: str = "<input>") -> str:
     if isinstance(doc, dict):
         hist = doc.get("history")
         if isinstance(hist, list):
-            if any(openhands.looks_like_event(x) for x in hist[:20]):
-                return "openhands"
+            if any(openhands.looks_like_event(x) or openhands.looks_like_pair(x) for x in hist[:20]):
+                return "openhands"  # events, or the [action, observation] pairs of 2024 outputs
             return "swe_agent"
         msgs = doc.get("messages")
         if isinstance(msgs, list):
@@ -101,8 +106,7 @@ def sniff(path: str | Path) -> tuple[str, Any]:
         return "directory", None
     if not p.exists():
         raise TranscriptError(str(p), None, "no such file or directory")
-    with open(p, "rb") as fh:
-        head = fh.read(SNIFF_BYTES)
+    head, whole = _head(p)
     text = head.decode("utf-8", errors="replace").lstrip("\ufeff")
     stripped = text.lstrip()
     if not stripped:
@@ -112,34 +116,65 @@ def sniff(path: str | Path) -> tuple[str, Any]:
     if stripped[0] not in "[{":
         preview = stripped[:40].splitlines()[0]
         raise UnknownFormatError(str(p), 1, f"not a JSON, JSON Lines or Aider transcript (starts with {preview!r})")
-    first_line = stripped.split("\n", 1)[0].strip()
-    records: list[dict] = []
-    if first_line.startswith("{"):
-        for raw in text.split("\n")[:51]:
-            raw = raw.strip()
-            if not raw:
-                continue
-            try:
-                v = json.loads(raw)
-            except ValueError:
-                break
-            if isinstance(v, dict):
-                records.append(v)
-    if records:
-        # a one-line JSON document and a one-record JSONL file look alike: decide by shape
-        fmt_doc = None
-        if len(records) == 1 and "\n" not in stripped.strip():
-            try:
-                fmt_doc = classify_document(records[0], str(p))
-            except UnknownFormatError:
-                fmt_doc = None
-        if fmt_doc in ("swe_agent", "mini_swe_agent", "openhands") or (
-                fmt_doc in ("openai", "anthropic") and isinstance(records[0].get("messages"), list)
-                and not {"system_prompt", "started_at"} & set(records[0])):
-            return fmt_doc, records[0]
+    lines = [raw.strip() for raw in text.split("\n") if raw.strip()]
+    first = _record(lines[0])
+    if first is not None:
+        if whole and len(lines) == 1:
+            # a one-line JSON document and a one-record JSONL file look alike: decide by shape
+            fmt_doc = _document_format(first, str(p))
+            if fmt_doc in ("swe_agent", "mini_swe_agent", "openhands") or (
+                    fmt_doc in ("openai", "anthropic") and isinstance(first.get("messages"), list)
+                    and not {"system_prompt", "started_at"} & set(first)):
+                return fmt_doc, first
+        records = [first] + [r for r in map(_record, lines[1:_SNIFF_RECORDS]) if r is not None]
         return classify_records(records, str(p)), None
-    doc = load_json(str(p))
+    try:
+        doc = load_json(str(p))
+    except TranscriptError:
+        # Not one JSON document. JSON Lines whose first line is damaged are still JSON
+        # Lines: classify them by the lines that parse (the parser reports line 1).
+        records = [r for r in map(_record, lines[1:_SNIFF_RECORDS]) if r is not None]
+        if records and stripped[0] == "{" and len(records) >= min(len(lines) - 2, 2):
+            return classify_records(records, str(p)), None
+        raise
     return classify_document(doc, str(p)), doc
+
+
+_SNIFF_RECORDS = 51
+
+
+def _head(p: Path) -> tuple[bytes, bool]:
+    """The first ``SNIFF_BYTES`` of a file, extended to the end of its first line.
+
+    A Claude Code line carrying a large pasted text or tool output may be longer than
+    the sniffed prefix: cut, it would not parse and the file would be taken for a JSON
+    document. Returns (bytes, whether that is the whole file).
+    """
+    with open(p, "rb") as fh:
+        head = fh.read(SNIFF_BYTES)
+        body = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+        if len(head) == SNIFF_BYTES and b"\n" not in body:
+            head += fh.readline()
+        whole = not fh.read(1)
+    return head, whole
+
+
+def _record(line: str) -> dict | None:
+    """One JSONL line as an object, or None (not JSON, not an object, cut short)."""
+    if not line.startswith("{"):
+        return None
+    try:
+        value = decode_json(line)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _document_format(doc: Any, path: str) -> str | None:
+    try:
+        return classify_document(doc, path)
+    except UnknownFormatError:
+        return None
 
 
 def detect(path: str | Path) -> str:

@@ -142,6 +142,13 @@ def _usage(u: Any) -> dict[str, int] | None:
     return None
 
 
+def _call_key(value: Any) -> Any:
+    """A tool-call id usable as a key: a list or object id (a damaged file) as its JSON text."""
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return value
+
+
 def _tool_calls(msg: dict) -> list[dict]:
     out = []
     for tc in msg.get("tool_calls") or ():
@@ -150,7 +157,7 @@ def _tool_calls(msg: dict) -> list[dict]:
         fn = tc.get("function") if isinstance(tc.get("function"), dict) else None
         name = (fn or tc).get("name", "")
         args = parse_arguments((fn or tc).get("arguments"))
-        entry = {"id": tc.get("id") or new_id("call"), "name": name, "arguments": args}
+        entry = {"id": _call_key(tc.get("id")) or new_id("call"), "name": name, "arguments": args}
         extra = {k: v for k, v in tc.items() if k not in ("id", "type", "function", "name", "arguments")}
         if tc.get("type") not in (None, "function"):
             extra["type"] = tc["type"]
@@ -170,141 +177,234 @@ def convert_messages(messages: list, b: SessionBuilder, *, path: str, on_error: 
     """Append ``messages`` to ``b`` (see the module docstring). Returns a few facts.
 
     ``lines``: the file line of each message (JSON Lines), so that errors name it.
+
+    The steps, per message: check its shape (a bad one is an error naming its line, or an
+    issue with ``on_error="skip"``); then hand it to the converter of its role.
     """
-    owners: dict[str, tuple[Call, dict]] = {}
-    last_legacy: tuple[Call, dict] | None = None
-    facts: dict[str, Any] = {"first_user": "", "models": {}}
+    conv = _MessageConverter(b, path=path, fmt_extra=fmt_extra)
     for idx, msg in enumerate(messages):
-        if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
-            reason = f"message {idx} is not a {{role, content}} object"
-        elif msg.get("content") is not None and not isinstance(msg["content"], (str, list, dict)):
-            reason = f"message {idx}: content is {type(msg['content']).__name__}"
-        elif msg.get("tool_calls") is not None and not isinstance(msg["tool_calls"], list):
-            reason = f"message {idx}: tool_calls is not a list"
-        else:
-            reason = None
+        reason = _message_problem(idx, msg)
         if reason is not None:
             line = lines[idx] if lines is not None and idx < len(lines) else None
-            if on_error != "skip":
-                raise TranscriptError(path, line, reason)
-            issues.append(Issue(path, line, reason, "message skipped"))
+            _refuse(path, line, reason, on_error, issues, "message skipped")
             continue
+        where = f"{path}:{lines[idx]}" if lines is not None and idx < len(lines) else f"{path}, message {idx}"
+        try:
+            conv.add(idx, msg, where)
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            # a field of the wrong type that the shape check does not cover
+            line = lines[idx] if lines is not None and idx < len(lines) else None
+            _refuse(path, line, f"message {idx}: unexpected content ({type(exc).__name__}: {exc})",
+                    on_error, issues, "message skipped")
+    return conv.facts
+
+
+def _message_problem(idx: int, msg: Any) -> str | None:
+    """Why ``msg`` cannot be read as a chat message, or None."""
+    if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
+        return f"message {idx} is not a {{role, content}} object"
+    if msg.get("content") is not None and not isinstance(msg["content"], (str, list, dict)):
+        return f"message {idx}: content is {type(msg['content']).__name__}"
+    if msg.get("tool_calls") is not None and not isinstance(msg["tool_calls"], list):
+        return f"message {idx}: tool_calls is not a list"
+    return None
+
+
+def _refuse(path: str, line: int | None, reason: str, on_error: str, issues: list[Issue],
+            action: str) -> None:
+    """Raise ``TranscriptError`` (``on_error="stop"``) or record the issue and go on."""
+    if on_error != "skip":
+        raise TranscriptError(path, line, reason)
+    issues.append(Issue(path, line, reason, action))
+
+
+def _non_text_blocks(blocks: list, text_types: tuple[str, ...] = ("text",)) -> list:
+    """The dict blocks of a content list that are not text (images, files): kept as they are."""
+    return [x for x in blocks if isinstance(x, dict) and x.get("type") not in text_types]
+
+
+def _result_text(inner: Any) -> str:
+    """The text of a ``tool_result`` block's content (a string, blocks, or any JSON value)."""
+    if isinstance(inner, list):
+        return content_text(inner)
+    if isinstance(inner, str):
+        return inner
+    return "" if inner is None else json.dumps(inner)
+
+
+class _MessageConverter:
+    """Turns checked chat messages into nodes of one ``SessionBuilder``, one role at a time.
+
+    It remembers which llm node made each tool call (``owners``), so that a result, however
+    it is spelt (a ``tool`` message, a ``tool_result`` block, a legacy ``function`` reply),
+    becomes a code node whose ``caller`` is that llm node.
+    """
+
+    def __init__(self, b: SessionBuilder, *, path: str, fmt_extra: Any) -> None:
+        self.b = b
+        self.path = path
+        self.fmt_extra = fmt_extra
+        self.owners: dict[str, tuple[Call, dict]] = {}
+        self.last_legacy: tuple[Call, dict] | None = None
+        self.facts: dict[str, Any] = {"first_user": "", "models": {}}
+
+    def add(self, idx: int, msg: dict, where: str | None = None) -> None:
+        """Convert one well-formed message: the fields every role shares, then its role's own."""
         role = msg["role"]
-        when = b.time(msg.get("timestamp", msg.get("created_at")))
-        content = msg.get("content")
-        fields = {k: v for k, v in msg.items() if k not in _MSG_CONSUMED}
+        when = self.b.time(msg.get("timestamp", msg.get("created_at")), where)
+        meta = self._common_meta(msg)
+        if role in ("system", "developer"):
+            self._system(msg, meta, when)
+        elif role == "user":
+            self._user(msg, meta, when)
+        elif role == "assistant":
+            self._assistant(msg, meta, when)
+        elif role in ("tool", "function"):
+            self._tool_message(msg, meta, when)
+        else:
+            self._unknown_role(idx, msg, meta, when)
+
+    def _common_meta(self, msg: dict) -> dict[str, Any]:
+        """``source_fields`` (every key without a home of its own) and ``token_count``."""
         meta: dict[str, Any] = {}
+        fields = {k: v for k, v in msg.items() if k not in _MSG_CONSUMED}
         if fields:
             meta["source_fields"] = fields
         if msg.get("token_count") is not None:
             meta["token_count"] = msg["token_count"]
+        return meta
+
+    def _system(self, msg: dict, meta: dict, when: float) -> None:
+        """``system``/``developer`` -> an llm node flagged ``metadata.role = "system"``."""
+        meta.update({"role": "system"})
+        if msg["role"] != "system":
+            meta["original_role"] = msg["role"]
+        self.b.add("llm", output=content_text(msg.get("content")), created_at=when, metadata=meta,
+                   name=msg.get("model") or "")
+
+    def _user(self, msg: dict, meta: dict, when: float) -> None:
+        """Its ``tool_result`` blocks become code nodes first; its text (if any) a user node."""
+        content = msg.get("content")
         blocks = content if isinstance(content, list) else []
-        if role in ("system", "developer"):
-            meta.update({"role": "system"})
-            if role != "system":
-                meta["original_role"] = role
-            b.add("llm", output=content_text(content), created_at=when, metadata=meta,
-                  name=msg.get("model") or "")
-        elif role == "user":
-            results = [x for x in blocks if isinstance(x, dict) and x.get("type") == "tool_result"]
-            rest = [x for x in blocks if not (isinstance(x, dict) and x.get("type") == "tool_result")]
-            for block in results:
-                tid = block.get("tool_use_id")
-                owner = owners.get(tid)
-                rmeta: dict[str, Any] = {"tool_call_id": tid, "is_error": bool(block.get("is_error"))}
-                inner = block.get("content")
-                text = content_text(inner) if isinstance(inner, list) else (
-                    inner if isinstance(inner, str) else ("" if inner is None else json.dumps(inner)))
-                if isinstance(inner, list):
-                    nt = [x for x in inner if isinstance(x, dict) and x.get("type") != "text"]
-                    if nt:
-                        rmeta["content_blocks"] = nt
-                _add_result(b, owner, text, rmeta, when, path, tid)
-            if rest or not results:
-                text = content if isinstance(content, str) else content_text(rest)
-                nt = [x for x in rest if isinstance(x, dict) and x.get("type") not in ("text", "input_text")]
-                if nt:
-                    meta["content_blocks"] = nt
-                b.add("user", name=msg.get("name") or "user", output=text, created_at=when, metadata=meta)
-                if not facts["first_user"] and text.strip():
-                    facts["first_user"] = text
-        elif role == "assistant":
-            texts, calls, thinking, other = [], _tool_calls(msg), [], []
-            if isinstance(content, str):
-                texts.append(content)
-            for x in blocks:
-                if not isinstance(x, dict):
-                    other.append(x)
-                elif x.get("type") in ("text", "output_text"):
-                    texts.append(x.get("text") or "")
-                elif x.get("type") == "tool_use":
-                    inp = x.get("input")
-                    calls.append({"id": x.get("id") or new_id("call"), "name": x.get("name", ""),
-                                  "arguments": inp if isinstance(inp, dict) else {"_value": inp}})
-                elif x.get("type") in ("thinking", "redacted_thinking"):
-                    thinking.append(x)
-                else:
-                    other.append(x)
-            meta["tool_calls"] = calls
-            for key in ("reasoning", "reasoning_content"):
-                if msg.get(key):
-                    meta["reasoning"] = msg[key]
-            if thinking:
-                meta["thinking"] = thinking
-            if other:
-                meta["content_blocks"] = other
-            usage = _usage(msg.get("usage"))
-            if usage:
-                meta["usage"] = usage
-                meta["usage_raw"] = msg["usage"]
-            if fmt_extra == "mini_swe_agent":
-                m = _FENCE.search("\n".join(texts))
-                if m:
-                    meta["command"] = m.group(1).strip()
-            model = msg.get("model") or ""
-            if model:
-                facts["models"][model] = facts["models"].get(model, 0) + 1
-            llm = b.add("llm", name=model, output="\n\n".join(t for t in texts if t),
-                        created_at=when, metadata=meta)
-            for tc in calls:
-                owners[tc["id"]] = (llm, tc)
-                if tc.get("legacy_function_call"):
-                    last_legacy = (llm, tc)
-        elif role in ("tool", "function"):
-            ids = msg.get("tool_call_ids") if isinstance(msg.get("tool_call_ids"), list) else None
-            tid = msg.get("tool_call_id") or (ids[0] if ids else None)
-            owner = owners.get(tid) if tid else None
-            if owner is None and role == "function" and last_legacy is not None:
-                owner, tid = last_legacy, last_legacy[1]["id"]
-            meta["tool_call_id"] = tid
-            if ids and len(ids) > 1:
-                meta["tool_call_ids"] = ids
-            if msg.get("name") or msg.get("tool_name"):
-                meta["tool_name"] = msg.get("name") or msg.get("tool_name")
-            if isinstance(content, list):
-                nt = [x for x in content if isinstance(x, dict) and x.get("type") != "text"]
-                if nt:
-                    meta["content_blocks"] = nt
-            text = content if isinstance(content, str) else content_text(content)
-            _add_result(b, owner, text, meta, when, path, tid)
+        results = [x for x in blocks if isinstance(x, dict) and x.get("type") == "tool_result"]
+        rest = [x for x in blocks if not (isinstance(x, dict) and x.get("type") == "tool_result")]
+        for block in results:
+            self._tool_result_block(block, when)
+        if rest or not results:
+            text = content if isinstance(content, str) else content_text(rest)
+            nt = _non_text_blocks(rest, ("text", "input_text"))
+            if nt:
+                meta["content_blocks"] = nt
+            self.b.add("user", name=msg.get("name") or "user", output=text, created_at=when,
+                       metadata=meta)
+            if not self.facts["first_user"] and text.strip():
+                self.facts["first_user"] = text
+
+    def _tool_result_block(self, block: dict, when: float) -> None:
+        """An Anthropic ``tool_result`` block -> the code node answering its ``tool_use``."""
+        tid = _call_key(block.get("tool_use_id"))
+        rmeta: dict[str, Any] = {"tool_call_id": tid, "is_error": bool(block.get("is_error"))}
+        inner = block.get("content")
+        if isinstance(inner, list):
+            nt = _non_text_blocks(inner)
+            if nt:
+                rmeta["content_blocks"] = nt
+        self._add_result(self.owners.get(tid), _result_text(inner), rmeta, when, tid)
+
+    def _assistant(self, msg: dict, meta: dict, when: float) -> None:
+        """One llm node: text, tool calls (both shapes), reasoning, usage; registers its calls."""
+        texts, calls, thinking, other = _assistant_parts(msg)
+        meta["tool_calls"] = calls
+        for key in ("reasoning", "reasoning_content"):
+            if msg.get(key):
+                meta["reasoning"] = msg[key]
+        if thinking:
+            meta["thinking"] = thinking
+        if other:
+            meta["content_blocks"] = other
+        usage = _usage(msg.get("usage"))
+        if usage:
+            meta["usage"] = usage
+            meta["usage_raw"] = msg["usage"]
+        if self.fmt_extra == "mini_swe_agent":
+            m = _FENCE.search("\n".join(texts))
+            if m:
+                meta["command"] = m.group(1).strip()
+        model = msg.get("model") or ""
+        if model:
+            self.facts["models"][model] = self.facts["models"].get(model, 0) + 1
+        llm = self.b.add("llm", name=model, output="\n\n".join(t for t in texts if t),
+                         created_at=when, metadata=meta)
+        for tc in calls:
+            self.owners[tc["id"]] = (llm, tc)
+            if tc.get("legacy_function_call"):
+                self.last_legacy = (llm, tc)
+
+    def _tool_message(self, msg: dict, meta: dict, when: float) -> None:
+        """A ``tool`` (or legacy ``function``) message -> the code node answering its call."""
+        content = msg.get("content")
+        ids = msg.get("tool_call_ids") if isinstance(msg.get("tool_call_ids"), list) else None
+        tid = _call_key(msg.get("tool_call_id") or (ids[0] if ids else None))
+        owner = self.owners.get(tid) if tid else None
+        if owner is None and msg["role"] == "function" and self.last_legacy is not None:
+            owner, tid = self.last_legacy, self.last_legacy[1]["id"]
+        meta["tool_call_id"] = tid
+        if ids and len(ids) > 1:
+            meta["tool_call_ids"] = ids
+        if msg.get("name") or msg.get("tool_name"):
+            meta["tool_name"] = msg.get("name") or msg.get("tool_name")
+        if isinstance(content, list):
+            nt = _non_text_blocks(content)
+            if nt:
+                meta["content_blocks"] = nt
+        text = content if isinstance(content, str) else content_text(content)
+        self._add_result(owner, text, meta, when, tid)
+
+    def _unknown_role(self, idx: int, msg: dict, meta: dict, when: float) -> None:
+        """A role no format defines: kept as a user node, with a warning."""
+        role = msg["role"]
+        reason = f"message {idx} has unknown role {role!r}"
+        self.b.warnings.append(f"{self.path}: {reason}; kept as a user node with metadata.original_role")
+        meta["original_role"] = role
+        self.b.add("user", output=content_text(msg.get("content")), created_at=when, metadata=meta)
+
+    def _add_result(self, owner: tuple[Call, dict] | None, text: str, meta: dict, when: float,
+                    tid: Any) -> Call:
+        """A code node under the llm node that made the call; an orphan (warned) without one."""
+        b = self.b
+        if owner is None:
+            meta["orphan_result"] = True
+            b.warnings.append(f"{self.path}: tool result {tid!r} answers no tool call")
+            name = meta.get("tool_name", "")
+            return b.add("code", name=name, output=text, created_at=when, metadata=meta)
+        llm, tc = owner
+        return b.add("code", name=tc["name"], input=tc["arguments"], output=text, caller=llm.id,
+                     created_at=when, metadata=meta)
+
+
+def _assistant_parts(msg: dict) -> tuple[list[str], list[dict], list[dict], list]:
+    """(texts, tool calls, thinking blocks, other blocks) of an assistant message.
+
+    Tool calls come from the OpenAI ``tool_calls``/``function_call`` fields first, then
+    from Anthropic ``tool_use`` blocks, in content order.
+    """
+    content = msg.get("content")
+    texts: list[str] = [content] if isinstance(content, str) else []
+    calls, thinking, other = _tool_calls(msg), [], []
+    for x in content if isinstance(content, list) else []:
+        if not isinstance(x, dict):
+            other.append(x)
+        elif x.get("type") in ("text", "output_text"):
+            texts.append(x.get("text") or "")
+        elif x.get("type") == "tool_use":
+            inp = x.get("input")
+            calls.append({"id": _call_key(x.get("id")) or new_id("call"), "name": x.get("name", ""),
+                          "arguments": inp if isinstance(inp, dict) else {"_value": inp}})
+        elif x.get("type") in ("thinking", "redacted_thinking"):
+            thinking.append(x)
         else:
-            reason = f"message {idx} has unknown role {role!r}"
-            b.warnings.append(f"{path}: {reason}; kept as a user node with metadata.original_role")
-            meta["original_role"] = role
-            b.add("user", output=content_text(content), created_at=when, metadata=meta)
-    return facts
-
-
-def _add_result(b: SessionBuilder, owner: tuple[Call, dict] | None, text: str, meta: dict,
-                when: float, path: str, tid: Any) -> Call:
-    if owner is None:
-        meta["orphan_result"] = True
-        b.warnings.append(f"{path}: tool result {tid!r} answers no tool call")
-        name = meta.get("tool_name", "")
-        return b.add("code", name=name, output=text, created_at=when, metadata=meta)
-    llm, tc = owner
-    return b.add("code", name=tc["name"], input=tc["arguments"], output=text, caller=llm.id,
-                 created_at=when, metadata=meta)
+            other.append(x)
+    return texts, calls, thinking, other
 
 
 def _finish(b: SessionBuilder, facts: dict, *, session_id: str, meta: dict, issues: list[Issue],
@@ -482,7 +582,7 @@ def parse_opctx_jsonl(path: str, *, on_error: str = "stop") -> list[ImportedSess
                         caller=m(r.get("caller")), predecessor=m(r.get("predecessor")),
                         reads=[m(x) for x in r.get("reads") or []], metadata=meta)
         except (KeyError, TypeError, ValueError) as exc:
-            reason = f"not a Call record: {exc}"
+            reason = f"not a Call record ({type(exc).__name__}: {exc})"
             if on_error != "skip":
                 raise TranscriptError(path, line, reason) from None
             issues.append(Issue(path, line, reason, "line skipped"))
@@ -492,8 +592,10 @@ def parse_opctx_jsonl(path: str, *, on_error: str = "stop") -> list[ImportedSess
         b.by_id[call.id] = call
         if "compaction" in call.metadata:
             b.compactions.append(call.id)
+    if not b.calls:
+        raise TranscriptError(path, None, "no valid node in the opctx export")
     head = m(header.get("head")) if header.get("head") else b.calls[-1].id
-    if head not in b.by_id:
+    if not isinstance(head, str) or head not in b.by_id:
         head = b.calls[-1].id
     meta = dict(header.get("meta") or {})
     sid = header.get("session_id") or file_digest(_read(path))

@@ -28,6 +28,17 @@ Mapping
   ``metadata.observation`` = its kind, ``event`` kept). OpenHands' conversation memory
   sends exactly these as ``user`` messages, so the next llm node ``reads`` them: leaving
   them out would hide from a replay what the model was told.
+* older outputs, before function calling (no ``tool_call_metadata``): an agent action
+  other than a message (``run``, ``run_ipython``, ``edit``, ``browse``,
+  ``browse_interactive``, ``read``, ``write``, ``delegate``, ``finish``, ...) is one
+  model response with one tool call, named by the action kind, with the ``args`` (but
+  the ``thought``, which is the llm node's text) as arguments and
+  ``metadata.legacy_action``. Its observation (``cause`` = the action's id, or the
+  other half of its pair) is the code node answering it. Evaluation outputs written
+  before October 2024 hold ``history`` as ``[action, observation]`` pairs
+  (``flatten_history``); a pair's ``null`` observation ("No observation") answers
+  nothing, so a ``finish`` keeps ``missing_output``. The run's model is
+  ``metadata.llm_config.model``, or ``metadata.model_name`` in mid-2024 outputs.
 * everything else -> ``metadata.events`` of the latest node: kept, not in the
   conversation. These are the events the model never sees as they are: ``null``
   observations (the "No observation" answer to a message or a state change),
@@ -61,7 +72,7 @@ from .base import (
 from .message_lists import _usage, file_digest
 
 __all__ = ["FORMAT", "OBSERVATIONS_SHOWN_AS_MESSAGES", "parse_openhands", "looks_like_event",
-           "convert_events"]
+           "looks_like_pair", "flatten_history", "convert_events"]
 
 FORMAT = "openhands"
 # Observation kinds that OpenHands' conversation memory turns into a message for the model
@@ -95,99 +106,197 @@ def _response_text(resp: dict) -> str:
     return ""
 
 
-def convert_events(events: list, b: SessionBuilder, path: str, on_error: str,
-                   issues: list[Issue]) -> dict[str, Any]:
-    llm_by_response: dict[str, Call] = {}
-    owner: dict[str, tuple[Call, dict]] = {}
-    action_tool: dict[Any, str] = {}  # action event id -> tool_call_id
-    answered: set[str] = set()
-    facts: dict[str, Any] = {"first_user": "", "models": {}}
+# Actions that are not a model's decision: the controller's bookkeeping, context recalls.
+_NOT_MODEL_ACTIONS = frozenset({"system", "message", "change_agent_state", "recall", "null",
+                                "condensation", "condensation_request"})
 
-    def attach(ev: dict) -> None:
-        target = b.by_id.get(b.head) if b.head else None
+
+def flatten_history(history: list) -> list[tuple[Any, int | None]]:
+    """``(event, position of the action it answers or None)`` for every event, in order.
+
+    OpenHands evaluation outputs written before October 2024 hold ``history`` as
+    ``[action, observation]`` pairs (``compatibility_for_eval_history_pairs``); later
+    ones a flat list of events. A pair's observation answers its action even where it
+    has no ``cause`` (the ``null`` observation of a message has no id at all).
+    """
+    out: list[tuple[Any, int | None]] = []
+    for item in history:
+        if isinstance(item, (list, tuple)) and len(item) == 2 and all(isinstance(x, dict) for x in item):
+            out.append((item[0], None))
+            out.append((item[1], len(out) - 1))
+        else:
+            out.append((item, None))
+    return out
+
+
+def looks_like_pair(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and len(value) == 2 and looks_like_event(value[0])
+
+
+class _EventConverter:
+    """Turns OpenHands events into nodes of one ``SessionBuilder`` (module docstring)."""
+
+    def __init__(self, b: SessionBuilder) -> None:
+        self.b = b
+        self.llm_by_response: dict[str, Call] = {}
+        self.owner: dict[str, tuple[Call, dict]] = {}
+        self.action_tool: dict[Any, str] = {}  # action event id -> tool_call_id
+        self.position_tool: dict[int, str] = {}  # position in the history -> tool_call_id
+        self.answered: set[str] = set()
+        self.facts: dict[str, Any] = {"first_user": "", "models": {}}
+
+    def attach(self, ev: dict) -> None:
+        """Keep an event the model never saw as it is, on the latest node."""
+        target = self.b.by_id.get(self.b.head) if self.b.head else None
         if target is None:
-            facts.setdefault("events_before_first_node", []).append(ev)
+            self.facts.setdefault("events_before_first_node", []).append(ev)
         else:
             target.metadata.setdefault("events", []).append(ev)
 
-    for i, ev in enumerate(events):
-        if not isinstance(ev, dict):
-            reason = f"event {i} is not an object"
-            if on_error != "skip":
-                raise TranscriptError(path, None, reason)
-            issues.append(Issue(path, None, reason, "event skipped"))
-            continue
-        when = b.time(ev.get("timestamp"))
+    def event(self, pos: int, ev: dict, answers: int | None) -> None:
+        when = self.b.time(ev.get("timestamp"))
         action, observation = ev.get("action"), ev.get("observation")
         tcm = ev.get("tool_call_metadata") if isinstance(ev.get("tool_call_metadata"), dict) else None
         args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
-        src_meta = {"source_event_ids": [ev.get("id")]}
+        src_meta: dict[str, Any] = {"source_event_ids": [ev.get("id")]}
         if ev.get("llm_metrics"):
             src_meta["llm_metrics"] = ev["llm_metrics"]
         if action == "system":
-            b.add("llm", output=args.get("content") or ev.get("message") or "", created_at=when,
-                  metadata={**src_meta, "role": "system", "event": _rest(ev)})
+            self.b.add("llm", output=args.get("content") or ev.get("message") or "", created_at=when,
+                       metadata={**src_meta, "role": "system", "event": _rest(ev)})
         elif action == "message" and tcm is None:
-            text = args.get("content") if isinstance(args.get("content"), str) else ev.get("message") or ""
-            if ev.get("source") == "user":
-                b.add("user", name="user", output=text, created_at=when,
-                      metadata={**src_meta, "event": _rest(ev)})
-                if not facts["first_user"]:
-                    facts["first_user"] = text
-            else:
-                b.add("llm", output=text, created_at=when, metadata={**src_meta, "event": _rest(ev)})
+            self._message(ev, args, src_meta, when)
         elif action is not None and tcm is not None:
-            resp = tcm.get("model_response") if isinstance(tcm.get("model_response"), dict) else {}
-            rid = resp.get("id") or f"event-{ev.get('id')}"
-            llm = llm_by_response.get(rid)
-            if llm is None:
-                model = resp.get("model") or ""
-                meta = {**src_meta, "tool_calls": [], "model_response": resp}
-                usage = _usage(resp.get("usage"))
-                if usage:
-                    meta["usage"] = usage
-                text = _response_text(resp) or (args.get("thought") if isinstance(args.get("thought"), str) else "")
-                llm = b.add("llm", name=model, output=text, created_at=when, metadata=meta)
-                llm_by_response[rid] = llm
-                if model:
-                    facts["models"][model] = facts["models"].get(model, 0) + 1
-            else:
-                llm.metadata["source_event_ids"].append(ev.get("id"))
-            tid = tcm.get("tool_call_id") or f"event-{ev.get('id')}"
-            sent = _response_calls(resp).get(tid)
-            tc = {"id": tid, "name": tcm.get("function_name") or (sent or {}).get("name", ""),
-                  "arguments": sent["arguments"] if sent else dict(args),
-                  "action": action, "event": _rest(ev, drop=("tool_call_metadata",))}
-            llm.metadata["tool_calls"].append(tc)
-            owner[tid] = (llm, tc)
-            action_tool[ev.get("id")] = tid
+            self._function_call(pos, ev, args, tcm, src_meta, when)
+        elif isinstance(action, str) and action not in _NOT_MODEL_ACTIONS and ev.get("source") == "agent":
+            self._legacy_action(pos, ev, args, src_meta, when)
         elif observation is not None:
-            tid = (tcm or {}).get("tool_call_id") or action_tool.get(ev.get("cause"))
-            if tid is not None and tid in owner and tid not in answered:
-                llm, tc = owner[tid]
-                out = _text(ev)
-                meta = {**src_meta, "tool_call_id": tid, "observation": observation,
-                        "event": _rest(ev, drop=("tool_call_metadata", "content"))}
-                if ev.get("success") is False:
-                    meta["is_error"] = True
-                b.add("code", name=tc["name"], input=tc["arguments"], output=out, caller=llm.id,
-                      created_at=when, metadata=meta)
-                answered.add(tid)
-            elif tid is None and observation in OBSERVATIONS_SHOWN_AS_MESSAGES and _text(ev).strip():
-                meta = {**src_meta, "observation": observation,
-                        "event": _rest(ev, drop=("tool_call_metadata", "content"))}
-                if ev.get("success") is False or observation == "error":
-                    meta["is_error"] = True
-                b.add("user", output=_text(ev), created_at=when, metadata=meta)
-            else:
-                attach(ev)
+            self._observation(ev, tcm, answers, src_meta, when)
         else:
-            attach(ev)
-    for tid, (llm, tc) in owner.items():
-        if tid not in answered:
-            b.add("code", name=tc["name"], input=tc["arguments"], output=None, caller=llm.id,
-                  metadata={"tool_call_id": tid, "missing_output": True})
-    return facts
+            self.attach(ev)
+
+    def _message(self, ev: dict, args: dict, src_meta: dict, when: float) -> None:
+        text = args.get("content") if isinstance(args.get("content"), str) else ev.get("message") or ""
+        text = text if isinstance(text, str) else content_text(text)
+        if ev.get("source") == "user":
+            self.b.add("user", name="user", output=text, created_at=when,
+                       metadata={**src_meta, "event": _rest(ev)})
+            if not self.facts["first_user"]:
+                self.facts["first_user"] = text
+        else:
+            self.b.add("llm", output=text, created_at=when, metadata={**src_meta, "event": _rest(ev)})
+
+    def _function_call(self, pos: int, ev: dict, args: dict, tcm: dict, src_meta: dict,
+                       when: float) -> None:
+        """An action the model asked for by function calling: one call of its response's node."""
+        resp = tcm.get("model_response") if isinstance(tcm.get("model_response"), dict) else {}
+        rid = _key(resp.get("id")) or f"event-{_key(ev.get('id'))}"
+        llm = self.llm_by_response.get(rid)
+        if llm is None:
+            model = resp.get("model") if isinstance(resp.get("model"), str) else ""
+            meta = {**src_meta, "tool_calls": [], "model_response": resp}
+            usage = _usage(resp.get("usage"))
+            if usage:
+                meta["usage"] = usage
+            text = _response_text(resp) or (args.get("thought") if isinstance(args.get("thought"), str) else "")
+            llm = self.b.add("llm", name=model, output=text, created_at=when, metadata=meta)
+            self.llm_by_response[rid] = llm
+            if model:
+                self.facts["models"][model] = self.facts["models"].get(model, 0) + 1
+        else:
+            llm.metadata["source_event_ids"].append(ev.get("id"))
+        tid = _key(tcm.get("tool_call_id")) or f"event-{_key(ev.get('id'))}"
+        sent = _response_calls(resp).get(tid)
+        tc = {"id": tid, "name": tcm.get("function_name") or (sent or {}).get("name", ""),
+              "arguments": sent["arguments"] if sent else dict(args),
+              "action": ev.get("action"), "event": _rest(ev, drop=("tool_call_metadata",))}
+        self._register(pos, ev, llm, tc)
+
+    def _legacy_action(self, pos: int, ev: dict, args: dict, src_meta: dict, when: float) -> None:
+        """An agent action of an older output (no function calling): one response, one call.
+
+        The model wrote its ``thought`` and the action (``<execute_bash>``, ...) as text;
+        the thought becomes the llm node's text, the action its one tool call, named by
+        its kind (``run``, ``run_ipython``, ``edit``, ``browse``, ``finish``, ...), with
+        the other ``args`` as arguments.
+        """
+        action = ev["action"]
+        thought = args.get("thought") if isinstance(args.get("thought"), str) else ""
+        tid = f"event-{_key(ev['id'])}" if ev.get("id") is not None else f"position-{pos}"
+        llm = self.b.add("llm", output=thought, created_at=when,
+                         metadata={**src_meta, "tool_calls": [], "legacy_action": True})
+        tc = {"id": tid, "name": action, "arguments": {k: v for k, v in args.items() if k != "thought"},
+              "action": action, "event": _rest(ev)}
+        self._register(pos, ev, llm, tc)
+
+    def _register(self, pos: int, ev: dict, llm: Call, tc: dict) -> None:
+        llm.metadata["tool_calls"].append(tc)
+        self.owner[tc["id"]] = (llm, tc)
+        if _key(ev.get("id")) is not None:
+            self.action_tool[_key(ev.get("id"))] = tc["id"]
+        self.position_tool[pos] = tc["id"]
+
+    def _observation(self, ev: dict, tcm: dict | None, answers: int | None, src_meta: dict,
+                     when: float) -> None:
+        observation = ev.get("observation")
+        tid = _key((tcm or {}).get("tool_call_id")) or self.action_tool.get(_key(ev.get("cause")))
+        if tid is None and answers is not None:
+            tid = self.position_tool.get(answers)
+        if tid is not None and tid in self.owner and tid not in self.answered and observation != "null":
+            llm, tc = self.owner[tid]
+            meta = {**src_meta, "tool_call_id": tid, "observation": observation,
+                    "event": _rest(ev, drop=("tool_call_metadata", "content"))}
+            if ev.get("success") is False:
+                meta["is_error"] = True
+            self.b.add("code", name=tc["name"], input=tc["arguments"], output=_text(ev), caller=llm.id,
+                       created_at=when, metadata=meta)
+            self.answered.add(tid)
+        elif tid is None and observation in OBSERVATIONS_SHOWN_AS_MESSAGES and _text(ev).strip():
+            meta = {**src_meta, "observation": observation,
+                    "event": _rest(ev, drop=("tool_call_metadata", "content"))}
+            if ev.get("success") is False or observation == "error":
+                meta["is_error"] = True
+            self.b.add("user", output=_text(ev), created_at=when, metadata=meta)
+        else:
+            self.attach(ev)
+
+    def finish(self) -> dict[str, Any]:
+        """Every call gets its code node: one with no observation gets ``missing_output``."""
+        for tid, (llm, tc) in self.owner.items():
+            if tid not in self.answered:
+                self.b.add("code", name=tc["name"], input=tc["arguments"], output=None, caller=llm.id,
+                           metadata={"tool_call_id": tid, "missing_output": True})
+        return self.facts
+
+
+def convert_events(events: list, b: SessionBuilder, path: str, on_error: str,
+                   issues: list[Issue], line: int | None = None) -> dict[str, Any]:
+    """Append an OpenHands ``history`` (flat events or ``[action, observation]`` pairs) to ``b``.
+
+    ``line``: the ``output.jsonl`` line the history came from, so that errors name it.
+    """
+    conv = _EventConverter(b)
+    for pos, (ev, answers) in enumerate(flatten_history(events)):
+        if not isinstance(ev, dict):
+            _refuse(path, line, f"event {pos} is {type(ev).__name__}, not an object", on_error, issues)
+            continue
+        try:
+            conv.event(pos, ev, answers)
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            _refuse(path, line, f"event {pos}: unexpected content ({type(exc).__name__}: {exc})",
+                    on_error, issues)
+    return conv.finish()
+
+
+def _refuse(path: str, line: int | None, reason: str, on_error: str, issues: list[Issue]) -> None:
+    if on_error != "skip":
+        raise TranscriptError(path, line, reason)
+    issues.append(Issue(path, line, reason, "event skipped"))
+
+
+def _key(value: Any) -> Any:
+    """An id usable as a dict key (a damaged file may hold a list where an id belongs)."""
+    return value if value is None or isinstance(value, (str, int)) else repr(value)
 
 
 def _text(ev: dict) -> str:
@@ -228,15 +337,17 @@ def parse_openhands(path: str, *, on_error: str = "stop", parsed: Any = None) ->
     out = []
     for n, (events, container, line) in enumerate(instances):
         b = SessionBuilder(FORMAT, path)
-        facts = convert_events(events, b, path if line is None else f"{path}:{line}", on_error, issues)
+        facts = convert_events(events, b, path, on_error, issues, line=line)
         meta = dict(container)
         if line is not None:
             meta["source_line"] = line
         if facts.get("events_before_first_node"):
             meta["events_before_first_node"] = facts["events_before_first_node"]
-        cfg = (container.get("metadata") or {}).get("llm_config") if isinstance(container.get("metadata"), dict) else None
+        run_meta = container.get("metadata") if isinstance(container.get("metadata"), dict) else {}
+        cfg = run_meta.get("llm_config") if isinstance(run_meta.get("llm_config"), dict) else {}
         models = facts["models"]
-        model = (cfg or {}).get("model") or (max(models, key=models.get) if models else "")
+        named = cfg.get("model") or run_meta.get("model_name")  # model_name: outputs of mid-2024
+        model = named if isinstance(named, str) and named else (max(models, key=models.get) if models else "")
         iid = container.get("instance_id")
         sid = f"openhands-{digest}" + (f"-{iid}" if iid else (f"-{n}" if len(instances) > 1 else ""))
         title = str(iid) if iid else (short_title(facts["first_user"]) or Path(path).stem)

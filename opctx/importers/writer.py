@@ -2,8 +2,9 @@
 
 ``write_session(imported, db)`` writes one session in ONE transaction (one ``COMMIT``):
 the existence check, the deletion of the session it replaces, the session row with its
-final meta, every node (``append_many``: seq allocated, FTS rows) and HEAD all happen
-inside ``DagSessionManager.transaction()``. Why one: a second connection must never see
+final meta, every node (``append_many`` 256 nodes at a time, so that the JSON and search
+text of a large transcript never exist all at once: seq allocated, FTS rows) and HEAD
+all happen inside ``DagSessionManager.transaction()``. Why one: a second connection must never see
 a partial session (a row without its nodes, nodes without HEAD), and a failure or a
 killed process must leave no trace; SQLite's rollback (or, after a crash, the WAL that
 was never committed) gives both for free, where several commits would need a marker and
@@ -17,6 +18,11 @@ killed in between left that marker; such a session is still recognised
 same recording replaces it, inside the same single transaction. New imports never
 write the marker.
 
+Text the store cannot encode. A lone surrogate (``"\\ud83d"`` is valid JSON) in the
+session's title, id or fields is replaced with U+FFFD and counted in
+``meta["replaced_surrogates"]``; the store does the same for nodes (``opctx.dag._text``).
+Either adds a warning to the session.
+
 Re-import. Session ids are derived from the recording (``cc-<sessionId>``,
 ``codex-<id>``, ``<format>-<sha1 of the file>``), so importing the same file twice is
 recognised: the second time the session is left alone (``"exists"``) unless
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Iterator
 from typing import Any
 
 from .base import ImportedSession
@@ -68,6 +75,7 @@ def write_session(imported: ImportedSession, db: str | os.PathLike | sqlite3.Con
     """
     from opctx.dag.session import DagSessionManager
 
+    _make_session_fields_storable(imported)
     sid = imported.session_id
     status = "written"
     meta = dict(imported.meta)
@@ -88,7 +96,65 @@ def write_session(imported: ImportedSession, db: str | os.PathLike | sqlite3.Con
                 return "exists"
             mgr.delete(sid)
             status = "replaced"
-        mgr.create(title=imported.title, model=imported.model, agent_id=imported.agent_id,
-                   source=imported.source, session_id=sid, extra_meta=meta,
-                   nodes=imported.calls, head=imported.head)
+        batches = _batches(imported.calls)
+        session = mgr.create(title=imported.title, model=imported.model, agent_id=imported.agent_id,
+                             source=imported.source, session_id=sid, extra_meta=meta,
+                             nodes=next(batches, []))
+        for batch in batches:
+            session.store.append_many(batch)
+        session.store.set_head(imported.head)
+    _warn_replaced_surrogates(imported)
     return status
+
+
+# Nodes are serialised a batch at a time (still one transaction): the JSON and search
+# text of a whole 75 MB transcript at once would cost twice its size again in memory.
+_BATCH_NODES = 256
+_BATCH_CHARS = 4_000_000
+
+
+def _batches(calls: list) -> Iterator[list]:
+    batch: list = []
+    chars = 0
+    for call in calls:
+        batch.append(call)
+        chars += len(call.output) if isinstance(call.output, str) else 1000
+        if len(batch) >= _BATCH_NODES or chars >= _BATCH_CHARS:
+            yield batch
+            batch, chars = [], 0
+    if batch:
+        yield batch
+
+
+def _make_session_fields_storable(imported: ImportedSession) -> None:
+    """Lone surrogates in the session's own fields -> U+FFFD, counted in ``meta``.
+
+    The nodes are fixed by the store as it writes them (``opctx.dag._text``): the same
+    rule, counted in each node's ``metadata["replaced_surrogates"]``.
+    """
+    from opctx.dag._text import REPLACED_SURROGATES_KEY, replace_lone_surrogates, scrub
+
+    total = 0
+    for name in ("session_id", "title", "model", "agent_id"):
+        value, n = replace_lone_surrogates(getattr(imported, name) or "")
+        if n:
+            setattr(imported, name, value)
+            total += n
+    meta, n = scrub(imported.meta)
+    if total + n:
+        imported.meta = dict(meta)
+        imported.meta[REPLACED_SURROGATES_KEY] = total + n
+        imported.warnings.append(
+            f"{imported.source_path}: session {imported.session_id}: {total + n} lone surrogate(s) "
+            f"in its title, id or fields replaced with U+FFFD (meta.{REPLACED_SURROGATES_KEY})")
+
+
+def _warn_replaced_surrogates(imported: ImportedSession) -> None:
+    from opctx.dag._text import REPLACED_SURROGATES_KEY
+
+    fixed = [c for c in imported.calls if c.metadata.get(REPLACED_SURROGATES_KEY)]
+    if fixed:
+        n = sum(c.metadata[REPLACED_SURROGATES_KEY] for c in fixed)
+        imported.warnings.append(
+            f"{imported.source_path}: session {imported.session_id}: {n} lone surrogate(s) in "
+            f"{len(fixed)} node(s) replaced with U+FFFD (metadata.{REPLACED_SURROGATES_KEY})")
