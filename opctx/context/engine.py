@@ -49,10 +49,18 @@ prepare (the six steps)
 6. assemble: OpenAI-format ``agent_messages`` from the aged history, with the
    tool pairing repaired (a call without its result, or a result without its
    call, is turned into text instead of being sent broken; see
-   ``opctx.context.provider_messages``); decide.
+   ``opctx.context.provider_messages``); fit: the request as it will be sent
+   (system prompt, tools, ``agent_messages``) is measured, and when it exceeds
+   the input budget its oversized parts are truncated around a marker
+   (``opctx.context.fit``: ``TurnPrep.request_tokens``, ``truncated_parts``, and
+   ``overflow`` when even that cannot make it fit; the store keeps the
+   originals); decide. The figures and the decision are those of the history
+   before truncating, so that compaction still sees what it has to fold.
 
 ``decision_path`` records each step, for example
-``["usage:provider", "aging:redacted=3", "budget:0.82", "auto_compact"]``.
+``["usage:provider", "aging:redacted=3", "budget:0.82", "auto_compact"]``
+(``"fit:truncated=N"`` / ``"fit:overflow"`` follow the budget entry when the
+request had to be truncated / cannot fit).
 The last entry is one of ``"ok"``, ``"recommend"``, ``"auto_compact"``,
 ``"emergency"`` (at or over ``emergency_pct``: compaction goes straight to the
 structural summary) or ``"auto_compact_disabled"``.
@@ -160,6 +168,7 @@ from typing import Any
 
 from .aging import TurnAger
 from .budget import BudgetAllocator
+from .fit import ContextOverflowError, FittedRequest, fit_request
 from .persistence import BranchChanged, Persister
 from .prompts import SUMMARY_PREFIX
 from .provider_messages import _ProviderCache, to_provider_messages
@@ -187,6 +196,7 @@ __all__ = [
     "ContextEngine",
     "DefaultContextEngine",
     "EngineError",
+    "ContextOverflowError",  # re-exported from .fit, its home
     "EventHandler",
     "CONTEXT_ENGINE_REGISTRY",
     "register_engine",
@@ -341,6 +351,8 @@ class _SessionState:
     # the prompt the provider last counted: (aged history as sent, system and tools
     # estimates, model); the next prepare estimates how its prefix has changed since
     counted: tuple[list[Any], int, int, str | None] | None = None
+    # the provider messages last sent, their estimates and the model (see _fit_request)
+    sent: tuple[list[dict], list[int], str | None] = ([], [], None)
     # one prepare/compact at a time per session: the caches above are extended in place
     lock: Any = field(default_factory=threading.RLock)
 
@@ -643,8 +655,16 @@ class DefaultContextEngine(ContextEngine):
             )
             pct = budget.input_used_pct
             path.append(f"budget:{pct:.2f}")
-            # 6. assemble and decide
+            # 6. assemble, fit into the window, and decide
             agent_messages = to_provider_messages(aged, state.provider_cache)
+            fitted = self._fit_request(
+                state, system_prompt, agent_messages, tools, raw_system, raw_tools,
+                budget.input_budget, model,
+            )
+            if fitted.truncated:
+                path.append(f"fit:truncated={fitted.truncated}")
+            if not fitted.fits:
+                path.append("fit:overflow")
             # aged, like the figure compact disabled it at
             self._maybe_rearm(state, aged_estimate, budget.input_budget)
             guard = state.guard
@@ -659,8 +679,8 @@ class DefaultContextEngine(ContextEngine):
             else:
                 path.append("ok")
             prep = TurnPrep(
-                system_prompt=system_prompt,
-                agent_messages=agent_messages,
+                system_prompt=fitted.system_prompt,
+                agent_messages=fitted.messages,
                 history_dicts=aged,
                 budget=budget,
                 usage=usage_state,
@@ -671,12 +691,56 @@ class DefaultContextEngine(ContextEngine):
                 decision_path=path,
                 budget_pct=pct,
                 context_window=window,
+                request_tokens=fitted.tokens,
+                truncated_parts=fitted.truncated,
+                overflow=fitted.overflow,
             )
             with self._lock:
                 state.last_prep = prep
                 state.system_tokens, state.tools_tokens = raw_system, raw_tools
                 state.input_budget = budget.input_budget
             return prep
+
+    def _fit_request(
+        self,
+        state: _SessionState,
+        system_prompt: str,
+        agent_messages: list[dict],
+        tools: Sequence[dict] | None,
+        system_tokens: int,
+        tools_tokens: int,
+        input_budget: int,
+        model: str | None,
+    ) -> FittedRequest:
+        """Step 6b: the request as it will be sent, measured, and its oversized parts
+        truncated when it exceeds the input budget (``opctx.context.fit``).
+
+        The provider messages are measured per position and remembered with the
+        message object they were measured on: the assembly hands back the very dicts
+        of messages that did not change (a changed message is a new dict), so after
+        the first call only new or changed positions are estimated (an identity pass
+        at C speed finds them)."""
+        sent, sent_tokens, sent_model = state.sent
+        if sent_model != model:
+            sent, sent_tokens = [], []
+        k = min(len(sent), len(agent_messages))
+        tokens = sent_tokens[:k]
+        estimate = self.estimator.message_tokens
+        for i in compress(range(k), map(operator.is_not, agent_messages, sent)):
+            tokens[i] = estimate(agent_messages[i], model)
+        tokens.extend(estimate(m, model) for m in agent_messages[k:])
+        state.sent = (agent_messages, tokens, model)
+        return fit_request(
+            system_prompt,
+            agent_messages,
+            tools,
+            input_budget,
+            model=model,
+            estimator=self.estimator,
+            system_tokens=system_tokens,
+            tools_tokens=tools_tokens,
+            message_tokens=tokens,
+        )
 
     def _counted_prefix_delta(
         self,
@@ -1239,6 +1303,7 @@ class DefaultContextEngine(ContextEngine):
         state.references = self._new_references()
         state.provider_cache = _ProviderCache()
         state.counted = None
+        state.sent = ([], [], None)
         state.recommended = False
 
     def _finish_compaction(
