@@ -316,3 +316,14 @@ def test_default_engine_summarises_with_the_agents_provider() -> None:
     assert summary_prompts, "the summary was asked of the agent's provider"
     llm_made = [c for c in compacted if not c.fell_back_to_structural]
     assert llm_made and llm_made[0].summary_text == "## User intent\nwritten by the agent's provider"
+
+
+def test_replies_without_text_beside_tool_calls() -> None:
+    # OpenAI-style providers answer a tool call with content None
+    db, sid, engine = make()
+    replies = iter([Reply(text=None, tool_calls=[ToolCall("c1", "read", {"tokens": 10})]), Reply(text=None)])
+    res = run(db, sid, engine, "read it", lambda *a: next(replies))
+    assert res.stop_reason == "final" and res.text == "" and res.iterations == 2
+    branch = db.get_branch(sid)
+    assert [m["role"] for m in branch] == ["user", "assistant", "tool", "assistant"]
+    assert branch[1]["content"] == "" and branch[1]["tool_calls"][0]["name"] == "read"
