@@ -63,19 +63,29 @@ Choices where the specification is open
 * ``tools`` is a dict ``name -> callable``, a list of callables, or a
   ``ToolRegistry``; schemas are derived from signatures (``chat.tool_schema``).
   With no tools, JSON in a reply's text is never taken for a call.
+* **The DAG is installed for the turn** (§0.7, "turn entry"): ``_store`` is the
+  session's ``GraphStore`` (``session_db.store(session_id)``, on the same
+  connection) for the whole turn, and while the tools of an assistant message
+  run ``_call_id`` is that message's id, so an ``@agentic_function`` tool records
+  its running placeholder and its inner LLM calls below the call that asked for
+  it (as ``chat_turn`` does). Both are reset in ``finally``, also when the turn
+  raises. The graph is not loaded up front: ``current_graph()`` loads it on the
+  first agentic use. A ``session_db`` without ``store()`` installs nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import logging
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from opctx.dag.agentic import _call_id, _store
 from opctx.dag.chat import ToolRegistry, parse_tool_call
 from opctx.dag.messages import as_text
 from opctx.dag.providers import Reply, ToolCall, Usage, call_provider
@@ -269,24 +279,46 @@ def process_user_turn(
         on_event=on_event,
     )
     result = turn.result
-    turn.start(user_text)  # 1
-    reply: Reply | None = None
-    for iteration in range(1, max_iterations + 1):
-        prep = turn.prepare_call()  # 2, 3
-        prep, record, reply = turn.call_llm(prep)  # 4
-        turn.record_call(iteration, prep, record, reply)
-        calls = turn.store_reply(reply)
-        turn.after_turn(reply, prep)  # 5
-        if not calls:
-            result.text = reply.text or ""
-            result.stop_reason = "final"
-            break
-        turn.run_tools(calls)
-    else:
-        result.stop_reason = "max_iterations"
-        result.text = reply.text if reply is not None and reply.text else ""
-    turn.finish()
+    with _dag_installed(session_db, session_id):
+        turn.start(user_text)  # 1
+        reply: Reply | None = None
+        for iteration in range(1, max_iterations + 1):
+            prep = turn.prepare_call()  # 2, 3
+            prep, record, reply = turn.call_llm(prep)  # 4
+            turn.record_call(iteration, prep, record, reply)
+            calls = turn.store_reply(reply)
+            turn.after_turn(reply, prep)  # 5
+            if not calls:
+                result.text = reply.text or ""
+                result.stop_reason = "final"
+                break
+            turn.run_tools(calls)
+        else:
+            result.stop_reason = "max_iterations"
+            result.text = reply.text if reply is not None and reply.text else ""
+        turn.finish()
     return result
+
+
+@contextlib.contextmanager
+def _dag_installed(session_db: Any, session_id: str) -> Iterator[None]:
+    """§0.7's turn entry: ``_store`` is the session's GraphStore for the turn (reset in
+    ``finally``); nothing is installed for a ``session_db`` without ``store()``."""
+    store_of = getattr(session_db, "store", None)
+    store = None
+    if callable(store_of):
+        try:
+            store = store_of(session_id)
+        except Exception:  # an unknown session: the turn's first write says so
+            store = None
+    if store is None:
+        yield
+        return
+    token = _store.set(store)
+    try:
+        yield
+    finally:
+        _store.reset(token)
 
 
 class _Turn:
@@ -316,6 +348,7 @@ class _Turn:
         self.on_event = on_event
         self.result = TurnResult(session_id=session_id, text="")
         self.history: list[dict] = []
+        self.asking_id: str | None = None  # the assistant message whose tool calls run now
 
     def _engine_name(self) -> str:
         return getattr(self.engine, "name", "?")
@@ -467,6 +500,7 @@ class _Turn:
         self.history.append(stored)
         self.result.message_ids.append(stored["id"])
         self.engine.ingest(self.session_id, stored)
+        self.asking_id = stored["id"]
         return calls
 
     def after_turn(self, reply: Reply, prep: TurnPrep) -> None:
@@ -485,7 +519,12 @@ class _Turn:
         registry, result = self.registry, self.result
         tool_messages = []
         for call in calls:
-            output, is_error = registry.run(call)
+            # an @agentic_function tool records its frame below the message that asked
+            token = _call_id.set(self.asking_id)
+            try:
+                output, is_error = registry.run(call)
+            finally:
+                _call_id.reset(token)
             tool_messages.append(
                 {
                     "role": "tool",
