@@ -192,13 +192,15 @@ class Persister:
         an id); ``history[protect_first_n:cut_idx]`` is folded, except the positions
         in ``pinned`` (``CutPoint.pinned``: the latest user request), which are copied
         right after the summary, ahead of the tail, and listed first in ``kept_ids``
-        (and in ``pinned_ids``).
+        (and in ``pinned_ids``). Messages another writer appended to the branch
+        since it was read are carried after the tail (``carried_ids``); a branch
+        switched meanwhile raises :class:`BranchChanged` (module docstring).
         """
         db = self._db(session_db)
         pinned_set = set(pinned)
         head, folded, kept = _split_branch(history, protect_first_n, cut_idx, pinned_set)
         with _write_lock(db):
-            read_head, newer = _carry_newer(db, session_id, history[-1]["id"])
+            head_now, newer = _carry_newer(db, session_id, history[-1]["id"])
             compaction = _compaction_record(
                 head,
                 folded,
@@ -218,7 +220,7 @@ class Persister:
             summary = new_branch[len(head)]
             new_branch = _write_branch(db, session_id, new_branch)
             new_head = new_branch[-1]["id"]
-            _move_head(db, session_id, new_head, read_head)
+            _move_head(db, session_id, new_head, head_now)
             _save_summary_text(db, session_id, summary_text)
         return PersistResult(
             summary_id=summary["id"],
@@ -386,12 +388,12 @@ def _carry_newer(db: Any, session_id: str, read_head: str) -> tuple[str, list[di
     )
 
 
-def _move_head(db: Any, session_id: str, new_head: str, read_head: str) -> None:
-    """Point HEAD at the new branch, if it is still ``read_head`` (compare-and-set where
+def _move_head(db: Any, session_id: str, new_head: str, expected: str) -> None:
+    """Point HEAD at the new branch, if it is still ``expected`` (compare-and-set where
     the store offers one); on failure the old branch stays active."""
     try:
         if _accepts_expected(db.set_head):
-            db.set_head(session_id, new_head, expected=read_head)
+            db.set_head(session_id, new_head, expected=expected)
         else:
             db.set_head(session_id, new_head)
     except Exception as exc:
