@@ -6,7 +6,7 @@ import json
 from typing import Literal
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from opctx.dag.agentic import Runtime, agentic_function
@@ -118,6 +118,82 @@ def test_parse_tool_call_never_raises_on_any_text(text):
 def test_parse_tool_call_finds_any_call_embedded_in_prose(name, args, prose):
     blob = json.dumps({"tool": name, "arguments": args})
     assert names_args(parse_tool_call(f"{prose} {blob} {prose}")) == [(name, args)]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"call": "search", "args": {"q": "dag"}}',
+        '```json\n{"call": "search", "args": {"q": "dag"}}\n```',
+        '```\n{"call": "search", "args": {"q": "dag"}}\n```',
+        'Let me look that up: {"call": "search", "args": {"q": "dag"}} and report back.',
+        'Plan:\n1. search\n```json\n{"call": "search", "args": {"q": "dag"}}\n```\nthen answer.',
+        '{"call": "search", "arguments": {"q": "dag"}}',
+        '[{"call": "search", "args": {"q": "dag"}}]',
+    ],
+)
+def test_parse_tool_call_openprogram_call_format(text):
+    assert names_args(parse_tool_call(text)) == [("search", {"q": "dag"})]
+
+
+def test_parse_tool_call_openprogram_call_format_details():
+    assert names_args(parse_tool_call('{"call": "now"}')) == [("now", {})]
+    assert names_args(parse_tool_call('{"call": "fs.read_file", "args": "{\\"p\\": 1}"}')) == [
+        ("fs.read_file", {"p": 1})
+    ]
+    # "call" is an ordinary English key too: only a tool-like name makes it a call
+    for data in ('{"call": "see you at 5"}', '{"call": ""}', '{"call": 3, "args": {}}', '{"call": {"x": 1}}'):
+        assert parse_tool_call(data) == [], data
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    name=st.from_regex(r"[A-Za-z_][A-Za-z0-9_.-]{0,15}", fullmatch=True),
+    args=st.dictionaries(
+        st.text(max_size=6),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+            | st.text(max_size=8),
+            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+            max_leaves=6,
+        ),
+        max_size=3,
+    ),
+    before=st.text(max_size=60),
+    after=st.text(max_size=60),
+    shape=st.sampled_from(["bare", "fenced", "fenced-json", "embedded"]),
+)
+def test_parse_tool_call_finds_the_call_format_in_any_prose(name, args, before, after, shape):
+    # prose may be anything that does not itself open JSON or a fence before the call
+    assume(not any(c in before for c in "{[`") and "```" not in after)
+    blob = json.dumps({"call": name, "args": args}, ensure_ascii=shape == "bare")
+    text = {
+        "bare": blob,
+        "fenced": f"{before}\n```\n{blob}\n```\n{after}",
+        "fenced-json": f"{before}\n```json\n{blob}\n```\n{after}",
+        "embedded": f"{before}{blob}{after}",
+    }[shape]
+    assert names_args(parse_tool_call(text)) == [(name, args)]
+
+
+def test_parse_tool_call_without_text_or_with_deep_json_is_no_call():
+    assert parse_tool_call(Reply(text=None)) == []  # type: ignore[arg-type]
+    deep = "[" * 100_000 + "]" * 100_000
+    assert parse_tool_call(deep) == [] and parse_tool_call(f"see {deep}") == []
+    assert names_args(parse_tool_call(f"{deep} then {{\"call\": \"f\"}}")) == [("f", {})]
+    nested = '{"a": {"b": ' * 30_000  # deeper than the decoder recurses, and never closed
+    assert parse_tool_call(nested) == [] and parse_tool_call(f"x {nested} y") == []
+    # a call after a few broken fragments and a long valid object is still found
+    text = 'draft {"tool": broken} {"x": "' + "y" * 200_000 + '"} {"call": "f", "args": {"k": 1}}'
+    assert names_args(parse_tool_call(text)) == [("f", {"k": 1})]
+
+
+def test_chat_turn_with_replies_without_text():
+    replies = iter([native(("c1", "add", {"a": 1, "b": 2})), Reply(text=None)])  # type: ignore[arg-type]
+    runtime = DagRuntime(lambda *a: next(replies), Graph())
+    result = chat_turn("add", runtime, {"add": lambda a, b: a + b})
+    assert result.stop_reason == "final" and result.text == "" and str(result) == ""
+    assert [r.result for r in result.tool_results] == [3]
 
 
 # -- tool schemas --------------------------------------------------------------------------

@@ -321,6 +321,41 @@ def test_compute_reads_inside_a_frame_and_render_range():
         compute_reads(g, frame_entry_seq=99)
 
 
+def _frame_after(earlier: int, inside: int) -> Graph:
+    """``earlier`` top-level nodes, then a frame holding ``inside`` llm calls."""
+    g = Graph()
+    for i in range(earlier):
+        g.add(UserMessage(f"q{i}", id=f"p{i}"))
+    g.add(FunctionCall("fn", id="frame"))
+    for i in range(inside):
+        g.add(ModelCall("m", id=f"in{i}", caller="frame"))
+    return g
+
+
+def test_render_range_larger_than_what_exists_means_all_of_it():
+    g = _frame_after(4, 3)
+    frame = g.get("frame").seq
+    everything = ["p0", "p1", "p2", "p3", "frame", "in0", "in1", "in2"]
+    assert compute_reads(g, frame_entry_seq=frame, render_range={"callers": 5}) == everything
+    assert compute_reads(g, frame_entry_seq=frame, render_range={"callers": 7, "subcalls": 9}) == everything
+    assert compute_reads(g, frame_entry_seq=frame, render_range={"callers": 2, "subcalls": 1}) == [
+        "p2", "p3", "frame", "in2"
+    ]
+
+
+@settings(max_examples=100, deadline=None)
+@given(earlier=st.integers(0, 8), inside=st.integers(0, 8), callers=st.integers(0, 20), subcalls=st.integers(0, 20))
+def test_render_range_keeps_the_latest_n_or_all(earlier, inside, callers, subcalls):
+    g = _frame_after(earlier, inside)
+    reads = compute_reads(
+        g, frame_entry_seq=g.get("frame").seq, render_range={"callers": callers, "subcalls": subcalls}
+    )
+    pre = [f"p{i}" for i in range(earlier)]
+    own = [f"in{i}" for i in range(inside)]
+    assert reads == pre[max(0, earlier - callers) :][: callers] + ["frame"] + own[max(0, inside - subcalls) :][: subcalls]
+    assert len(reads) == min(callers, earlier) + 1 + min(subcalls, inside)
+
+
 # -- property: Graph indexes agree with a brute-force scan ---------------------------------
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from _compaction_fixtures import assistant, call, chat_turns, results, user
 
-from opctx.context.persistence import LAST_SUMMARY_KEY, Persister, PersistError
+from opctx.context.persistence import LAST_SUMMARY_KEY, BranchChanged, Persister, PersistError
 from opctx.dag.session_db import DagSessionDB
 
 
@@ -146,3 +146,49 @@ def test_a_pinned_request_is_copied_right_after_the_summary(db: DagSessionDB) ->
     assert {m["id"]: m for m in db.get_messages(sid) if m["id"] in snapshot} == snapshot
     with pytest.raises(PersistError, match="pinned positions"):
         Persister(db).insert_summary_node(sid, "S", cut, history, p, pinned=[cut])
+
+
+def test_messages_appended_after_the_read_are_carried_after_the_tail(db: DagSessionDB) -> None:
+    sid, history = store_history(db, chat_turns(6))
+    # another writer appends while the summary is being made
+    late = [db.append_message(sid, {"role": r, "content": f"late {i}"})
+            for i, r in enumerate(["user", "assistant", "user"])]
+    res = Persister(db).insert_summary_node(sid, "S", 8, history, 2)
+    branch = db.get_branch(sid)
+    assert [m.get("copied_from") for m in branch[3:]] == [m["id"] for m in history[8:] + late]
+    assert [m["content"] for m in branch[-3:]] == ["late 0", "late 1", "late 2"]
+    assert db.get_head(sid) == res.new_head_id == branch[-1]["id"]
+    meta = branch[2]["compaction"]
+    assert meta["carried_ids"] == res.carried_ids == [m["id"] for m in late]
+    assert meta["kept_ids"] == [m["id"] for m in history[8:] + late]
+    # and the next message continues the new branch
+    nxt = db.append_message(sid, {"role": "assistant", "content": "after"})
+    assert nxt["parent_id"] == branch[-1]["id"]
+
+
+def test_a_branch_switched_meanwhile_writes_nothing(db: DagSessionDB) -> None:
+    sid, history = store_history(db, chat_turns(6))
+    before = {m["id"] for m in db.get_messages(sid)}
+    db.rewind_to(sid, history[4]["id"])  # HEAD left the branch's end: not a continuation
+    with pytest.raises(BranchChanged, match="nothing was written"):
+        Persister(db).insert_summary_node(sid, "S", 8, history, 2)
+    assert {m["id"] for m in db.get_messages(sid)} == before
+    assert db.get_head(sid) == history[4]["id"]
+    assert LAST_SUMMARY_KEY not in db.get_extra_meta(sid)
+
+
+def test_a_failure_after_the_branch_was_written_undoes_all_of_it(db: DagSessionDB) -> None:
+    sid, history = store_history(db, chat_turns(6))
+    before = {m["id"] for m in db.get_messages(sid)}
+
+    class MetaFails:
+        def __getattr__(self, name):
+            return getattr(db, name)
+
+        def set_extra_meta(self, session_id, extra):
+            raise OSError("disk full")
+
+    with pytest.raises(PersistError, match="saving the summary text failed.*not written"):
+        Persister(MetaFails()).insert_summary_node(sid, "S", 8, history, 2)
+    assert {m["id"] for m in db.get_messages(sid)} == before
+    assert [m["id"] for m in db.get_branch(sid)] == [m["id"] for m in history]

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from opctx.dag.session_db import DagSessionDB, SessionDB
+from opctx.dag.session_db import DagSessionDB, HeadMoved, SessionDB
 from opctx.dag.store import NodeNotFound, SessionNotFound, StoreError
 
 
@@ -142,6 +142,35 @@ def test_fork_rewind_descendants_and_branch_listing(db):
         db.get_descendants(sid, "nope")
     with pytest.raises(NodeNotFound):
         db.get_branch(sid, "nope")
+
+
+def test_set_head_with_expected_is_a_compare_and_set(db):
+    sid = db.create_session()
+    u1, a1, u2 = _chat(db, sid, "q1", "a1", "q2")
+    db.set_head(sid, u1["id"], expected=u2["id"])
+    assert db.get_head(sid) == u1["id"]
+    with pytest.raises(HeadMoved, match="another writer moved it") as caught:
+        db.set_head(sid, a1["id"], expected=u2["id"])
+    assert (caught.value.expected, caught.value.actual) == (u2["id"], u1["id"])
+    assert db.get_head(sid) == u1["id"], "a failed compare-and-set changes nothing"
+    db.set_head(sid, None, expected=u1["id"])
+    db.set_head(sid, a1["id"], expected=None)
+    assert db.get_head(sid) == a1["id"]
+
+
+def test_transaction_makes_a_read_then_write_one_unit(db):
+    sid = db.create_session()
+    _chat(db, sid, "q1", "a1")
+    with pytest.raises(RuntimeError), db.transaction():
+        db.append_message(sid, {"role": "user", "content": "q2"})
+        db.set_extra_meta(sid, {"x": 1})
+        raise RuntimeError("changed my mind")
+    assert [m["content"] for m in db.get_branch(sid)] == ["q1", "a1"]
+    assert db.get_extra_meta(sid) == {}
+    with db.transaction():
+        head = db.get_head(sid)
+        db.append_message(sid, {"role": "user", "content": "q2"})
+    assert db.get_branch(sid)[-1]["parent_id"] == head
 
 
 def test_delete_branch_tail_removes_only_that_subtree(db):

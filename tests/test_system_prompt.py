@@ -20,6 +20,7 @@ from opctx.context.system_prompt import (
     FileMemoryBackend,
     MemoryBackend,
     build_system_prompt,
+    build_system_prompt_report,
     skills_index,
 )
 
@@ -143,9 +144,13 @@ def test_failing_layer_is_logged_and_skipped(workspace, caplog):
         def system_prompt(self):
             raise RuntimeError("memory store offline")
 
-    out = build_system_prompt(AgentSpec(id="x", system_prompt="Inline.", workspace=workspace, memory=Broken()))
+    report = build_system_prompt_report(
+        AgentSpec(id="x", system_prompt="Inline.", workspace=workspace, memory=Broken())
+    )
+    out = report.text
     assert "Inline." in out and "[AGENTS.md]" in out and out.endswith(BANNER_END)
     assert "memory layer failed" in caplog.text and "memory store offline" in caplog.text
+    assert report.failed_layers == {"memory": "RuntimeError: memory store offline"}
 
 
 def test_every_layer_failing_still_gives_banners_and_inline(caplog):
@@ -451,10 +456,57 @@ def test_explicit_skills_dir_outside_the_workspace_contains_its_own_reads(worksp
     os.symlink(private / "notes.txt", skills / "leak" / "SKILL.md")
     (skills / "alias").mkdir()
     os.symlink(skills / "shared" / "SKILL.md", skills / "alias" / "SKILL.md")  # stays inside
-    out = skills_index(AgentSpec(id="x", workspace=workspace, skills_dirs=[skills]))
+    out = skills_index(
+        AgentSpec(id="x", workspace=workspace, skills_dirs=[skills], allow_outside_skills_dirs=True)
+    )
     assert "hunter2" not in out and "private" not in out
     assert "- ok: A fine skill." in out and "- alias: Shared text." in out and "- shared: Shared text." in out
     assert "pdf-tools" not in out  # explicit folders replace the default one
+
+
+@pytest.mark.parametrize("spelling", ["sibling", "dotdot"])
+def test_skills_dirs_outside_the_workspace_need_an_opt_in(workspace, tmp_path, spelling):
+    _skill(tmp_path / "x", "outsider", "Runs anything.")
+    folder = tmp_path / "x" if spelling == "sibling" else workspace / ".." / "x"
+    agent = AgentSpec(id="a", workspace=workspace, skills_dirs=[folder])
+    report = build_system_prompt_report(agent)
+    assert "outsider" not in report.text
+    assert [s.path for s in report.skipped] == [str(folder)]
+    assert "allow_outside_skills_dirs=True" in report.skipped[0].reason
+    for opted_in in (
+        build_system_prompt(agent, allow_outside_skills_dirs=True),
+        build_system_prompt(AgentSpec(**{**vars(agent), "allow_outside_skills_dirs": True})),
+        build_system_prompt({**vars(agent), "allow_outside_skills_dirs": True}),
+    ):
+        assert "- outsider: Runs anything." in opted_in
+
+
+# ------------------------------------------------------------------------------ hard links
+
+
+@pytest.mark.skipif(not hasattr(os, "link"), reason="no hard links on this platform")
+@pytest.mark.parametrize("target", ["USER.md", "MEMORY.md", "skills/git/SKILL.md"])
+def test_a_hard_link_to_an_outside_file_is_refused_unless_allowed(workspace, secret, target):
+    (workspace / target).unlink()
+    os.link(secret, workspace / target)  # one file, two names: no path check can tell
+    agent = AgentSpec(id="x", workspace=workspace)
+    report = build_system_prompt_report(agent)
+    assert "TOP SECRET" not in report.text
+    assert [s.path for s in report.skipped] == [str(workspace / target)]
+    assert "hard link (2 names" in report.skipped[0].reason
+    assert "allow_hard_links=True" in report.skipped[0].reason
+    assert str(secret) not in report.files and str(workspace / target) not in report.files
+    assert "Agents rules here." in report.text  # the other files are read as usual
+    assert "TOP SECRET" in build_system_prompt(agent, allow_hard_links=True)
+    assert "TOP SECRET" in build_system_prompt(AgentSpec(id="x", workspace=workspace, allow_hard_links=True))
+
+
+def test_the_report_lists_the_files_read(workspace):
+    report = build_system_prompt_report(AgentSpec(id="x", workspace=workspace))
+    names = [Path(f).relative_to(workspace.resolve()).as_posix() for f in report.files]
+    assert names == ["AGENTS.md", "SOUL.md", "USER.md", "skills/git/SKILL.md", "skills/pdf/SKILL.md", "MEMORY.md"]
+    assert report.skipped == [] and report.failed_layers == {}
+    assert report.text == build_system_prompt(AgentSpec(id="x", workspace=workspace))
 
 
 # ------------------------------------------------------------------------------ skill front matter

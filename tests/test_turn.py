@@ -316,3 +316,61 @@ def test_default_engine_summarises_with_the_agents_provider() -> None:
     assert summary_prompts, "the summary was asked of the agent's provider"
     llm_made = [c for c in compacted if not c.fell_back_to_structural]
     assert llm_made and llm_made[0].summary_text == "## User intent\nwritten by the agent's provider"
+
+
+def test_replies_without_text_beside_tool_calls() -> None:
+    # OpenAI-style providers answer a tool call with content None
+    db, sid, engine = make()
+    replies = iter([Reply(text=None, tool_calls=[ToolCall("c1", "read", {"tokens": 10})]), Reply(text=None)])
+    res = run(db, sid, engine, "read it", lambda *a: next(replies))
+    assert res.stop_reason == "final" and res.text == "" and res.iterations == 2
+    branch = db.get_branch(sid)
+    assert [m["role"] for m in branch] == ["user", "assistant", "tool", "assistant"]
+    assert branch[1]["content"] == "" and branch[1]["tool_calls"][0]["name"] == "read"
+
+
+def test_agentic_tools_record_their_frame_and_inner_calls_below_the_asking_message() -> None:
+    from opctx.dag.agentic import Runtime, _call_id, _store, agentic_function
+    from opctx.dag.providers import ScriptedProvider
+
+    db, sid, engine = make()
+    seen = {}
+
+    @agentic_function
+    def summarise(path: str, runtime=Runtime(ScriptedProvider(["a short summary"]), "small")) -> str:
+        """Summarise a file."""
+        seen["frame"] = _call_id.get()
+        seen["status"] = db.get_message(sid, _call_id.get())  # the placeholder, written on entry
+        return runtime.exec(f"summarise {path}")
+
+    replies = iter([Reply(text="", tool_calls=[ToolCall("c1", "summarise", {"path": "a.py"})]), Reply(text="done")])
+    res = run(db, sid, engine, "summarise a.py", lambda *a: next(replies), tools={"summarise": summarise})
+    assert res.text == "done"
+    graph = db.store(sid).load()
+    asking = graph.get(res.message_ids[1])
+    assert asking.metadata.get("tool_calls")
+    frame = graph.get(seen["frame"])
+    assert frame.role == "code" and frame.name == "summarise" and frame.caller == asking.id
+    assert frame.status == "ok" and frame.output == "a short summary" and frame.metadata["doc"] == "Summarise a file."
+    assert seen["status"]["status"] == "running"  # visible while it ran
+    inner = [n for n in graph if n.caller == frame.id]
+    assert [(n.role, n.name, n.output) for n in inner] == [("llm", "small", "a short summary")]
+    # the conversation itself is untouched: user, assistant, tool result, assistant
+    assert [m["role"] for m in db.get_branch(sid)] == ["user", "assistant", "tool", "assistant"]
+    assert _store.get() is None and _call_id.get() is None  # reset after the turn
+
+
+def test_the_dag_context_is_reset_when_the_turn_fails() -> None:
+    from opctx.dag.agentic import _call_id, _store
+
+    db, sid, engine = make()
+    seen = []
+
+    def failing(messages, model, system, tools):
+        seen.append(_store.get())
+        raise RuntimeError("provider down")
+
+    with pytest.raises(RuntimeError, match="provider down"):
+        run(db, sid, engine, "hello", failing)
+    assert seen and seen[0] is db.store(sid)  # installed while the turn ran
+    assert _store.get() is None and _call_id.get() is None

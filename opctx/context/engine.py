@@ -49,10 +49,18 @@ prepare (the six steps)
 6. assemble: OpenAI-format ``agent_messages`` from the aged history, with the
    tool pairing repaired (a call without its result, or a result without its
    call, is turned into text instead of being sent broken; see
-   ``opctx.context.provider_messages``); decide.
+   ``opctx.context.provider_messages``); fit: the request as it will be sent
+   (system prompt, tools, ``agent_messages``) is measured, and when it exceeds
+   the input budget its oversized parts are truncated around a marker
+   (``opctx.context.fit``: ``TurnPrep.request_tokens``, ``truncated_parts``, and
+   ``overflow`` when even that cannot make it fit; the store keeps the
+   originals); decide. The figures and the decision are those of the history
+   before truncating, so that compaction still sees what it has to fold.
 
 ``decision_path`` records each step, for example
-``["usage:provider", "aging:redacted=3", "budget:0.82", "auto_compact"]``.
+``["usage:provider", "aging:redacted=3", "budget:0.82", "auto_compact"]``
+(``"fit:truncated=N"`` / ``"fit:overflow"`` follow the budget entry when the
+request had to be truncated / cannot fit).
 The last entry is one of ``"ok"``, ``"recommend"``, ``"auto_compact"``,
 ``"emergency"`` (at or over ``emergency_pct``: compaction goes straight to the
 structural summary) or ``"auto_compact_disabled"``.
@@ -103,7 +111,14 @@ compact
 4. ``_predict_tokens_after``: the new branch as the next ``prepare`` will count
    it; a summary that would not shrink the input ends the run (``_no_shrink``);
 5. ``_persist_summary`` (``Persister.insert_summary_node``), then count the
-   compaction in the usage tracker;
+   compaction in the usage tracker. The write is one transaction whose HEAD move
+   is a compare-and-set: messages another writer appended while the summary was
+   being made are carried onto the new branch; when another writer switched the
+   branch itself (``BranchChanged``: a concurrent compaction, a fork, a rewind)
+   nothing is written and steps 1-5 run again on the branch as it is now
+   (``_compact_branch``, up to ``COMPACT_ATTEMPTS`` times); an automatic
+   compaction whose re-read branch is under the threshold stops there
+   (``_compacted_elsewhere``);
 6. ``_account_for_saving``: the low-saving guard, and the session's caches start
    afresh (the new branch has new ids);
 7. ``_finish_compaction``: the duration and the ``compaction_finished`` event
@@ -153,7 +168,8 @@ from typing import Any
 
 from .aging import TurnAger
 from .budget import BudgetAllocator
-from .persistence import Persister
+from .fit import ContextOverflowError, FittedRequest, fit_request
+from .persistence import BranchChanged, Persister
 from .prompts import SUMMARY_PREFIX
 from .provider_messages import _ProviderCache, to_provider_messages
 from .references import ReferenceTracker
@@ -180,6 +196,7 @@ __all__ = [
     "ContextEngine",
     "DefaultContextEngine",
     "EngineError",
+    "ContextOverflowError",  # re-exported from .fit, its home
     "EventHandler",
     "CONTEXT_ENGINE_REGISTRY",
     "register_engine",
@@ -198,6 +215,8 @@ logger = logging.getLogger(__name__)
 RECOMMEND_PCT = 0.70
 AUTO_COMPACT_PCT = 0.80
 EMERGENCY_PCT = 0.95
+# tries of one compaction when another writer switches the branch under it (BranchChanged)
+COMPACT_ATTEMPTS = 3
 
 EventHandler = Callable[[str, dict], Any]
 
@@ -332,6 +351,8 @@ class _SessionState:
     # the prompt the provider last counted: (aged history as sent, system and tools
     # estimates, model); the next prepare estimates how its prefix has changed since
     counted: tuple[list[Any], int, int, str | None] | None = None
+    # the provider messages last sent, their estimates and the model (see _fit_request)
+    sent: tuple[list[dict], list[int], str | None] = ([], [], None)
     # one prepare/compact at a time per session: the caches above are extended in place
     lock: Any = field(default_factory=threading.RLock)
 
@@ -361,6 +382,23 @@ class _BranchFigures:
     @property
     def pct(self) -> float:
         return self.budget.input_used_pct
+
+
+@dataclass
+class _CompactRequest:
+    """What one ``compact`` call was asked to do (kept for its retries)."""
+
+    session_id: str
+    db: Any
+    agent: Any
+    model: str | None
+    tools: Sequence[dict] | None
+    why: str
+    trigger: str | None
+    previous_summary: str | None
+    keep_recent_tokens: int | None
+    provider_call: Callable[..., Any] | None
+    cancel_event: threading.Event | None
 
 
 def _compaction_reason(reason: str | None, user_initiated: bool) -> str:
@@ -617,8 +655,16 @@ class DefaultContextEngine(ContextEngine):
             )
             pct = budget.input_used_pct
             path.append(f"budget:{pct:.2f}")
-            # 6. assemble and decide
+            # 6. assemble, fit into the window, and decide
             agent_messages = to_provider_messages(aged, state.provider_cache)
+            fitted = self._fit_request(
+                state, system_prompt, agent_messages, tools, raw_system, raw_tools,
+                budget.input_budget, model,
+            )
+            if fitted.truncated:
+                path.append(f"fit:truncated={fitted.truncated}")
+            if not fitted.fits:
+                path.append("fit:overflow")
             # aged, like the figure compact disabled it at
             self._maybe_rearm(state, aged_estimate, budget.input_budget)
             guard = state.guard
@@ -633,8 +679,8 @@ class DefaultContextEngine(ContextEngine):
             else:
                 path.append("ok")
             prep = TurnPrep(
-                system_prompt=system_prompt,
-                agent_messages=agent_messages,
+                system_prompt=fitted.system_prompt,
+                agent_messages=fitted.messages,
                 history_dicts=aged,
                 budget=budget,
                 usage=usage_state,
@@ -645,12 +691,56 @@ class DefaultContextEngine(ContextEngine):
                 decision_path=path,
                 budget_pct=pct,
                 context_window=window,
+                request_tokens=fitted.tokens,
+                truncated_parts=fitted.truncated,
+                overflow=fitted.overflow,
             )
             with self._lock:
                 state.last_prep = prep
                 state.system_tokens, state.tools_tokens = raw_system, raw_tools
                 state.input_budget = budget.input_budget
             return prep
+
+    def _fit_request(
+        self,
+        state: _SessionState,
+        system_prompt: str,
+        agent_messages: list[dict],
+        tools: Sequence[dict] | None,
+        system_tokens: int,
+        tools_tokens: int,
+        input_budget: int,
+        model: str | None,
+    ) -> FittedRequest:
+        """Step 6b: the request as it will be sent, measured, and its oversized parts
+        truncated when it exceeds the input budget (``opctx.context.fit``).
+
+        The provider messages are measured per position and remembered with the
+        message object they were measured on: the assembly hands back the very dicts
+        of messages that did not change (a changed message is a new dict), so after
+        the first call only new or changed positions are estimated (an identity pass
+        at C speed finds them)."""
+        sent, sent_tokens, sent_model = state.sent
+        if sent_model != model:
+            sent, sent_tokens = [], []
+        k = min(len(sent), len(agent_messages))
+        tokens = sent_tokens[:k]
+        estimate = self.estimator.message_tokens
+        for i in compress(range(k), map(operator.is_not, agent_messages, sent)):
+            tokens[i] = estimate(agent_messages[i], model)
+        tokens.extend(estimate(m, model) for m in agent_messages[k:])
+        state.sent = (agent_messages, tokens, model)
+        return fit_request(
+            system_prompt,
+            agent_messages,
+            tools,
+            input_budget,
+            model=model,
+            estimator=self.estimator,
+            system_tokens=system_tokens,
+            tools_tokens=tools_tokens,
+            message_tokens=tokens,
+        )
 
     def _counted_prefix_delta(
         self,
@@ -853,39 +943,84 @@ class DefaultContextEngine(ContextEngine):
             def finish(result: CompactResult) -> CompactResult:
                 return self._finish_compaction(result, session_id, started, on_event)
 
-            branch = self._measure_branch(state, db, session_id, agent, model, tools)
-            cut = self._plan_cut(branch, keep_recent_tokens)
-            if not cut.ok:
-                return finish(self._nothing_to_cut(state, why, branch, cut))
-            summary = self._summarise_folded(
-                branch, cut, previous_summary, model, provider_call, cancel_event
+            request = _CompactRequest(
+                session_id, db, agent, model, tools, why, trigger, previous_summary,
+                keep_recent_tokens, provider_call, cancel_event,
             )
-            tokens_after, summary_tokens = self._predict_tokens_after(
-                state, branch, cut, summary, model
-            )
-            fields = _result_fields(branch, cut, summary, why)
-            if tokens_after >= branch.tokens_before:
-                return finish(
-                    self._no_shrink(state, why, branch, summary_tokens, tokens_after, fields)
-                )
-            persisted = self._persist_summary(
-                session_id, db, branch, cut, summary, why, trigger, tokens_after
-            )
-            self.usage_tracker.record_compaction(session_id)
-            error, disabled = self._account_for_saving(
-                state, why, branch, tokens_after, summary.error
-            )
+            conflict: BranchChanged | None = None
+            for attempt in range(1, COMPACT_ATTEMPTS + 1):
+                try:
+                    return finish(self._compact_branch(state, request, retry=attempt > 1))
+                except BranchChanged as exc:
+                    # another compaction (or a fork, a rewind) switched the branch
+                    # while this one summarised: nothing was written; read it again
+                    logger.info("context engine %r: %s (attempt %d)", self.name, exc, attempt)
+                    conflict = exc
             return finish(
                 CompactResult(
-                    ok=True,
-                    summary_id=persisted.summary_id,
-                    tokens_after=tokens_after,
-                    error=error,
-                    new_head_id=persisted.new_head_id,
-                    disabled_auto=disabled,
-                    **fields,
+                    ok=False,
+                    reason=why,
+                    error=f"{conflict}; gave up after {COMPACT_ATTEMPTS} attempts",
                 )
             )
+
+    def _compact_branch(
+        self, state: _SessionState, run: _CompactRequest, *, retry: bool
+    ) -> CompactResult:
+        """Steps 1-6 on the branch as it is now; raises ``BranchChanged`` when another
+        writer switched the branch before this one was written (nothing written). On a
+        retry, an automatic compaction first checks it is still needed."""
+        why = run.why
+        branch = self._measure_branch(
+            state, run.db, run.session_id, run.agent, run.model, run.tools
+        )
+        if retry and why == "auto" and branch.pct < self.auto_compact_pct:
+            return self._compacted_elsewhere(why, branch)
+        cut = self._plan_cut(branch, run.keep_recent_tokens)
+        if not cut.ok:
+            return self._nothing_to_cut(state, why, branch, cut)
+        summary = self._summarise_folded(
+            branch, cut, run.previous_summary, run.model, run.provider_call, run.cancel_event
+        )
+        tokens_after, summary_tokens = self._predict_tokens_after(
+            state, branch, cut, summary, run.model
+        )
+        fields = _result_fields(branch, cut, summary, why)
+        if tokens_after >= branch.tokens_before:
+            return self._no_shrink(state, why, branch, summary_tokens, tokens_after, fields)
+        persisted = self._persist_summary(
+            run.session_id, run.db, branch, cut, summary, why, run.trigger, tokens_after
+        )
+        self.usage_tracker.record_compaction(run.session_id)
+        error, disabled = self._account_for_saving(
+            state, why, branch, tokens_after, summary.error
+        )
+        carried = getattr(persisted, "carried_ids", None) or []
+        if carried:
+            fields["kept_count"] += len(carried)
+        return CompactResult(
+            ok=True,
+            summary_id=persisted.summary_id,
+            tokens_after=tokens_after,
+            error=error,
+            new_head_id=persisted.new_head_id,
+            disabled_auto=disabled,
+            **fields,
+        )
+
+    def _compacted_elsewhere(self, why: str, branch: _BranchFigures) -> CompactResult:
+        """An automatic compaction that lost the race to another writer's: the branch it
+        reads now is under the threshold, so it ends without writing (guard untouched)."""
+        return CompactResult(
+            ok=False,
+            reason=why,
+            error=(
+                "the branch was compacted by another writer meanwhile and is now at "
+                f"{branch.pct:.0%} of the budget; nothing more to do"
+            ),
+            tokens_before=branch.tokens_before,
+            tokens_after=branch.tokens_before,
+        )
 
     def _compaction_db(self, session_db: Any) -> Any:
         """The store ``compact`` reads and writes: the argument, else the engine's own."""
@@ -1168,6 +1303,7 @@ class DefaultContextEngine(ContextEngine):
         state.references = self._new_references()
         state.provider_cache = _ProviderCache()
         state.counted = None
+        state.sent = ([], [], None)
         state.recommended = False
 
     def _finish_compaction(

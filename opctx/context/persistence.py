@@ -28,11 +28,27 @@ When the cut pins the latest user request ``m{u}`` (``p <= u < cut``, see
   even a timestamp-ordered view puts it in front of the tail; order on the
   branch comes from the chain, not from timestamps (SPEC-NOTES).
 
-Atomicity: all new nodes are written by one ``append_messages`` call (one
-transaction). Moving HEAD and saving ``extra_meta["_last_summary_text"]`` come
-after it. If either of those fails, the new branch exists but HEAD still points
-at the old one: the session carries on exactly as before the compaction and
-nothing is lost; :class:`PersistError` says which step failed.
+Atomicity and concurrency: the writes (every new node in one
+``append_messages`` call, the HEAD move, ``extra_meta["_last_summary_text"]``)
+run inside one ``session_db.transaction()``, which holds the write lock from
+its start, so either all of them happen or none (a failure raises
+:class:`PersistError` naming the step, and the session carries on exactly as
+before). HEAD is moved by compare-and-set: inside that transaction it must
+still be where the compaction read the branch (``history[-1]``). Another
+connection or process may have written the session meanwhile (a summary call
+takes seconds):
+
+* HEAD moved on along the branch (messages appended after the read): the newer
+  messages are carried onto the new branch as copies, after the kept tail, in
+  their order on the branch (which is their append order); the summary's
+  ``kept_ids`` ends with them and ``carried_ids`` names them. Nothing is dropped.
+* HEAD moved anywhere else (another compaction switched branches, a fork, a
+  rewind): :class:`BranchChanged` is raised and nothing is written; the caller
+  re-reads the branch and compacts again (``DefaultContextEngine.compact``
+  does, a few times) or gives up, losing nothing either way.
+
+A ``session_db`` without ``transaction()`` (a test double) gets the same steps
+without the lock: the HEAD check then narrows the race instead of closing it.
 
 Copies are deep copies of the message dicts minus ``id``/``parent_id``, so every
 other key (tool calls, blocks, model, usage, timestamps) is preserved verbatim.
@@ -41,12 +57,15 @@ other key (tool calls, blocks, model, usage, timestamps) is preserved verbatim.
 range, split head / folded / kept), ``_compaction_record`` (the summary's
 ``compaction`` field), ``Persister._new_branch`` (the copies and the summary,
 chained), then ``_write_branch``, ``_move_head`` and ``_save_summary_text``, each
-raising its own :class:`PersistError`.
+raising its own :class:`PersistError`; ``_carry_newer`` (the check of HEAD above)
+runs first inside the transaction.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import inspect
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -54,6 +73,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opctx.dag._text import replace_lone_surrogates
+from opctx.dag.session_db import HeadMoved
 
 from .prompts import SUMMARY_PREFIX
 
@@ -61,6 +81,7 @@ __all__ = [
     "Persister",
     "PersistResult",
     "PersistError",
+    "BranchChanged",
     "LAST_SUMMARY_KEY",
     "summary_message",
     "copy_message",
@@ -73,6 +94,11 @@ LAST_SUMMARY_KEY = "_last_summary_text"
 
 class PersistError(Exception):
     """Writing a compaction to the store failed; the message names the step."""
+
+
+class BranchChanged(PersistError):
+    """HEAD left the branch the compaction read (another compaction, a fork, a rewind)
+    before the compaction was written; nothing was written. Re-read and compact again."""
 
 
 def new_copy_id() -> str:
@@ -125,6 +151,8 @@ class PersistResult:
     protected_copy_ids: list[str] = field(default_factory=list)
     kept_copy_ids: list[str] = field(default_factory=list)
     branch: list[dict] = field(default_factory=list)  # the new active branch, as written
+    # messages another writer appended after the branch was read, carried onto the new one
+    carried_ids: list[str] = field(default_factory=list)
 
 
 class Persister:
@@ -165,37 +193,43 @@ class Persister:
         an id); ``history[protect_first_n:cut_idx]`` is folded, except the positions
         in ``pinned`` (``CutPoint.pinned``: the latest user request), which are copied
         right after the summary, ahead of the tail, and listed first in ``kept_ids``
-        (and in ``pinned_ids``).
+        (and in ``pinned_ids``). Messages another writer appended to the branch
+        since it was read are carried after the tail (``carried_ids``); a branch
+        switched meanwhile raises :class:`BranchChanged` (module docstring).
         """
         db = self._db(session_db)
         pinned_set = set(pinned)
         head, folded, kept = _split_branch(history, protect_first_n, cut_idx, pinned_set)
-        compaction = _compaction_record(
-            head,
-            folded,
-            kept,
-            pinned_ids=[history[i]["id"] for i in sorted(pinned_set)],
-            reason=reason,
-            trigger=trigger,
-            pre_tokens=pre_tokens,
-            tokens_after=tokens_after,
-            fell_back_to_structural=fell_back_to_structural,
-            extra_compaction=extra_compaction,
-        )
-        new_branch = self._new_branch(head, kept, summary_text, compaction)
-        # the summary dict itself: a store may rename ids in place while writing
-        # (the lab's replay does), so its id is read after the write
-        summary = new_branch[len(head)]
-        new_branch = _write_branch(db, session_id, new_branch)
-        new_head = new_branch[-1]["id"]
-        _move_head(db, session_id, new_head)
-        _save_summary_text(db, session_id, summary_text)
+        with _write_lock(db):
+            head_now, newer = _carry_newer(db, session_id, history[-1]["id"])
+            compaction = _compaction_record(
+                head,
+                folded,
+                kept + newer,
+                pinned_ids=[history[i]["id"] for i in sorted(pinned_set)],
+                carried_ids=[m["id"] for m in newer],
+                reason=reason,
+                trigger=trigger,
+                pre_tokens=pre_tokens,
+                tokens_after=tokens_after,
+                fell_back_to_structural=fell_back_to_structural,
+                extra_compaction=extra_compaction,
+            )
+            new_branch = self._new_branch(head, kept + newer, summary_text, compaction)
+            # the summary dict itself: a store may rename ids in place while writing
+            # (the lab's replay does), so its id is read after the write
+            summary = new_branch[len(head)]
+            new_branch = _write_branch(db, session_id, new_branch)
+            new_head = new_branch[-1]["id"]
+            _move_head(db, session_id, new_head, head_now)
+            _save_summary_text(db, session_id, summary_text)
         return PersistResult(
             summary_id=summary["id"],
             new_head_id=new_head,
             protected_copy_ids=[m["id"] for m in new_branch[: len(head)]],
             kept_copy_ids=[m["id"] for m in new_branch[len(head) + 1 :]],
             branch=new_branch,
+            carried_ids=[m["id"] for m in newer],
         )
 
     def _new_branch(
@@ -275,6 +309,7 @@ def _compaction_record(
     kept: list[dict],
     *,
     pinned_ids: list[str],
+    carried_ids: list[str],
     reason: str,
     trigger: str | None,
     pre_tokens: int | None,
@@ -282,8 +317,8 @@ def _compaction_record(
     fell_back_to_structural: bool,
     extra_compaction: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    """The summary node's ``compaction`` field (layout above); ``pinned_ids`` only when
-    something is pinned, ``extra_compaction`` merged last."""
+    """The summary node's ``compaction`` field (layout above); ``pinned_ids`` and
+    ``carried_ids`` only when there are some, ``extra_compaction`` merged last."""
     compaction = {
         "kind": "summary",
         "folded_ids": [m["id"] for m in folded],
@@ -300,6 +335,8 @@ def _compaction_record(
     }
     if pinned_ids:
         compaction["pinned_ids"] = pinned_ids
+    if carried_ids:
+        compaction["carried_ids"] = carried_ids
     if extra_compaction:
         compaction.update(extra_compaction)
     return compaction
@@ -323,15 +360,60 @@ def _write_branch(db: Any, session_id: str, new_branch: list[dict]) -> list[dict
     return new_branch
 
 
-def _move_head(db: Any, session_id: str, new_head: str) -> None:
-    """Point HEAD at the new branch; on failure the old branch stays active."""
+def _write_lock(db: Any) -> contextlib.AbstractContextManager[Any]:
+    """``db.transaction()`` (one write transaction, lock held from the start), or nothing
+    for a store without one."""
+    transaction = getattr(db, "transaction", None)
+    return transaction() if callable(transaction) else contextlib.nullcontext()
+
+
+def _carry_newer(db: Any, session_id: str, read_head: str) -> tuple[str, list[dict]]:
+    """``(head, newer)``: HEAD now, and the messages on its branch after ``read_head``
+    (where the compaction read the branch), oldest first; none when HEAD has not moved.
+    Raises :class:`BranchChanged` when ``read_head`` is not on HEAD's branch any more."""
     try:
-        db.set_head(session_id, new_head)
+        head = db.get_head(session_id)
+        if head == read_head:
+            return head, []
+        branch = db.get_branch(session_id, head) if head is not None else []
     except Exception as exc:
         raise PersistError(
-            f"the compacted branch was written but moving HEAD to {new_head} failed "
+            f"reading HEAD before writing the compaction failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    for i in range(len(branch) - 1, -1, -1):
+        if branch[i].get("id") == read_head:
+            return head, branch[i + 1 :]
+    raise BranchChanged(
+        f"session {session_id!r}: HEAD moved from {read_head!r} to {head!r}, off the branch "
+        "the compaction read (another compaction, a fork or a rewind); nothing was written"
+    )
+
+
+def _move_head(db: Any, session_id: str, new_head: str, expected: str) -> None:
+    """Point HEAD at the new branch, if it is still ``expected`` (compare-and-set where
+    the store offers one); on failure the old branch stays active."""
+    try:
+        if _accepts_expected(db.set_head):
+            db.set_head(session_id, new_head, expected=expected)
+        else:
+            db.set_head(session_id, new_head)
+    except Exception as exc:
+        if isinstance(exc, HeadMoved):
+            raise BranchChanged(
+                f"session {session_id!r}: HEAD moved while the compaction was written "
+                f"({exc}); nothing was written"
+            ) from exc
+        raise PersistError(
+            f"moving HEAD to the compacted branch ({new_head}) failed "
             f"({type(exc).__name__}: {exc}); the old branch is still active"
         ) from exc
+
+
+def _accepts_expected(set_head: Callable[..., Any]) -> bool:
+    try:
+        return "expected" in inspect.signature(set_head).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _save_summary_text(db: Any, session_id: str, summary_text: str) -> None:
@@ -342,6 +424,9 @@ def _save_summary_text(db: Any, session_id: str, summary_text: str) -> None:
         db.set_extra_meta(session_id, meta)
     except Exception as exc:
         raise PersistError(
-            f"the compaction was written and HEAD moved, but saving the summary text failed "
-            f"({type(exc).__name__}: {exc})"
+            f"saving the summary text failed ({type(exc).__name__}: {exc}); "
+            "the compaction is not written"
+            if callable(getattr(db, "transaction", None))
+            else f"the compaction was written and HEAD moved, but saving the summary text "
+            f"failed ({type(exc).__name__}: {exc})"
         ) from exc

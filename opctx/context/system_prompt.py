@@ -42,7 +42,13 @@ Choices where the specification is open
   skipped with a warning. Reads are cached by the descriptor's ``(st_dev, st_ino,
   mtime_ns, size)``, so an unchanged file costs an ``open``, two ``stat`` calls and a
   ``resolve`` per turn, and replacing a file with another one of the same size and
-  mtime is still noticed. At most ``MAX_WORKSPACE_FILE_BYTES`` (256 KiB) of a file are
+  mtime is still noticed. A regular file with more than one hard link is refused
+  unless the caller opts in (``allow_hard_links=True`` on the ``AgentSpec`` or
+  ``build_system_prompt``): a hard link is the same file under two names, and no path
+  check can see that the other name is ``~/.aws/credentials``; whoever can write in
+  the workspace can make one (on the same file system) without touching a symlink.
+  Files that are legitimately linked (some backup and deduplication tools link
+  identical files) need the opt-in. At most ``MAX_WORKSPACE_FILE_BYTES`` (256 KiB) of a file are
   read, the rest replaced by a ``[... truncated at N bytes]`` marker: one huge file
   would otherwise ride along in every prompt. Text is decoded as UTF-8 with a leading
   BOM dropped and bad bytes replaced. Each file appears under a ``[FILE.md]`` header
@@ -59,17 +65,35 @@ Choices where the specification is open
   stable between turns. Skill folders under the workspace obey the same containment
   rule as workspace files, also when named in ``skills_dirs`` (how the folder was found
   does not change who can write in it). A ``skills_dirs`` folder outside the workspace
-  contains its own reads: a ``SKILL.md`` there that leads out of that folder is skipped.
+  (``<workspace>/../x`` included: the spelled-out path is normalised first) is only
+  searched when the caller opts in (``allow_outside_skills_dirs=True``), and then
+  contains its own reads: a ``SKILL.md`` there that leads out of that folder is
+  skipped. An agent without a workspace has nothing to stay inside: its
+  ``skills_dirs`` are searched, each containing its own reads.
 * Memory: ``MemoryBackend`` is a protocol with one method, ``system_prompt() -> str``.
   ``FileMemoryBackend(path)`` (default: ``<workspace>/MEMORY.md``) returns the file's text
   under a ``<memory>`` tag, cached by mtime. ``agent.memory`` may hold a backend; else a
   ``FileMemoryBackend`` for the workspace is used when the workspace has a ``MEMORY.md``.
 * Failure: each layer runs in its own ``try``; a failing layer is logged and skipped.
   If assembling fails as a whole, the inline prompt is returned as is.
+* Report: ``build_system_prompt_report(agent)`` returns a :class:`PromptReport`: the
+  same text, the files read into it, and every file or folder left out with the
+  reason (outside the workspace, a hard link, not a regular file, swapped while
+  checked, ...) and failed layers; ``build_system_prompt`` is its ``text``. Every
+  skip is also logged as a warning.
+
+Example::
+
+    >>> report = build_system_prompt_report(AgentSpec(id="a1", system_prompt="Be terse."))
+    >>> report.text.splitlines()[1:4]
+    ['You are a1 (agent_id=a1).', '', 'Be terse.']
+    >>> report.files, report.skipped
+    ([], [])
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import re
@@ -83,7 +107,10 @@ __all__ = [
     "AgentSpec",
     "MemoryBackend",
     "FileMemoryBackend",
+    "PromptReport",
+    "SkippedSource",
     "build_system_prompt",
+    "build_system_prompt_report",
     "workspace_files_block",
     "skills_index",
     "BANNER_START",
@@ -116,6 +143,47 @@ class AgentSpec:
     skills_dirs: list[str | os.PathLike] | str | os.PathLike | None = None
     skills: list[str] | str | None = None  # enabled skill names; None = all found
     memory: Any = None  # a MemoryBackend, or None for the workspace MEMORY.md
+    allow_hard_links: bool = False  # read files that have other names (module docstring)
+    allow_outside_skills_dirs: bool = False  # search skills_dirs outside the workspace
+
+
+@dataclass
+class SkippedSource:
+    """A file or folder the system prompt left out, and why."""
+
+    path: str
+    reason: str
+
+
+@dataclass
+class PromptReport:
+    """What :func:`build_system_prompt_report` assembled: the text, the files read into
+    it (resolved paths, in reading order), what was left out and why, failed layers."""
+
+    text: str = ""
+    files: list[str] = field(default_factory=list)
+    skipped: list[SkippedSource] = field(default_factory=list)
+    failed_layers: dict[str, str] = field(default_factory=dict)
+
+
+# the report being filled by the assembly running in this context (None outside one)
+_REPORT: contextvars.ContextVar[PromptReport | None] = contextvars.ContextVar(
+    "opctx_prompt_report", default=None
+)
+
+
+def _skip(path: Any, reason: str) -> None:
+    """Leave ``path`` out of the prompt: a warning, and an entry in the running report."""
+    logger.warning("system prompt: %s %s; skipped", path, reason)
+    report = _REPORT.get()
+    if report is not None:
+        report.skipped.append(SkippedSource(str(path), reason))
+
+
+def _read_into_report(path: Path) -> None:
+    report = _REPORT.get()
+    if report is not None:
+        report.files.append(str(path))
 
 
 def _attr(obj: Any, name: str, default: Any = None) -> Any:
@@ -166,7 +234,7 @@ def _contained(path: Path, root: Path) -> Path | None:
         return None
     if _within(resolved, root):
         return resolved
-    logger.warning("system prompt: %s resolves outside %s; skipped", path, root)
+    _skip(path, f"resolves outside {root}")
     return None
 
 
@@ -179,10 +247,15 @@ def _descriptor_path(fd: int) -> Path | None:
 
 
 def _read_file(
-    path: Path, root: Path | None, limit: int = MAX_WORKSPACE_FILE_BYTES
+    path: Path,
+    root: Path | None,
+    limit: int = MAX_WORKSPACE_FILE_BYTES,
+    *,
+    allow_hard_links: bool = False,
 ) -> tuple[str, Path] | None:
     """``(text, resolved path)`` of the regular file ``path``; None if it is missing,
-    not a regular file, outside ``root`` (when given) or swapped while being checked.
+    not a regular file, a hard link (unless ``allow_hard_links``), outside ``root``
+    (when given) or swapped while being checked.
 
     The order of the steps is the point (module docstring): open, check the open file,
     check the name, check that the name still is the open file, read the descriptor.
@@ -192,12 +265,20 @@ def _read_file(
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:
-        logger.warning("system prompt: cannot open %s: %s; skipped", path, exc)
+        _skip(path, f"cannot be opened ({exc})")
         return None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            logger.warning("system prompt: %s is not a regular file; skipped", path)
+            _skip(path, "is not a regular file")
+            return None
+        if st.st_nlink > 1 and not allow_hard_links:
+            # the same file under another name, which may be anywhere on this file system
+            _skip(
+                path,
+                f"is a hard link ({st.st_nlink} names for one file): refused, since its "
+                "other names may lie outside the workspace; pass allow_hard_links=True to read it",
+            )
             return None
         if root is not None:
             resolved = _contained(path, root)
@@ -213,25 +294,26 @@ def _read_file(
         except OSError:
             now = None
         if now is None or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
-            logger.warning("system prompt: %s changed while being checked; skipped", path)
+            _skip(path, "changed while being checked")
             return None
         opened = _descriptor_path(fd)
         if root is not None and opened is not None and not _within(opened, root):
             # the name checks out, but the kernel opened the file through a path outside
             # (a folder on the way swapped and swapped back): only the descriptor knows
-            logger.warning("system prompt: %s was opened outside %s; skipped", path, root)
+            _skip(path, f"was opened outside {root}")
             return None
         key = (str(resolved), limit)
         stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
         with _READ_LOCK:
             hit = _READ_CACHE.get(key)
         if hit is not None and hit[0] == stamp:
+            _read_into_report(resolved)
             return hit[1], resolved
         try:
             with os.fdopen(fd, "rb", closefd=False) as fh:
                 data = fh.read(limit + 1)
         except OSError as exc:
-            logger.warning("system prompt: cannot read %s: %s; skipped", path, exc)
+            _skip(path, f"cannot be read ({exc})")
             return None
     finally:
         os.close(fd)
@@ -242,6 +324,7 @@ def _read_file(
         if len(_READ_CACHE) > 1024:
             _READ_CACHE.clear()
         _READ_CACHE[key] = (stamp, text)
+    _read_into_report(resolved)
     return text, resolved
 
 
@@ -257,6 +340,10 @@ def _workspace_root(agent: Any) -> Path | None:
         return None
 
 
+def _allows_hard_links(agent: Any) -> bool:
+    return bool(_attr(agent, "allow_hard_links", False))
+
+
 def workspace_files_block(agent: Any) -> str:
     """Layer 2: the non-empty AGENTS.md, SOUL.md, USER.md of the agent's workspace."""
     root = _workspace_root(agent)
@@ -264,7 +351,7 @@ def workspace_files_block(agent: Any) -> str:
         return ""
     parts = []
     for name in WORKSPACE_FILES:
-        read = _read_file(root / name, root)
+        read = _read_file(root / name, root, allow_hard_links=_allows_hard_links(agent))
         text = read[0].strip() if read else ""
         if text:
             parts.append(f"[{name}]\n{text}")
@@ -358,7 +445,9 @@ def _skill_dirs(agent: Any, root: Path | None) -> list[tuple[Path, Path]]:
 
     A folder counts as under the workspace if its resolved path or its spelled-out path
     is: ``<workspace>/skills`` symlinked elsewhere is still the workspace's folder, and
-    whoever writes in the workspace must not reach further through it.
+    whoever writes in the workspace must not reach further through it. A folder outside
+    the workspace is searched only with ``allow_outside_skills_dirs`` (no workspace:
+    nothing to be outside of), containing its own reads.
     """
     explicit = _as_list(_attr(agent, "skills_dirs"), paths=True)
     if not explicit:
@@ -367,6 +456,7 @@ def _skill_dirs(agent: Any, root: Path | None) -> list[tuple[Path, Path]]:
     if root is not None:
         workspace = Path(_attr(agent, "workspace")).expanduser()
         spelled_roots = [root, Path(os.path.abspath(workspace))]
+    outside_allowed = root is None or bool(_attr(agent, "allow_outside_skills_dirs", False))
     pairs = []
     for d in explicit:
         folder = Path(d).expanduser()
@@ -379,8 +469,14 @@ def _skill_dirs(agent: Any, root: Path | None) -> list[tuple[Path, Path]]:
             _within(resolved, root) or any(_within(spelled, r) for r in spelled_roots)
         ):
             pairs.append((folder, root))
-        else:
+        elif outside_allowed:
             pairs.append((folder, resolved))
+        else:
+            _skip(
+                folder,
+                f"is a skills folder outside the workspace {root}: "
+                "pass allow_outside_skills_dirs=True to search it",
+            )
     return pairs
 
 
@@ -399,7 +495,12 @@ def skills_index(agent: Any) -> str:
             logger.warning("system prompt: cannot list skills in %s: %s", folder, exc)
             continue
         for child in children:
-            read = _read_file(child / "SKILL.md", containment, 64 * 1024)
+            read = _read_file(
+                child / "SKILL.md",
+                containment,
+                64 * 1024,
+                allow_hard_links=_allows_hard_links(agent),
+            )
             if read is None:
                 continue
             text, resolved = read
@@ -433,16 +534,25 @@ class MemoryBackend(Protocol):
 class FileMemoryBackend:
     """Memory kept in a Markdown file (default ``MEMORY.md``), read with an mtime cache."""
 
-    def __init__(self, path: str | os.PathLike, *, root: str | os.PathLike | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        root: str | os.PathLike | None = None,
+        allow_hard_links: bool = False,
+    ):
         self.path = Path(path).expanduser()
         self.root = Path(root).expanduser().resolve() if root is not None else None
+        self.allow_hard_links = allow_hard_links
 
     @classmethod
-    def for_workspace(cls, workspace: str | os.PathLike) -> FileMemoryBackend:
-        return cls(Path(workspace) / "MEMORY.md", root=workspace)
+    def for_workspace(
+        cls, workspace: str | os.PathLike, *, allow_hard_links: bool = False
+    ) -> FileMemoryBackend:
+        return cls(Path(workspace) / "MEMORY.md", root=workspace, allow_hard_links=allow_hard_links)
 
     def system_prompt(self) -> str:
-        read = _read_file(self.path, self.root)
+        read = _read_file(self.path, self.root, allow_hard_links=self.allow_hard_links)
         text = read[0].strip() if read else ""
         return f"<memory>\n{text}\n</memory>" if text else ""
 
@@ -453,7 +563,9 @@ def _memory_block(agent: Any) -> str:
         root = _workspace_root(agent)
         if root is None:
             return ""
-        backend = FileMemoryBackend.for_workspace(root)
+        backend = FileMemoryBackend.for_workspace(
+            root, allow_hard_links=_allows_hard_links(agent)
+        )
     if not callable(getattr(backend, "system_prompt", None)):
         raise TypeError(f"memory backend {type(backend).__name__} has no system_prompt()")
     text = backend.system_prompt()
@@ -475,13 +587,78 @@ def _identity(agent: Any) -> str:
     return line
 
 
-def build_system_prompt(agent: Any) -> str:
-    """The five-layer system prompt of ``agent`` (module docstring)."""
+def build_system_prompt(
+    agent: Any,
+    *,
+    allow_hard_links: bool | None = None,
+    allow_outside_skills_dirs: bool | None = None,
+) -> str:
+    """The five-layer system prompt of ``agent`` (module docstring).
+
+    ``allow_hard_links`` / ``allow_outside_skills_dirs`` override the agent's own
+    settings (default: refused). :func:`build_system_prompt_report` says what was
+    read and what was left out.
+    """
+    return build_system_prompt_report(
+        agent,
+        allow_hard_links=allow_hard_links,
+        allow_outside_skills_dirs=allow_outside_skills_dirs,
+    ).text
+
+
+def build_system_prompt_report(
+    agent: Any,
+    *,
+    allow_hard_links: bool | None = None,
+    allow_outside_skills_dirs: bool | None = None,
+) -> PromptReport:
+    """:func:`build_system_prompt` with its account: the files read, what was skipped
+    and why, which layers failed (a :class:`PromptReport`)."""
+    options = {
+        key: value
+        for key, value in (
+            ("allow_hard_links", allow_hard_links),
+            ("allow_outside_skills_dirs", allow_outside_skills_dirs),
+        )
+        if value is not None
+    }
+    if options:
+        agent = _with_options(agent, options)
+    report = PromptReport()
+    token = _REPORT.set(report)
+    try:
+        report.text = _assemble(agent, report)
+    finally:
+        _REPORT.reset(token)
+    return report
+
+
+class _AgentWithOptions:
+    """An agent seen with some attributes overridden (a dict agent is copied instead)."""
+
+    def __init__(self, agent: Any, options: dict[str, Any]):
+        self._agent = agent
+        self._options = options
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._options:
+            return self._options[name]
+        return getattr(self._agent, name)
+
+
+def _with_options(agent: Any, options: dict[str, Any]) -> Any:
+    if isinstance(agent, dict):
+        return {**agent, **options}
+    return _AgentWithOptions(agent, options)
+
+
+def _assemble(agent: Any, report: PromptReport) -> str:
     try:
         inline = _attr(agent, "system_prompt", "")
         inline = inline if isinstance(inline, str) else str(inline)
     except Exception as exc:
         logger.warning("system prompt: cannot read the inline prompt: %s", exc)
+        report.failed_layers["inline prompt"] = f"{type(exc).__name__}: {exc}"
         inline = ""
     try:
         layers = []
@@ -496,10 +673,12 @@ def build_system_prompt(agent: Any) -> str:
                 text = build(agent)
             except Exception as exc:  # one broken layer must not break the turn
                 logger.warning("system prompt: %s layer failed and was skipped: %s", label, exc)
+                report.failed_layers[label] = f"{type(exc).__name__}: {exc}"
                 continue
             if text:
                 layers.append(text)
         return "\n".join([BANNER_START, "\n\n".join(layers), BANNER_END])
     except Exception as exc:
         logger.warning("system prompt assembly failed, using the inline prompt: %s", exc)
+        report.failed_layers["assembly"] = f"{type(exc).__name__}: {exc}"
         return inline

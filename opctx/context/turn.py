@@ -7,7 +7,10 @@ model, tools=None, engine=None, on_event=None, max_iterations=8) -> TurnResult``
 2. store the user message, read the active branch, ``engine.prepare(...)``;
 3. if ``engine.should_auto_compact(prep)`` (``budget_pct >= 0.80``), compact
    inline (``user_initiated=False``) and prepare again;
-4. call the provider with ``prep.agent_messages`` (system prompt and tool
+4. make sure the request fits the window (``opctx.context.fit``: the engine
+   truncated its oversized parts; when even that cannot make it fit, compact
+   once more, else raise ``ContextOverflowError`` without calling the provider),
+   call the provider with ``prep.agent_messages`` (system prompt and tool
    schemas alongside), store the assistant message; run the tool calls it
    asked for and store their results; repeat up to ``max_iterations`` LLM calls;
 5. ``engine.after_turn(session_id, usage, prep, on_event)`` after every LLM call
@@ -33,6 +36,14 @@ Choices where the specification is open
   then extended with the stored messages themselves), so the engine's
   per-message caches hit by identity. After a compaction the branch is read
   again from the store.
+* **Every request fits the window, or is not sent.** An engine that does not fit
+  its own requests (``TurnPrep.request_tokens is None``: not the default engine)
+  has its request fitted here, with the engine's estimator. A request that
+  cannot fit even truncated (tool schemas, or the fixed cost of too many
+  messages, exceed the input budget) triggers one compaction with reason
+  ``recovered``; if it still cannot fit, ``ContextOverflowError`` is raised before
+  the provider is called (the user message stays stored, as with any provider
+  error).
 * **A context-length error from the provider** (HTTP 400/413 whose message says
   the prompt is too long) triggers one compaction with reason ``recovered`` and
   one retry of the same call; any other provider error propagates (there is no
@@ -52,23 +63,36 @@ Choices where the specification is open
 * ``tools`` is a dict ``name -> callable``, a list of callables, or a
   ``ToolRegistry``; schemas are derived from signatures (``chat.tool_schema``).
   With no tools, JSON in a reply's text is never taken for a call.
+* **The DAG is installed for the turn** (§0.7, "turn entry"): ``_store`` is the
+  session's ``GraphStore`` (``session_db.store(session_id)``, on the same
+  connection) for the whole turn, and while the tools of an assistant message
+  run ``_call_id`` is that message's id, so an ``@agentic_function`` tool records
+  its running placeholder and its inner LLM calls below the call that asked for
+  it (as ``chat_turn`` does). Both are reset in ``finally``, also when the turn
+  raises. The graph is not loaded up front: ``current_graph()`` loads it on the
+  first agentic use. A ``session_db`` without ``store()`` installs nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import inspect
 import logging
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from opctx.dag.agentic import _call_id, _store
 from opctx.dag.chat import ToolRegistry, parse_tool_call
 from opctx.dag.messages import as_text
 from opctx.dag.providers import Reply, ToolCall, Usage, call_provider
 
 from .engine import ContextEngine, EngineError, EventHandler, emit, resolve_engine_for
+from .fit import ContextOverflowError, fit_request
+from .tokens import Estimator
 from .types import CompactResult, TurnPrep
 
 __all__ = [
@@ -77,6 +101,7 @@ __all__ = [
     "process_user_turn",
     "trigger_compaction",
     "is_context_length_error",
+    "ContextOverflowError",
 ]
 
 logger = logging.getLogger(__name__)
@@ -107,6 +132,8 @@ class LLMCallRecord:
     decision_path: list[str]
     message_count: int
     usage: dict | None = None
+    # the estimate of the request as sent (after truncating oversized parts)
+    request_tokens: int | None = None
 
     @classmethod
     def of(cls, prep: TurnPrep) -> LLMCallRecord:
@@ -117,6 +144,7 @@ class LLMCallRecord:
             context_window=prep.context_window,
             decision_path=list(prep.decision_path),
             message_count=len(prep.agent_messages),
+            request_tokens=prep.request_tokens,
         )
 
 
@@ -142,6 +170,12 @@ class TurnResult:
     @property
     def compacted(self) -> bool:
         return any(c.ok for c in self.compactions)
+
+
+def _estimator_of(engine: Any) -> Estimator | None:
+    """The engine's token estimator, when it has one of opctx's (else the default)."""
+    estimator = getattr(engine, "estimator", None)
+    return estimator if isinstance(estimator, Estimator) else None
 
 
 def _accepts(fn: Callable[..., Any], name: str) -> bool:
@@ -245,24 +279,46 @@ def process_user_turn(
         on_event=on_event,
     )
     result = turn.result
-    turn.start(user_text)  # 1
-    reply: Reply | None = None
-    for iteration in range(1, max_iterations + 1):
-        prep = turn.prepare_call()  # 2, 3
-        prep, record, reply = turn.call_llm(prep)  # 4
-        turn.record_call(iteration, prep, record, reply)
-        calls = turn.store_reply(reply)
-        turn.after_turn(reply, prep)  # 5
-        if not calls:
-            result.text = reply.text or ""
-            result.stop_reason = "final"
-            break
-        turn.run_tools(calls)
-    else:
-        result.stop_reason = "max_iterations"
-        result.text = reply.text if reply is not None and reply.text else ""
-    turn.finish()
+    with _dag_installed(session_db, session_id):
+        turn.start(user_text)  # 1
+        reply: Reply | None = None
+        for iteration in range(1, max_iterations + 1):
+            prep = turn.prepare_call()  # 2, 3
+            prep, record, reply = turn.call_llm(prep)  # 4
+            turn.record_call(iteration, prep, record, reply)
+            calls = turn.store_reply(reply)
+            turn.after_turn(reply, prep)  # 5
+            if not calls:
+                result.text = reply.text or ""
+                result.stop_reason = "final"
+                break
+            turn.run_tools(calls)
+        else:
+            result.stop_reason = "max_iterations"
+            result.text = reply.text if reply is not None and reply.text else ""
+        turn.finish()
     return result
+
+
+@contextlib.contextmanager
+def _dag_installed(session_db: Any, session_id: str) -> Iterator[None]:
+    """§0.7's turn entry: ``_store`` is the session's GraphStore for the turn (reset in
+    ``finally``); nothing is installed for a ``session_db`` without ``store()``."""
+    store_of = getattr(session_db, "store", None)
+    store = None
+    if callable(store_of):
+        try:
+            store = store_of(session_id)
+        except Exception:  # an unknown session: the turn's first write says so
+            store = None
+    if store is None:
+        yield
+        return
+    token = _store.set(store)
+    try:
+        yield
+    finally:
+        _store.reset(token)
 
 
 class _Turn:
@@ -292,6 +348,7 @@ class _Turn:
         self.on_event = on_event
         self.result = TurnResult(session_id=session_id, text="")
         self.history: list[dict] = []
+        self.asking_id: str | None = None  # the assistant message whose tool calls run now
 
     def _engine_name(self) -> str:
         return getattr(self.engine, "name", "?")
@@ -350,8 +407,10 @@ class _Turn:
         return res.ok
 
     def call_llm(self, prep: TurnPrep) -> tuple[TurnPrep, LLMCallRecord, Reply]:
-        """Step 4: call the provider with ``prep``. A context-length error compacts
-        (reason ``recovered``) and retries once; any other error propagates."""
+        """Step 4: call the provider with ``prep``, once it fits (:meth:`fitting`). A
+        context-length error compacts (reason ``recovered``) and retries once; any
+        other error propagates."""
+        prep = self.fitting(prep)
         record = LLMCallRecord.of(prep)
         try:
             reply = self._call(prep)
@@ -364,10 +423,44 @@ class _Turn:
             self.result.errors.append(f"provider: {type(exc).__name__}: {exc}")
             if not self.compact_inline("recovered"):
                 raise
-            prep = self.prepare()
+            prep = self.fitting(self.prepare())
             record = LLMCallRecord.of(prep)
             reply = self._call(prep)
         return prep, record, reply
+
+    def fitting(self, prep: TurnPrep) -> TurnPrep:
+        """``prep`` with a request that fits the window: fitted here when the engine did
+        not (``request_tokens is None``); one compaction (``recovered``) when it cannot
+        fit even truncated; else :class:`ContextOverflowError`, before any provider call."""
+        prep = self._fitted(prep)
+        if prep.overflow is None:
+            return prep
+        self.result.errors.append(f"request too large: {prep.overflow}")
+        if self.compact_inline("recovered"):
+            prep = self._fitted(self.prepare())
+        if prep.overflow is not None:
+            raise ContextOverflowError(f"{prep.overflow}; nothing was sent to the provider")
+        return prep
+
+    def _fitted(self, prep: TurnPrep) -> TurnPrep:
+        if prep.request_tokens is not None:
+            return prep  # the engine measured and fitted it
+        fitted = fit_request(
+            prep.system_prompt or "",
+            prep.agent_messages,
+            self.schemas,
+            prep.budget.input_budget,
+            model=self.model,
+            estimator=_estimator_of(self.engine),
+        )
+        return dataclasses.replace(
+            prep,
+            system_prompt=fitted.system_prompt,
+            agent_messages=fitted.messages,
+            request_tokens=fitted.tokens,
+            truncated_parts=fitted.truncated,
+            overflow=fitted.overflow,
+        )
 
     def _call(self, prep: TurnPrep) -> Reply:
         return call_provider(
@@ -407,6 +500,7 @@ class _Turn:
         self.history.append(stored)
         self.result.message_ids.append(stored["id"])
         self.engine.ingest(self.session_id, stored)
+        self.asking_id = stored["id"]
         return calls
 
     def after_turn(self, reply: Reply, prep: TurnPrep) -> None:
@@ -425,7 +519,12 @@ class _Turn:
         registry, result = self.registry, self.result
         tool_messages = []
         for call in calls:
-            output, is_error = registry.run(call)
+            # an @agentic_function tool records its frame below the message that asked
+            token = _call_id.set(self.asking_id)
+            try:
+                output, is_error = registry.run(call)
+            finally:
+                _call_id.reset(token)
             tool_messages.append(
                 {
                     "role": "tool",

@@ -175,6 +175,13 @@ class TurnPrep:
     decision_path: list[str] = field(default_factory=list)
     budget_pct: float = 0.0
     context_window: int = 0
+    # additions (opctx.context.fit): the estimate of the request as it will be sent
+    # (system prompt + tools + agent_messages after truncating oversized parts; None
+    # when the engine did not fit it), how many parts were truncated, and why the
+    # request cannot fit even truncated (None when it fits)
+    request_tokens: int | None = None
+    truncated_parts: int = 0
+    overflow: str | None = None
 
 
 @dataclass

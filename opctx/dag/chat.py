@@ -65,12 +65,19 @@ Choices where the specification is open
 accepts: a Reply with native tool calls (all of them, in order; they win over
 the text); bare JSON; a fenced block (```` ```json ```` or plain ```` ``` ````);
 JSON embedded in prose. A JSON object is a tool call when it has a string
-``"tool"`` (``"arguments"`` optional) or a string ``"name"`` together with
+``"tool"`` (``"arguments"`` optional), a string ``"call"`` naming a tool
+(OpenProgram's own text format ``{"call": "name", "args": {...}}``, ``"args"``
+optional; the name must look like one: letters, digits and ``_ . - : /``, no
+spaces, so ``{"call": "see you at 5"}`` stays text) or a string ``"name"`` together with
 ``"arguments"`` (``"args"``, ``"parameters"`` and ``"input"`` are accepted as
 synonyms); ``{"function": {"name", "arguments"}}`` and ``{"tool_call": {...}}``
 wrappers and a JSON array of calls are accepted too. String arguments are
 decoded as JSON (``{"_raw": text}`` when they are not an object). The first
-fenced block or embedded object that is a tool call wins.
+fenced block or embedded object that is a tool call wins. A reply without text
+(``Reply(text=None)``, as OpenAI-style providers return beside native calls) has
+no text calls; JSON nested too deep to decode is not a call; after 1,000 fragments
+that fail to decode the rest of a text is not searched (a hostile text of broken
+JSON would otherwise take minutes).
 """
 
 from __future__ import annotations
@@ -106,6 +113,8 @@ __all__ = [
 MAX_ITERATIONS_MARKER = "[stopped: max_iterations reached]"
 
 _ARG_KEYS = ("arguments", "args", "parameters", "input")
+# a tool name as OpenProgram's {"call": ...} format spells it: one word, no spaces
+_CALL_NAME = re.compile(r"[A-Za-z_][\w.:/-]*")
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
 
 
@@ -127,8 +136,11 @@ def _as_call(obj: Any) -> ToolCall | None:
         )
     args_key = next((k for k in _ARG_KEYS if k in obj), None)
     tool = obj.get("tool")
+    called = obj.get("call")
     if isinstance(tool, str) and tool.strip():
         name = tool.strip()
+    elif isinstance(called, str) and _CALL_NAME.fullmatch(called.strip()):
+        name = called.strip()
     elif isinstance(obj.get("name"), str) and obj["name"].strip() and args_key is not None:
         name = obj["name"].strip()
     else:
@@ -149,22 +161,52 @@ def _text_call_id() -> str:
     return f"txt_{uuid.uuid4().hex[:12]}"
 
 
+# where an embedded call can start: an object (``{`` then a key or ``}``), or an array
+# whose first item is one (an array of anything else is never a list of calls)
+_JSON_START = re.compile(r'\{\s*["}]|\[\s*\{\s*["}]')
+# how much of the text one decode attempt sees first (then 16 times more, then all):
+# a failed decode reports its line and column, counted from the start of what it was
+# given, so attempts on the whole of a long text would cost time quadratic in its length
+_DECODE_WINDOWS = (4_096, 65_536)
+# failed decode attempts after which the rest of a text is not searched: a model's reply
+# holds a few broken JSON fragments at most, a hostile text can hold a million, each
+# costing up to a deep parse
+_MAX_FAILED_DECODES = 1_000
+
+
+def _decode_at(decoder: json.JSONDecoder, text: str, j: int) -> tuple[Any, int] | None:
+    """The JSON value starting at ``text[j]`` and where it ends, or None."""
+    for window in (*_DECODE_WINDOWS, None):
+        piece = text[j:] if window is None or j + window >= len(text) else text[j : j + window]
+        try:
+            value, end = decoder.raw_decode(piece)
+        except RecursionError:  # nested too deep to be a call
+            return None
+        except json.JSONDecodeError as exc:
+            if piece is text or j + len(piece) >= len(text) or exc.pos < len(piece) - 1:
+                return None  # a real error, not the end of the window
+            continue
+        return value, j + end
+    return None
+
+
 def _embedded_json(text: str) -> Iterable[Any]:
-    """Every JSON object/array that starts at a ``{`` or ``[`` of ``text``, left to right."""
+    """Every JSON object, and array of objects, that starts in ``text``, left to right."""
     decoder = json.JSONDecoder()
     i = 0
-    n = len(text)
-    while i < n:
-        j = min((p for p in (text.find("{", i), text.find("[", i)) if p != -1), default=-1)
-        if j == -1:
+    failed = 0
+    while failed < _MAX_FAILED_DECODES:
+        found = _JSON_START.search(text, i)
+        if found is None:
             return
-        try:
-            value, end = decoder.raw_decode(text, j)
-        except ValueError:
+        j = found.start()
+        decoded = _decode_at(decoder, text, j)
+        if decoded is None:
+            failed += 1
             i = j + 1
             continue
+        value, i = decoded
         yield value
-        i = end
 
 
 def parse_tool_call(text_or_reply: str | Reply | None) -> list[ToolCall]:
@@ -174,7 +216,7 @@ def parse_tool_call(text_or_reply: str | Reply | None) -> list[ToolCall]:
     if isinstance(text_or_reply, Reply):
         if text_or_reply.tool_calls:
             return list(text_or_reply.tool_calls)
-        text = text_or_reply.text
+        text = text_or_reply.text if isinstance(text_or_reply.text, str) else ""
     elif isinstance(text_or_reply, str):
         text = text_or_reply
     else:
@@ -184,14 +226,14 @@ def parse_tool_call(text_or_reply: str | Reply | None) -> list[ToolCall]:
         return []
     try:
         calls = _calls_from_json(json.loads(stripped))
-    except ValueError:
+    except (ValueError, RecursionError):
         calls = []
     if calls:
         return calls
     for match in _FENCE.finditer(text):
         try:
             calls = _calls_from_json(json.loads(match.group(2)))
-        except ValueError:
+        except (ValueError, RecursionError):
             calls = []
         if calls:
             return calls
@@ -455,7 +497,7 @@ def _result(
     reply: Reply, stop: str, iterations: int, executed: list[ToolResult], total: Usage | None
 ) -> ChatResult:
     return ChatResult(
-        text=reply.text,
+        text=reply.text if isinstance(reply.text, str) else "",  # Reply(text=None): no text
         tool_calls=list(reply.tool_calls),
         usage=reply.usage,
         model=reply.model,

@@ -604,10 +604,11 @@ def compute_reads(
     ``expose="io"`` code node     its own llm calls (``caller == it``) removed
     ``expose="full"``             everything kept
     ``expose="hidden"``           the node and its whole subtree removed
-    ``render_range["callers"]``   at most N pre-frame nodes (the latest N);
-                                  ``None`` = no limit, ``0`` = full isolation
-    ``render_range["subcalls"]``  at most N in-frame nodes (the latest N);
-                                  ``-1``/``None`` = no limit
+    ``render_range["callers"]``   at most N pre-frame nodes (the latest N; all of
+                                  them when fewer exist); ``None`` = no limit,
+                                  ``0`` = full isolation
+    ``render_range["subcalls"]``  at most N in-frame nodes (the latest N; all of
+                                  them when fewer exist); ``-1``/``None`` = no limit
     ============================  ==================================================
 
     The frame node is always kept: it carries the function's docstring and
@@ -638,7 +639,12 @@ def compute_reads(
     pre = _visible_filter(graph, pre)
     own = _visible_filter(graph, own)
     if callers_limit is not None:
-        pre = pre[len(pre) - callers_limit :] if callers_limit > 0 else []
+        pre = _latest(pre, callers_limit)
     if subcalls_limit is not None and subcalls_limit >= 0:
-        own = own[len(own) - subcalls_limit :] if subcalls_limit > 0 else []
+        own = _latest(own, subcalls_limit)
     return [n.id for n in pre] + [frame.id] + [n.id for n in own]
+
+
+def _latest(nodes: list[Call], limit: int) -> list[Call]:
+    """The latest ``limit`` of ``nodes``: all of them when there are fewer, none for 0."""
+    return nodes[max(0, len(nodes) - limit) :] if limit > 0 else []

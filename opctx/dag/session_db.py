@@ -25,6 +25,15 @@ Semantics, where the specification is open:
   of the batch when that one extended HEAD.
 * ``get_branch(sid, head_msg_id=None)``: walk ``predecessor`` from the head
   (default HEAD) to the root and reverse; never sorted by timestamp.
+* ``set_head(sid, msg_id, expected=...)`` is a compare-and-set: inside the write
+  transaction HEAD must still be ``expected`` (``None`` included), else
+  :class:`HeadMoved` is raised and nothing changes. Read-then-move code (a
+  compaction that read the branch before a slow summary call) uses it so that
+  a message another process appended meanwhile is never left off the branch.
+* ``transaction()``: every write through this object inside the block is one
+  transaction (``BEGIN IMMEDIATE``: the write lock is held from the start, so
+  what the block reads stays true until it commits); see
+  :func:`opctx.dag.store.transaction`.
 * ``fork_from(sid, msg_id)`` and ``rewind_to(sid, msg_id)`` both only move HEAD
   (nothing is deleted; the old tail stays a branch). They differ in intent and
   return value: ``fork_from`` returns ``msg_id`` (the next append starts a sibling
@@ -60,7 +69,8 @@ import math
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from .messages import as_text, call_to_message, message_text, message_to_call
@@ -78,9 +88,27 @@ from .store import (
     _write,
 )
 
-__all__ = ["DagSessionDB", "SessionDB", "PREVIEW_CHARS"]
+__all__ = ["DagSessionDB", "SessionDB", "HeadMoved", "PREVIEW_CHARS"]
 
 PREVIEW_CHARS = 120
+
+_ANY_HEAD = object()  # set_head without a compare-and-set
+
+
+class HeadMoved(StoreError):
+    """``set_head(..., expected=...)`` found HEAD somewhere else: another writer moved it.
+
+    ``expected`` is what the caller read, ``actual`` what HEAD is now.
+    """
+
+    def __init__(self, session_id: str, expected: str | None, actual: str | None):
+        super().__init__(
+            f"session {session_id!r}: HEAD is {actual!r}, not {expected!r} as read; "
+            "another writer moved it (nothing was changed)"
+        )
+        self.session_id = session_id
+        self.expected = expected
+        self.actual = actual
 
 # Message keys that live in a Call field, per message role; every other key is metadata.
 _FIELD_OF = {
@@ -136,6 +164,21 @@ class DagSessionDB:
 
     def __repr__(self) -> str:
         return f"DagSessionDB({self.db_path!r})"
+
+    @contextmanager
+    def transaction(self) -> Iterator[DagSessionDB]:
+        """Make every write through this object inside the block one transaction.
+
+        The write lock is taken on entry, so nothing another connection or process
+        writes can land between what the block reads and what it writes. Example,
+        a read-then-write that cannot race::
+
+            with db.transaction():
+                branch = db.get_branch(sid)
+                db.append_message(sid, {"role": "user", "content": f"{len(branch)} before"})
+        """
+        with self.manager.transaction():
+            yield self
 
     def store(self, session_id: str) -> GraphStore:
         """The ``GraphStore`` of an existing session, on this object's connection."""
@@ -267,9 +310,24 @@ class DagSessionDB:
     def get_head(self, session_id: str) -> str | None:
         return self._store_checked(session_id).head()
 
-    def set_head(self, session_id: str, msg_id: str | None) -> None:
-        """Point HEAD at ``msg_id`` (``None`` clears it: the next message starts a new root)."""
-        self._store_checked(session_id).set_head(msg_id)
+    def set_head(
+        self, session_id: str, msg_id: str | None, *, expected: Any = _ANY_HEAD
+    ) -> None:
+        """Point HEAD at ``msg_id`` (``None`` clears it: the next message starts a new root).
+
+        With ``expected`` (an id or ``None``) it is a compare-and-set: if HEAD is not
+        ``expected`` inside the write transaction, :class:`HeadMoved` is raised and HEAD
+        stays where it is.
+        """
+        store = self._store_checked(session_id)
+        if expected is _ANY_HEAD:
+            store.set_head(msg_id)
+            return
+        with _guard(self._conn), _write(self._conn):
+            actual = store.head()
+            if actual != expected:
+                raise HeadMoved(session_id, expected, actual)
+            store.set_head(msg_id)
 
     def get_branch(self, session_id: str, head_msg_id: str | None = None) -> list[dict[str, Any]]:
         """The conversation ending at ``head_msg_id`` (default HEAD), root first."""

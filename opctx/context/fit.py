@@ -1,0 +1,320 @@
+"""Fit a request into the context window: the last step before a provider call.
+
+Compaction folds old turns and aging clears old tool results, but neither can shrink
+a part of the request that is by itself larger than the window: a user message
+pasted from a log file, one tool result of several megabytes, a system prompt built
+from a huge workspace file, or a tail that compaction must keep. Sent as it is, such
+a request is rejected by the provider (or, worse, silently cut by it).
+:func:`fit_request` is the final step of ``DefaultContextEngine.prepare`` (and of
+``process_user_turn`` for an engine that does not fit its own requests):
+
+* the request is measured as it will be sent: the system prompt, the tool schemas
+  and the provider messages, with the engine's estimator and the call's model;
+* when it fits the input budget (the window minus the output reserve) nothing
+  changes, and nothing is copied;
+* otherwise its oversized parts are truncated, evenly from the largest down (a
+  "water level": every part above a common size ``C`` is cut to ``C``, the smaller
+  ones are left whole, and ``C`` is the largest size for which the request fits).
+  A truncated text keeps its head (three fifths) and its tail with a marker
+  between them, ``[... N tokens truncated to fit the context window ...]``: the
+  start of a log or file says what it is, its end holds the error or the result.
+  The parts are the system prompt, each message's text, the text parts of a
+  multi-part content, and the arguments of tool calls (a JSON object's values are
+  cut one by one, so the keys stay and the arguments stay valid JSON);
+* what cannot be truncated (the tool schemas, each message's fixed overhead, images,
+  the markers themselves) may still exceed the budget: then the request does not
+  fit, and :attr:`FittedRequest.overflow` says why. ``process_user_turn`` compacts
+  once more and, if that does not help, raises :class:`ContextOverflowError`
+  before calling the provider.
+
+Only the request is changed: the messages are copies, the store keeps the originals.
+
+Example::
+
+    >>> from opctx.context.tokens import Estimator
+    >>> est = Estimator("heuristic")
+    >>> log = "\\n".join(f"line {i}: all good" for i in range(5000))
+    >>> fitted = fit_request("", [{"role": "user", "content": log}], None, 300, estimator=est)
+    >>> fitted.fits, fitted.truncated, fitted.tokens <= 300
+    (True, 1, True)
+    >>> text = fitted.messages[0]["content"]
+    >>> text.startswith("line 0: all good"), text.endswith("line 4999: all good")
+    (True, True)
+    >>> "tokens truncated to fit the context window ...]" in text
+    True
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .tokens import Estimator, default_estimator
+
+__all__ = [
+    "ContextOverflowError",
+    "FittedRequest",
+    "TRUNCATION_MARKER",
+    "fit_request",
+    "truncate_text",
+]
+
+TRUNCATION_MARKER = "[... {n} tokens truncated to fit the context window ...]"
+_HEAD_SHARE = 0.6  # of the kept text; the rest is the tail
+_ATTEMPTS = 8  # estimates are not additive: shrink, measure, shrink a little more
+
+
+class ContextOverflowError(Exception):
+    """The request cannot fit the model's input budget even with every oversized part
+    truncated (tool schemas or the fixed cost of many messages alone are too large).
+    Raised before the provider is called; nothing was sent."""
+
+
+@dataclass
+class FittedRequest:
+    """What :func:`fit_request` made of a request."""
+
+    system_prompt: str
+    messages: list[dict]
+    tokens: int  # estimate of system prompt + tool schemas + messages, as fitted
+    budget: int  # the input budget it was fitted to
+    truncated: int = 0  # parts (the system prompt, messages) that were truncated
+    overflow: str | None = None  # why it does not fit even truncated; None when it fits
+
+    @property
+    def fits(self) -> bool:
+        return self.overflow is None
+
+
+def truncate_text(text: str, target: int, count: Callable[[str], int]) -> str:
+    """``text`` cut to at most ``target`` tokens (by ``count``): its head and tail around
+    a marker naming how many tokens were left out; the marker alone when even a few
+    characters of each end do not fit. Returned unchanged when it already fits."""
+    total = count(text)
+    if total <= target:
+        return text
+    marker_cost = count(TRUNCATION_MARKER.format(n=total)) + 1
+    keep_chars = int((target - marker_cost) * len(text) / max(total, 1))
+    for _ in range(_ATTEMPTS):
+        if keep_chars <= 0:
+            break
+        head = text[: int(keep_chars * _HEAD_SHARE)]
+        tail = text[len(text) - (keep_chars - len(head)) :] if keep_chars > len(head) else ""
+        removed = max(1, total - count(head) - count(tail))
+        out = "\n".join(p for p in (head, TRUNCATION_MARKER.format(n=removed), tail) if p)
+        used = count(out)
+        if used <= target:
+            return out
+        keep_chars = int(keep_chars * min(0.9, target / used))
+    return TRUNCATION_MARKER.format(n=total)
+
+
+def _water_level(sizes: Sequence[int], floors: Sequence[int], room: int) -> int | None:
+    """The largest ``C`` with ``sum(max(min(size, C), floor)) <= room``; None when even
+    the floors do not fit."""
+    if sum(floors) > room:
+        return None
+    lo, hi = 0, max(sizes, default=0)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if sum(max(min(s, mid), f) for s, f in zip(sizes, floors, strict=True)) <= room:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+class _Part:
+    """The truncatable texts of one unit of the request (the system prompt, or one
+    provider message) and how to put shortened texts back, on a copy."""
+
+    def __init__(self, unit: Any):
+        self.unit = unit
+        self.texts: list[str] = []
+        self.in_json: list[bool] = []  # a value inside JSON arguments: counted as encoded
+        self._places: list[tuple] = []
+        if isinstance(unit, str):
+            self._add(unit, ())
+            return
+        content = unit.get("content")
+        if isinstance(content, str):
+            self._add(content, ("content",))
+        elif isinstance(content, list):
+            for j, part in enumerate(content):
+                if isinstance(part, str):
+                    self._add(part, ("content", j))
+                elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                    self._add(part["text"], ("content", j, "text"))
+        for k, call in enumerate(unit.get("tool_calls") or ()):
+            if not isinstance(call, dict):
+                continue
+            fn = call.get("function")
+            holder, base = (fn, ("tool_calls", k, "function")) if isinstance(fn, dict) else (call, ("tool_calls", k))
+            args = holder.get("arguments")
+            if not isinstance(args, str):
+                continue
+            try:
+                parsed = json.loads(args)
+            except ValueError:
+                parsed = None
+            if isinstance(parsed, dict):
+                for key, value in parsed.items():
+                    if isinstance(value, str):
+                        self._add(value, (*base, "arguments", json.dumps(key)), in_json=True)
+            else:
+                self._add(args, (*base, "arguments"))
+
+    def _add(self, text: str, place: tuple, *, in_json: bool = False) -> None:
+        if text:
+            self.texts.append(text)
+            self.in_json.append(in_json)
+            self._places.append(place)
+
+    def counters(self, count: Callable[[str], int]) -> list[Callable[[str], int]]:
+        """How to count each text as the estimate sees it (a JSON value with its escapes)."""
+        encoded = lambda text: count(json.dumps(text, ensure_ascii=False))  # noqa: E731
+        return [encoded if in_json else count for in_json in self.in_json]
+
+    def rebuilt(self, texts: list[str]) -> Any:
+        """The unit with ``texts`` in place of its own (a copy; JSON arguments re-encoded)."""
+        if isinstance(self.unit, str):
+            return texts[0]
+        out = copy.deepcopy(self.unit)
+        arguments: dict[int, tuple[dict, dict]] = {}  # id(holder) -> (holder, parsed)
+        for place, old, new in zip(self._places, self.texts, texts, strict=True):
+            if new is old:
+                continue
+            *path, last = place
+            target = out
+            for step in path[:-1] if path and path[-1] == "arguments" else path:
+                target = target[step]
+            if path and path[-1] == "arguments":  # one value of a JSON object of arguments
+                holder = target
+                entry = arguments.get(id(holder))
+                if entry is None:
+                    entry = arguments[id(holder)] = (holder, json.loads(holder["arguments"]))
+                entry[1][json.loads(last)] = new
+            else:
+                target[last] = new
+        for holder, parsed in arguments.values():
+            holder["arguments"] = json.dumps(parsed, ensure_ascii=False)
+        return out
+
+
+def fit_request(
+    system_prompt: str,
+    messages: Sequence[dict],
+    tools: Sequence[dict] | None,
+    budget: int,
+    *,
+    model: str | None = None,
+    estimator: Estimator | None = None,
+    system_tokens: int | None = None,
+    tools_tokens: int | None = None,
+    message_tokens: Sequence[int] | None = None,
+) -> FittedRequest:
+    """Fit ``system_prompt`` + ``tools`` + ``messages`` (provider messages) into ``budget``
+    tokens by truncating the oversized parts (module docstring).
+
+    ``system_tokens`` / ``tools_tokens`` / ``message_tokens`` (one per message) are the
+    estimates when the caller already has them; they must be what ``estimator`` says.
+    """
+    est = estimator or default_estimator()
+    count = lambda text: est.text_tokens(text, model)  # noqa: E731
+
+    def size(unit: Any) -> int:
+        if isinstance(unit, str):
+            return est.message_tokens({"role": "system", "content": unit}, model) if unit else 0
+        return est.message_tokens(unit, model)
+
+    messages = list(messages)
+    tools_t = tools_tokens if tools_tokens is not None else (est.tools_tokens(list(tools), model) if tools else 0)
+    units: list[Any] = [system_prompt, *messages]
+    sizes = [
+        system_tokens if system_tokens is not None else size(system_prompt),
+        *(message_tokens if message_tokens is not None else map(size, messages)),
+    ]
+    total = tools_t + sum(sizes)
+    if total <= budget:
+        return FittedRequest(system_prompt, messages, total, budget)
+    room = budget - tools_t
+    parts: dict[int, _Part] = {}
+    floors = []
+    for i, (unit, s) in enumerate(zip(units, sizes, strict=True)):
+        part = parts[i] = _Part(unit)
+        if not part.texts:
+            floors.append(s)
+            continue
+        texts_t, markers = _text_sizes(part, count)
+        floors.append(min(s, max(0, s - sum(texts_t)) + sum(markers)))
+    if sum(floors) > room:
+        return FittedRequest(
+            system_prompt, messages, total, budget,
+            overflow=_overflow(budget, tools_t, sum(floors), len(messages)),
+        )
+    fitted_units, fitted_sizes, truncated = list(units), list(sizes), 0
+    slack = 0
+    for _ in range(_ATTEMPTS):
+        level = _water_level(sizes, floors, room - slack)
+        if level is None:
+            break
+        fitted_units, fitted_sizes, truncated = list(units), list(sizes), 0
+        for i, s in enumerate(sizes):
+            if s > level and parts[i].texts:
+                fitted_units[i] = _shrink(parts[i], max(level, floors[i]), size, count)
+                fitted_sizes[i] = size(fitted_units[i])
+                truncated += 1
+        total = tools_t + sum(fitted_sizes)
+        if total <= budget:
+            return FittedRequest(fitted_units[0], fitted_units[1:], total, budget, truncated)
+        slack += total - budget
+    return FittedRequest(
+        system_prompt, messages, total, budget, truncated,
+        overflow=_overflow(budget, tools_t, total - tools_t, len(messages)),
+    )
+
+
+def _shrink(part: _Part, target: int, size: Callable[[Any], int], count: Callable[[str], int]) -> Any:
+    """``part``'s unit with its texts cut (largest first, by water level) so that the
+    unit's estimate is at most ``target`` where the markers allow."""
+    counters = part.counters(count)
+    texts_t, floors = _text_sizes(part, count)
+    fixed = max(0, size(part.unit) - sum(texts_t))
+    slack = 0
+    best = part.unit
+    for _ in range(_ATTEMPTS):
+        level = _water_level(texts_t, floors, target - fixed - slack)
+        if level is None:
+            level = 0  # markers only: as small as this unit gets
+        texts = [
+            truncate_text(t, max(level, f), counter) if n > level else t
+            for t, n, f, counter in zip(part.texts, texts_t, floors, counters, strict=True)
+        ]
+        best = part.rebuilt(texts)
+        used = size(best)
+        if used <= target or level == 0:
+            return best
+        slack += used - target
+    return best
+
+
+def _text_sizes(part: _Part, count: Callable[[str], int]) -> tuple[list[int], list[int]]:
+    """Each text's tokens, and what it costs cut down to a marker (its floor)."""
+    sizes, floors = [], []
+    for text, counter in zip(part.texts, part.counters(count), strict=True):
+        n = counter(text)
+        sizes.append(n)
+        floors.append(min(n, counter(TRUNCATION_MARKER.format(n=n)) + 1))
+    return sizes, floors
+
+
+def _overflow(budget: int, tools: int, least: int, messages: int) -> str:
+    return (
+        f"the request cannot fit the input budget of {budget} tokens (the window minus the "
+        f"output reserve): the tool schemas take {tools} tokens and the system prompt and "
+        f"{messages} messages need at least {least} more even with every oversized part "
+        "truncated; compact the session, send fewer tools, or use a model with a larger window"
+    )

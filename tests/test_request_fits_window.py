@@ -1,0 +1,357 @@
+"""Every request the engine sends fits the window, or none is sent (opctx.context.fit).
+
+The invariant, checked with fresh estimates of what the provider is actually given:
+``system prompt + tool schemas + agent_messages <= input budget`` (the window minus
+the output reserve), or ``ContextOverflowError`` before the provider is called.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from _compaction_fixtures import filler
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from opctx.context.engine import DefaultContextEngine
+from opctx.context.fit import TRUNCATION_MARKER, ContextOverflowError, fit_request, truncate_text
+from opctx.context.provider_messages import to_provider_messages
+from opctx.context.summarize import Summarizer
+from opctx.context.tokens import Estimator
+from opctx.context.turn import process_user_turn
+from opctx.dag.providers import Reply, ToolCall
+from opctx.dag.session_db import DagSessionDB
+from opctx.dag.store import set_text_index
+
+HEURISTIC = Estimator("heuristic")
+MARKER_TAIL = "tokens truncated to fit the context window ...]"
+
+
+def request_tokens(system: str | None, messages: list[dict], tools: list[dict] | None, model=None) -> int:
+    """What the provider is sent, estimated afresh (no cache of the engine involved)."""
+    est = Estimator("heuristic")
+    system_t = est.message_tokens({"role": "system", "content": system}, model) if system else 0
+    return system_t + (est.tools_tokens(tools, model) if tools else 0) + est.history_tokens(messages, model)
+
+
+class Recorder:
+    """A provider that records what it is sent and answers with text."""
+
+    def __init__(self, replies=None):
+        self.sent: list[tuple[list[dict], str | None, list[dict] | None]] = []
+        self.replies = list(replies or [])
+
+    def __call__(self, messages, model, system, tools):
+        self.sent.append((messages, system, tools))
+        return self.replies.pop(0) if self.replies else Reply(text="done")
+
+
+def make(window: int) -> tuple[DagSessionDB, str, DefaultContextEngine]:
+    db = DagSessionDB(":memory:")
+    set_text_index(db.connection, False)  # megabytes of filler: nobody searches them here
+    sid = db.create_session()
+    engine = DefaultContextEngine(
+        session_db=db,
+        context_window=window,
+        estimator=HEURISTIC,
+        summarizer=Summarizer(lambda *a: Reply(text="summary"), model="s", count_tokens=HEURISTIC.text_tokens),
+    )
+    return db, sid, engine
+
+
+def budget_of(engine: DefaultContextEngine, model: str) -> int:
+    window = engine.window_for(model)
+    return window - engine.budget_allocator.reserve_for(window, model)
+
+
+def log_text(lines: int) -> str:
+    return "\n".join(f"{i:06d} INFO worker processed item {i} in {i % 97} ms" for i in range(lines))
+
+
+# ------------------------------------------------------------------------------ the turn
+
+
+def test_a_user_message_larger_than_the_window_is_truncated_not_sent_whole() -> None:
+    db, sid, engine = make(8_000)
+    huge = log_text(20_000)  # ~ 300K tokens into an 8K window
+    provider = Recorder()
+    res = process_user_turn(db, sid, huge, agent="Be brief.", provider_call=provider, model="gpt-4o", engine=engine)
+    (messages, system, tools), = provider.sent
+    assert request_tokens(system, messages, tools) <= budget_of(engine, "gpt-4o")
+    sent = messages[-1]["content"]
+    assert sent.startswith("000000 INFO worker") and sent.endswith("item 19999 in 17 ms")
+    assert MARKER_TAIL in sent
+    assert db.get_message(sid, res.user_message_id)["content"] == huge  # the store keeps the original
+    assert res.calls[0].request_tokens == request_tokens(system, messages, tools)
+    assert any(step.startswith("fit:truncated=") for step in res.calls[0].decision_path)
+
+
+def test_a_tool_result_larger_than_the_window_is_truncated_in_the_next_call() -> None:
+    db, sid, engine = make(16_000)
+
+    def dump_table() -> str:
+        """Dump the whole table."""
+        return log_text(30_000)
+
+    provider = Recorder([Reply(text="", tool_calls=[ToolCall("c1", "dump_table", {})]), Reply(text="seen")])
+    res = process_user_turn(
+        db, sid, "dump it", agent="", provider_call=provider, model="gpt-4o", engine=engine,
+        tools={"dump_table": dump_table},
+    )
+    assert res.text == "seen" and len(provider.sent) == 2
+    for messages, system, tools in provider.sent:
+        assert request_tokens(system, messages, tools) <= budget_of(engine, "gpt-4o")
+    result = provider.sent[1][0][-1]
+    assert result["role"] == "tool" and result["tool_call_id"] == "c1" and MARKER_TAIL in result["content"]
+
+
+def test_a_system_prompt_larger_than_the_window_is_truncated() -> None:
+    db, sid, engine = make(8_000)
+    agent = "RULES\n" + log_text(10_000)
+    provider = Recorder()
+    process_user_turn(db, sid, "hello", agent=agent, provider_call=provider, model="gpt-4o", engine=engine)
+    (messages, system, tools), = provider.sent
+    assert request_tokens(system, messages, tools) <= budget_of(engine, "gpt-4o")
+    assert system.startswith("RULES\n000000") and MARKER_TAIL in system
+    assert messages[-1]["content"] == "hello"  # the small parts stay whole
+
+
+def test_tool_schemas_larger_than_the_window_raise_before_any_provider_call() -> None:
+    db, sid, engine = make(4_000)
+
+    def search(query: str) -> str:
+        return "nothing"
+
+    search.__doc__ = "Search. " + filler(40_000)  # a schema no request can hold
+    provider = Recorder()
+    with pytest.raises(ContextOverflowError, match="tool schemas take .* nothing was sent to the provider"):
+        process_user_turn(
+            db, sid, "find it", agent="", provider_call=provider, model="gpt-4o", engine=engine,
+            tools={"search": search},
+        )
+    assert provider.sent == []
+    assert [m["content"] for m in db.get_branch(sid)] == ["find it"]
+
+
+def test_an_engine_that_does_not_fit_its_requests_is_fitted_by_the_turn() -> None:
+    db, sid, engine = make(8_000)
+
+    class Unfitted(DefaultContextEngine):
+        name = "unfitted"
+
+        def prepare(self, *args, **kwargs):
+            prep = super().prepare(*args, **kwargs)
+            # what a custom engine that knows nothing of fitting hands back
+            prep.system_prompt, prep.agent_messages = "Be brief.", [
+                {"role": "user", "content": m["content"]} for m in args[2]
+            ]
+            prep.request_tokens, prep.overflow = None, None
+            return prep
+
+    custom = Unfitted(session_db=db, context_window=8_000, estimator=HEURISTIC)
+    provider = Recorder()
+    process_user_turn(db, sid, log_text(20_000), agent="x", provider_call=provider, model="gpt-4o", engine=custom)
+    (messages, system, tools), = provider.sent
+    assert request_tokens(system, messages, tools) <= budget_of(custom, "gpt-4o")
+    assert MARKER_TAIL in messages[-1]["content"]
+
+
+# ------------------------------------------------------------------------------ fit_request alone
+
+
+def test_json_arguments_are_cut_value_by_value_and_stay_valid() -> None:
+    big = log_text(8_000)
+    messages = [
+        {"role": "user", "content": "write the log"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function",
+             "function": {"name": "write_file", "arguments": json.dumps({"path": "out.log", "content": big})}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+    ]
+    fitted = fit_request("", messages, None, 2_000, estimator=HEURISTIC)
+    assert fitted.fits and fitted.truncated == 1 and fitted.tokens <= 2_000
+    args = json.loads(fitted.messages[1]["tool_calls"][0]["function"]["arguments"])
+    assert args["path"] == "out.log" and MARKER_TAIL in args["content"]
+    assert fitted.messages[0] is messages[0] and fitted.messages[2] is messages[2]  # untouched parts: same objects
+    assert json.loads(messages[1]["tool_calls"][0]["function"]["arguments"])["content"] == big  # input unchanged
+
+
+def test_parts_are_cut_evenly_from_the_largest_down() -> None:
+    sizes = [40_000, 20_000, 400, 100]
+    messages = [{"role": "user", "content": filler(n)} for n in sizes]
+    fitted = fit_request("", messages, None, 6_000, estimator=HEURISTIC)
+    after = [HEURISTIC.message_tokens(m) for m in fitted.messages]
+    assert fitted.fits and sum(after) <= 6_000
+    assert fitted.messages[2:] == messages[2:]  # small ones whole
+    assert abs(after[0] - after[1]) <= 60  # the two large ones cut to about the same size
+
+
+@given(text=st.text(min_size=0, max_size=3_000), target=st.integers(0, 800))
+@settings(max_examples=200, deadline=None)
+def test_truncate_text_never_exceeds_its_target_unless_only_the_marker_is_left(text: str, target: int) -> None:
+    count = HEURISTIC.text_tokens
+    out = truncate_text(text, target, count)
+    if count(text) <= target:
+        assert out == text
+    elif count(out) > target:
+        assert out.startswith("[... ") and out.endswith(MARKER_TAIL)
+    else:
+        assert MARKER_TAIL in out
+
+
+# ------------------------------------------------------------------------------ the invariant
+
+
+def _emptied(unit):
+    """A provider message (or system prompt) with every text replaced by the longest
+    marker: an upper bound of what truncating can bring it down to."""
+    marker = TRUNCATION_MARKER.format(n=10**12)
+    if isinstance(unit, str):
+        return marker if unit else ""
+    out = dict(unit)
+    if isinstance(out.get("content"), str) and out["content"]:
+        out["content"] = marker
+    for call in out.get("tool_calls") or ():
+        args = call["function"]["arguments"]
+        try:
+            parsed = json.loads(args)
+        except ValueError:
+            parsed = None
+        call["function"] = {
+            **call["function"],
+            "arguments": json.dumps({k: marker if isinstance(v, str) else v for k, v in parsed.items()})
+            if isinstance(parsed, dict) else marker,
+        }
+    return out
+
+
+def assert_fits_or_cannot(prep, system: str, tools: list[dict] | None, budget: int, untruncated: list[dict]) -> None:
+    if prep.overflow is None:
+        sent = request_tokens(prep.system_prompt, prep.agent_messages, tools)
+        assert sent <= budget
+        assert prep.request_tokens == sent
+        return
+    # it may only give up when even everything cut to a marker would not fit (with a
+    # little room for the estimates' rounding)
+    least = (
+        request_tokens(_emptied(system), [], tools)
+        + sum(min(HEURISTIC.message_tokens(m), HEURISTIC.message_tokens(_emptied(m))) for m in untruncated)
+    )
+    assert least > budget * 0.9 - 10, (least, budget)
+
+
+SIZES = st.one_of(
+    st.integers(0, 300),  # small
+    st.integers(300, 6_000),  # a screenful
+    st.integers(60_000, 400_000),  # far larger than most windows
+)
+
+
+@st.composite
+def histories(draw):
+    history: list[dict] = []
+    n = 0
+    for _turn in range(draw(st.integers(1, 6))):
+        history.append({"id": f"u{n}", "role": "user", "content": filler(draw(SIZES), f"user {n} ")})
+        n += 1
+        for _step in range(draw(st.integers(0, 2))):
+            calls = [
+                {"id": f"c{n}_{k}", "name": "edit",
+                 "arguments": {"path": f"f{k}.py", "text": filler(draw(SIZES))}}
+                for k in range(draw(st.integers(1, 2)))
+            ]
+            history.append({"id": f"a{n}", "role": "assistant", "content": "", "tool_calls": calls})
+            n += 1
+            for call in calls:
+                if draw(st.integers(0, 3)):  # now and then a call is left without its result
+                    history.append({"id": f"t{n}", "role": "tool", "name": "edit", "tool_call_id": call["id"],
+                                    "content": filler(draw(SIZES), "result ")})
+                    n += 1
+        history.append({"id": f"a{n}", "role": "assistant", "content": filler(draw(SIZES), "answer ")})
+        n += 1
+    if draw(st.booleans()):  # an interrupted tool run: a call without its result
+        history.append({"id": f"a{n}", "role": "assistant", "content": "",
+                        "tool_calls": [{"id": "dangling", "name": "run", "arguments": {"cmd": filler(draw(SIZES))}}]})
+    return history
+
+
+@st.composite
+def tool_sets(draw):
+    return [
+        {"type": "function", "function": {"name": f"tool{i}", "description": filler(draw(SIZES) // 4),
+                                          "parameters": {"type": "object", "properties": {}}}}
+        for i in range(draw(st.integers(0, 3)))
+    ]
+
+
+@given(
+    history=histories(),
+    system=st.builds(lambda n: filler(n, "SYSTEM "), SIZES),
+    tools=tool_sets(),
+    window=st.sampled_from([256, 1_000, 4_096, 8_192, 32_768, 128_000]),
+)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+def test_prepare_sends_what_fits_or_says_it_cannot(history, system, tools, window) -> None:
+    engine = DefaultContextEngine(context_window=window, estimator=HEURISTIC)
+    prep = engine.prepare(system, "s", history, "gpt-4o", tools or None)
+    assert_fits_or_cannot(prep, system, tools or None, prep.budget.input_budget, to_provider_messages(prep.history_dicts))
+
+
+@given(
+    history=histories(),
+    user_size=SIZES,
+    window=st.sampled_from([1_000, 4_096, 16_384]),
+    seed=st.integers(0, 2**16),
+)
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+def test_process_user_turn_sends_what_fits_or_nothing(history, user_size, window, seed) -> None:
+    db, sid, engine = make(window)
+    db.append_messages(sid, [{k: v for k, v in m.items() if k != "id"} for m in history])
+    rng = random.Random(seed)
+    budget = budget_of(engine, "gpt-4o")
+
+    def checking(messages, model, system, tools):
+        assert request_tokens(system, messages, tools) <= budget
+        if rng.random() < 0.5:
+            return Reply(text="", tool_calls=[ToolCall(f"r{rng.random()}", "read", {})])
+        return Reply(text="ok")
+
+    def read() -> str:
+        """Read something large."""
+        return filler(rng.choice([100, 5_000, 200_000]))
+
+    try:
+        process_user_turn(db, sid, filler(user_size, "ask "), agent="Be brief.", provider_call=checking,
+                          model="gpt-4o", engine=engine, tools={"read": read}, max_iterations=3)
+    except ContextOverflowError as exc:
+        assert "nothing was sent to the provider" in str(exc)
+
+
+# ------------------------------------------------------------------------------ the corpus
+
+
+@pytest.mark.corpus
+def test_corpus_prefixes_fit_small_windows(corpus_dir) -> None:
+    from opctx.importers import parse_path
+    from opctx.lab.history import as_history
+
+    manifest = json.loads((corpus_dir / "manifest.json").read_text())
+    by_format: dict[str, list[dict]] = {}
+    for entry in manifest:
+        by_format.setdefault(entry["format"], []).append(entry)
+    checked = 0
+    for entries in by_format.values():
+        for entry in sorted(entries, key=lambda e: -e["bytes"])[:2]:  # the largest of each format
+            for session in parse_path(corpus_dir / entry["file"], on_error="skip"):
+                messages = as_history(session).messages
+                for window in (4_096, 16_384):
+                    engine = DefaultContextEngine(context_window=window, estimator=HEURISTIC)
+                    for end in sorted({len(messages), *range(10, len(messages), max(10, len(messages) // 6))}):
+                        prep = engine.prepare("You are a coding agent.", session.session_id or "s",
+                                              messages[:end], None, None)
+                        assert_fits_or_cannot(prep, "You are a coding agent.", None,
+                                              prep.budget.input_budget, to_provider_messages(prep.history_dicts))
+                        checked += 1
+    assert checked > 50
