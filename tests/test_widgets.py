@@ -94,6 +94,18 @@ def test_cut_point_explorer_reacts_to_every_control():
     assert len(seen) == 4
 
 
+@pytest.mark.parametrize("window", [32_000, 200_000, 8_192, 1_000_000, 1_500])
+def test_cut_point_explorer_uses_the_window_given(window):
+    """The value given is the value used, and no control can be snapped off it in the
+    browser: a slider's front end rounds to ``min + k * step`` (32,000 became 31,744)."""
+    w = CutPointExplorer(_messages(), context_window=window, debounce_ms=0)
+    assert w.window.value == window
+    assert w.cut().reason == find_cut_index(w.messages, window, w.current_config()).reason
+    for control in (w.step, w.window, w.protect_first_n, w.protect_last_n, w.keep_min_tokens):
+        assert control.min <= control.value <= control.max
+        assert (control.value - control.min) % control.step == 0, control.description
+
+
 def test_cut_rows_statuses_and_elision():
     msgs = _messages(30)
     cut = find_cut_index(msgs, 16384, SummarizerConfig())
