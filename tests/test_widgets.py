@@ -411,3 +411,39 @@ def test_tuner_plot_is_the_main_thing_and_rare_parameters_are_folded_away():
     t.preset.value = "observation-masking"
     assert {w.description for w in t.controls_box.children} == {"keep_last", "output_reserve"}
     assert [w.description for w in t.more_box.children] == ["reserve_policy"]
+
+
+# -- BranchDiffViewer: long diffs fold and page (#16.6) -----------------------------------------
+
+
+def test_branch_diff_viewer_folds_unchanged_runs_and_pages_the_rest():
+    import re
+
+    from opctx.viz.diff import diff_lines
+    from opctx.viz.synthetic import synthetic_session
+
+    graph, _ = synthetic_session(160, compact_every=110, protect_first_n=3, keep_last=37, seed=4)
+    w = BranchDiffViewer(graph, show_graph=False, page_size=25)
+    rows = w.diff.rows
+    assert len(rows) >= 149
+
+    def shown(html):  # rows of the outer table, header excluded, unopened <details> removed
+        return re.sub(r"<details>.*?</details>", "", html, flags=re.S).count("<tr>") - 1
+
+    lines = diff_lines(rows, folded_context=None)
+    assert w.pages == -(-len(lines) // 25) >= 2
+    seen, pages = 0, []
+    for _ in range(w.pages):
+        assert shown(w.table.value) <= 25
+        seen += shown(w.table.value)
+        pages.append(w.table.value)
+        w.next.click()
+    assert seen == len(lines) and w.page == w.pages - 1 and w.next.disabled
+    assert any("unchanged messages \u2026" in p for p in pages)
+    # every message is on some page, shown or folded into an expandable line
+    everything = "".join(pages)
+    assert all(ident in everything for ident in rows.original_id.dropna())
+    w.previous.click()
+    assert w.page == w.pages - 2 and not w.next.disabled
+    w.with_graph.value = True  # showing the compaction again starts from its first page
+    assert w.page == 0 and w.previous.disabled and w.picture.value.startswith("<iframe")
