@@ -94,10 +94,12 @@ def test_graph_page_escapes_labels_and_tooltips():
     assert_no_raw_payload(frame)
 
 
-def test_pyvis_export_escapes_titles():
+def test_pyvis_export_embeds_titles_escaped():
     net = to_pyvis(hostile_session())
-    for node in net.nodes:
-        assert_no_raw_payload(node["title"])
+    assert any(SCRIPT in node["title"] for node in net.nodes)  # the text itself, to show
+    page = net.generate_html()
+    assert_no_raw_payload(page)
+    assert "innerHTML = nodeData" not in page
 
 
 def test_diff_html_and_graph_escape():

@@ -41,7 +41,7 @@ Choices:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -49,11 +49,15 @@ from ..dag.nodes import Call, Graph
 from .graph import (
     COMPACTION_COLORS,
     GraphView,
+    NodeInfo,
     _range_ids,
+    _render,
+    _Slot,
+    _Units,
     call_text,
     load_session,
     node_infos,
-    render_graph,
+    slot_offset,
 )
 from .html import escape_text, preview
 
@@ -450,6 +454,35 @@ def diff_html(
     return "".join(out)
 
 
+def _diff_slots(d: BranchDiff, infos: list[NodeInfo]) -> Callable[[_Units], list[_Slot]]:
+    """Two lanes in diff order: the originals above, each copy under its original and
+    the summary under the middle of the run it replaced."""
+    before = d.rows[d.rows["side"] == "before"].sort_values("position")
+    after = d.rows[d.rows["side"] == "after"]
+    column_of = {oid: i for i, oid in enumerate(before["original_id"])}
+    folded = [column_of[o] for o, st in zip(before["original_id"], before["status"], strict=True)
+              if str(st) == "folded"]
+    protected = [column_of[o] for o, st in zip(before["original_id"], before["status"],
+                                                strict=True) if str(st) == "protected"]
+    summary_column = folded[len(folded) // 2] if folded else (max(protected, default=-1) + 1)
+    original_of = {c: o for c, o in zip(after["copy_id"], after["original_id"], strict=True)
+                   if o is not None}
+    offset = {i.id: slot_offset(i) for i in infos}
+
+    def place(units: _Units) -> list[_Slot]:
+        slots = []
+        for key in units.keys:
+            if key in column_of:
+                slots.append(_Slot(column_of[key], 0, offset.get(key, 0.0)))
+            elif original_of.get(key) in column_of:
+                slots.append(_Slot(column_of[original_of[key]], 1, offset.get(key, 0.0)))
+            else:  # the summary
+                slots.append(_Slot(summary_column, 1, 0.0))
+        return slots
+
+    return place
+
+
 def diff_graph(
     source: Any,
     session_id: str | None = None,
@@ -461,7 +494,10 @@ def diff_graph(
     """Both branches of one compaction as a graph, coloured exactly as the diff table.
 
     Only the nodes of the diff are drawn (originals and the new branch), so the
-    picture stays small whatever the session's size.
+    picture stays small whatever the session's size. The originals run along the
+    upper lane of each line, the new branch along the lower one: every copy sits
+    under its original and the summary under the run it replaced, and the lines
+    wrap to fill the frame.
     """
     d = diff or compare_compaction(source, session_id, compaction)
     ids = set(d.rows["original_id"].dropna()) | set(d.rows["copy_id"].dropna())
@@ -476,12 +512,6 @@ def diff_graph(
         info.compaction_summary = d.summary.id
         if info.id == d.summary.id:
             info.display_role = "summary"
-    return render_graph(
-        sub,
-        edges=("caller", "predecessor"),
-        collapse=False,
-        infos=infos,
-        height=height,
-        title=f"compaction {d.summary.id}",
-    )
-
+    return _render(sub, infos, kinds=("caller", "predecessor"), max_nodes=max(2, len(infos)),
+                   collapse=False, title=f"compaction {d.summary.id}", height=height,
+                   slots=_diff_slots(d, infos), turns=False)
