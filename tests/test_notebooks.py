@@ -71,3 +71,66 @@ def test_notebooks_run_unchanged_on_a_single_transcript(sample, tmp_path, monkey
     monkeypatch.setenv("MPLBACKEND", "Agg")
     for path in NOTEBOOKS[1:]:
         _run(path, cwd=tmp_path)  # a CellExecutionError names the notebook's failing cell
+
+
+# -- make lab: working copies, one data switch, no news (#16.1, #16.2, #16.12) -----------------
+
+
+def _make(*args: str) -> str:
+    import shutil
+    import subprocess
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    done = subprocess.run(["make", "-s", "-C", str(ROOT), *args], capture_output=True, text=True,
+                          check=True)
+    return done.stdout
+
+
+def test_make_lab_opens_ignored_working_copies_and_never_overwrites_them(tmp_path):
+    import subprocess
+
+    lab = tmp_path / "lab"
+    tracked = {p.name: p.read_bytes() for p in NOTEBOOKS}
+    _make("lab-files", f"LAB_DIR={lab}")
+    copies = {p.name: p.read_bytes() for p in (lab / "notebooks").glob("*.ipynb")}
+    assert copies == tracked
+    mine = lab / "notebooks" / NOTEBOOKS[2].name
+    mine.write_text(mine.read_text(encoding="utf-8").replace("Compaction tuner", "My tuner"),
+                    encoding="utf-8")
+    edited = mine.read_bytes()
+    (lab / "notebooks" / NOTEBOOKS[0].name).unlink()  # a deleted copy comes back, current
+    _make("lab-files", f"LAB_DIR={lab}")
+    assert mine.read_bytes() == edited != tracked[mine.name]
+    assert (lab / "notebooks" / NOTEBOOKS[0].name).read_bytes() == tracked[NOTEBOOKS[0].name]
+    assert {p.name: p.read_bytes() for p in NOTEBOOKS} == tracked  # the checkout stays clean
+    # JupyterLab runs on the copies, and the default folder is ignored by git
+    command = _make("-n", "lab", f"LAB_DIR={lab}")
+    assert f"--notebook-dir={lab}/notebooks" in command
+    assert f"--LabApp.app_settings_dir={lab}/settings" in command
+    ignored = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "-q",
+                              ".lab/notebooks/01_quickstart.ipynb"])
+    assert ignored.returncode == 0, ".lab/ is not in .gitignore"
+
+
+def test_make_lab_data_sets_the_one_switch(tmp_path):
+    command = _make("-n", "lab", f"LAB_DIR={tmp_path}", "DATA=some/transcripts")
+    assert "export OPCTX_DB" in command and "'some/transcripts'" in command
+    assert "default_database" in command  # imported once, before JupyterLab starts
+    assert "OPCTX_DB" not in _make("-n", "lab", f"LAB_DIR={tmp_path}").split("jupyter lab")[1]
+
+
+def test_make_lab_turns_the_news_toast_off_with_the_real_setting(tmp_path):
+    """``--LabApp.news_url=None`` stops the request but not the toast asking about news;
+    ``fetchNews: "false"`` does. Checked against the installed JupyterLab's schema."""
+    from jupyterlab.commands import get_app_dir
+
+    _make("lab-files", f"LAB_DIR={tmp_path}")
+    overrides = json.loads((tmp_path / "settings" / "overrides.json").read_text())
+    plugin = "@jupyterlab/apputils-extension:notification"
+    package, name = plugin.split(":")
+    schema = json.loads((Path(get_app_dir()) / "schemas" / package / f"{name}.json").read_text())
+    settings = overrides[plugin]
+    assert settings["fetchNews"] == "false"
+    assert "false" in [choice["const"] for choice in schema["properties"]["fetchNews"]["oneOf"]]
+    assert set(settings) <= set(schema["properties"]) and settings["checkForUpdates"] is False
