@@ -1005,9 +1005,15 @@ _PAGE_JS = """
     var compaction = i >= 0 ? data.compactions[i] : null;
     if (!compaction || !compaction.nodes.length) { fitAll(); return; }
     var ids = compaction.nodes.map(shownAs).filter(function(id, k, all){ return all.indexOf(id) === k; });
-    network.fit({nodes: ids, animation: false});
-    if (compaction.summary !== null && shownAs(compaction.summary) === compaction.summary)
-      network.selectNodes([compaction.summary]);
+    // centre on the summary, zoomed so that about as many time steps as the cut holds fill
+    // the width (its nodes may straddle two lines, so fitting their box would not zoom)
+    fitAll();
+    var whole = network.getScale();
+    var centre = compaction.summary !== null ? shownAs(compaction.summary) : ids[0];
+    var scale = Math.min(geo.maxZoom, container.clientWidth / ((ids.length + 4) * geo.column));
+    network.moveTo({position: network.getPositions([centre])[centre],
+                    scale: Math.max(whole, scale), animation: false});
+    if (centre === compaction.summary) network.selectNodes([centre]);
   }
 
   // click a node: draw what it read

@@ -80,8 +80,9 @@ PRIMARY = ("auto_compact_pct", "recommend_pct", "emergency_pct", "keep_ratio", "
            "aging", "keep_last", "output_reserve")
 _TABLE_COLUMNS = ["step", "turn", "reason", "tokens before", "tokens after", "saved",
                   "folded", "kept", "protected", "cut index", "structural"]
-# the PNG: 9.6 x 5 inches at 100 dpi = 960 x 500 px, shown at the plot column's width
-_FIGURE_INCHES = (9.6, 5.0)
+# the PNG: 8 x 5 inches at 100 dpi = 800 x 500 px, shown at the plot column's width; at
+# 1.6 : 1 a plot column of 640 px (a 960 px notebook output) still draws 400 px tall
+_FIGURE_INCHES = (8.0, 5.0)
 _PLOT_DPI = 100
 _PLOT_CSS = "width:100%;height:auto;min-height:400px;object-fit:contain"
 
