@@ -25,8 +25,9 @@ Choices:
   not recomputed here, so thresholds that presets define in tokens before the
   window (Claude Code, Codex) follow every change of the window, the output
   reserve or its policy, and the lines on the plot are the engine's. A control the
-  user moved keeps its value and is passed to the replay explicitly (only while
-  it differs from the preset's own value). Choosing a preset resets every control
+  user moved keeps its value across window changes. Every value that differs from
+  the preset's own is passed to the replay (a derived threshold included, so the
+  engine gets the very number drawn). Choosing a preset resets every control
   without replaying once per control. Thresholds stay ordered (``recommend_pct <=
   auto_compact_pct <= emergency_pct``): moving one pushes the others instead of
   producing an invalid configuration. ``output_reserve`` shows the base reserve
@@ -331,10 +332,13 @@ class CompactionTuner(widgets.VBox):
         return self._baselines[key]
 
     def params(self) -> dict[str, Any]:
-        """What the replay gets: the values the user set that differ from the preset's."""
+        """What the replay gets: every value that differs from the preset's own.
+
+        (A threshold shown as the engine derives it from the other settings is passed
+        too when it differs: the engine then gets the very number drawn.)
+        """
         base = self.baseline()
-        return {k: w.value for k, w in self.controls.items()
-                if k in self._explicit and w.value != base.get(k)}
+        return {k: w.value for k, w in self.controls.items() if w.value != base.get(k)}
 
     def thresholds(self) -> dict[str, float]:
         """The thresholds drawn on the plot: the controls' values (finite ones)."""
@@ -349,6 +353,8 @@ class CompactionTuner(widgets.VBox):
         base = self.baseline()
         self._resetting = True
         try:
+            # first every untouched control at the preset's value, then the thresholds
+            # the engine derives from what the user did set
             for name, control in self.controls.items():
                 if name not in self._explicit and name in base:
                     _show_value(control, base[name])
