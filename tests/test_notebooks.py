@@ -134,3 +134,12 @@ def test_make_lab_turns_the_news_toast_off_with_the_real_setting(tmp_path):
     assert settings["fetchNews"] == "false"
     assert "false" in [choice["const"] for choice in schema["properties"]["fetchNews"]["oneOf"]]
     assert set(settings) <= set(schema["properties"]) and settings["checkForUpdates"] is False
+
+
+def test_a_notebook_compares_the_two_output_reserve_policies():
+    """SPEC-NOTES: both reserve policies, side by side across window sizes (#16.13)."""
+    sources = "\n".join(_sources(ROOT / "notebooks" / "06_token_estimation.ipynb"))
+    assert "BudgetAllocator(reserve_policy=policy)" in sources
+    assert 'for policy in ("cap", "floor")' in sources
+    assert "1_000_000" in sources and "8_192" in sources  # both ends of the window range
+    assert "input budget" in sources and "new_figure" in sources
