@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 SAMPLE_DB := data/sample.db
 PYTEST_ARGS ?=
 
-.PHONY: install system-deps data lab test lint bench clean
+.PHONY: install system-deps data lab lab-files test lint bench clean
 
 # setup.py builds the C core of references.py: a change to it reinstalls (recompiles)
 $(STAMP): pyproject.toml setup.py opctx/context/_refscan.c
@@ -31,13 +31,40 @@ $(SAMPLE_DB): $(STAMP) $(wildcard data/samples/*) opctx/lab/scenarios.py
 
 data: $(SAMPLE_DB)
 
-# Offline: no update checks, no news, no extension-manager queries to PyPI.
+# `make lab` opens JupyterLab on working copies of the notebooks in $(LAB_DIR)/notebooks
+# (ignored by git), so running and autosaving never touch the tracked notebooks. A copy is
+# made once, when it is missing: your edits are never overwritten (delete a copy to get
+# the current version back). `make lab DATA=PATH` points every notebook at your own data
+# (OPCTX_DB: an opctx database, a transcript file or a folder of them, imported once).
+LAB_DIR ?= .lab
+LAB_NOTEBOOKS := $(patsubst notebooks/%,$(LAB_DIR)/notebooks/%,$(wildcard notebooks/*.ipynb))
+# Offline: no update checks, no news, no extension-manager queries to PyPI. The flags stop
+# the requests; the news toast ("Would you like to get notified about official Jupyter
+# news?") only goes when fetchNews is "false" in the settings, set here for the lab's
+# settings dir (schema @jupyterlab/apputils-extension:notification).
+LAB_OVERRIDES := {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}
 # --allow-root only when run as root (containers), where jupyter refuses to start without it.
-LAB_ARGS := --notebook-dir=notebooks --ServerApp.ip=127.0.0.1 --no-browser \
+LAB_ARGS := --notebook-dir=$(LAB_DIR)/notebooks --ServerApp.ip=127.0.0.1 --no-browser \
 	--LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
-	--LabApp.extension_manager=readonly $(if $(filter 0,$(shell id -u)),--allow-root)
+	--LabApp.extension_manager=readonly --LabApp.app_settings_dir=$(LAB_DIR)/settings \
+	$(if $(filter 0,$(shell id -u)),--allow-root)
 
-lab: install data
+$(LAB_DIR)/notebooks/%.ipynb:
+	@mkdir -p $(@D)
+	cp -n notebooks/$*.ipynb $@
+
+$(LAB_DIR)/settings/overrides.json: Makefile
+	@mkdir -p $(@D)
+	echo '$(LAB_OVERRIDES)' > $@
+
+lab-files: $(LAB_NOTEBOOKS) $(LAB_DIR)/settings/overrides.json
+
+lab: install data lab-files
+	@if [ -n "$(DATA)" ]; then \
+	  OPCTX_DB="$$($(BIN)/python -c 'import os, sys; print(os.path.abspath(os.path.expanduser(sys.argv[1])))' '$(DATA)')"; \
+	  export OPCTX_DB; \
+	  $(BIN)/python -c 'from opctx.lab.sources import default_database as d; print("data:", d())' || exit 1; \
+	fi; \
 	$(BIN)/jupyter lab $(LAB_ARGS)
 
 lint: install

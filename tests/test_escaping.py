@@ -94,10 +94,12 @@ def test_graph_page_escapes_labels_and_tooltips():
     assert_no_raw_payload(frame)
 
 
-def test_pyvis_export_escapes_titles():
+def test_pyvis_export_embeds_titles_escaped():
     net = to_pyvis(hostile_session())
-    for node in net.nodes:
-        assert_no_raw_payload(node["title"])
+    assert any(SCRIPT in node["title"] for node in net.nodes)  # the text itself, to show
+    page = net.generate_html()
+    assert_no_raw_payload(page)
+    assert "innerHTML = nodeData" not in page
 
 
 def test_diff_html_and_graph_escape():
@@ -168,3 +170,54 @@ def test_compaction_tuner_escapes(hostile_messages):
     t.controls["trigger_pct"].value = 0.5
     assert_no_raw_payload(t.status.value)
     assert "&lt;img src=x" in t.status.value
+
+
+# -- in a browser: a tooltip shows the text as written and runs nothing (#15.15) ---------------
+
+TOOLTIP_TEXT = ('a & b < c &amp; d <script>window.__pwned = 1</script>'
+                '<img src=x onerror="window.__pwned = 2"> the end')
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.parametrize(("renderer", "extra", "tooltip"), [
+    ("render_graph", "", "div.vis-tooltip"),
+    ("to_pyvis", "", "div.vis-tooltip"),
+    # "href" in a title switches pyvis to a popup of its own, which set innerHTML
+    ("to_pyvis", " see href", "div.popup"),
+], ids=["render_graph", "to_pyvis", "to_pyvis-link-popup"])
+def test_tooltips_show_transcript_text_as_written_and_run_nothing(renderer, extra, tooltip,
+                                                                   tmp_path):
+    from _browser import chromium, node_position_js
+
+    from opctx.dag.nodes import UserMessage
+
+    text = TOOLTIP_TEXT + extra
+    g = Graph([UserMessage(text, id="x"), UserMessage("two", id="y", predecessor="x")])
+    page_html = render_graph(g).html if renderer == "render_graph" else to_pyvis(g).generate_html()
+    path = tmp_path / "page.html"
+    path.write_text(page_html, encoding="utf-8")
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 900, "height": 600})
+        page.goto(path.as_uri())
+        page.wait_for_function("() => window.opctxNetwork || window.network", timeout=30_000)
+        page.wait_for_timeout(300)
+        point = page.evaluate(node_position_js(0))
+        page.mouse.move(point["x"] - 40, point["y"] - 40)
+        page.mouse.move(point["x"], point["y"], steps=5)
+        page.wait_for_function(
+            f"() => {{ const t = document.querySelector({tooltip!r});"
+            " return t && t.innerText.includes('the end') && getComputedStyle(t).visibility !== 'hidden'"
+            " && getComputedStyle(t).display !== 'none'; }",
+            timeout=15_000,
+        )
+        shown = page.evaluate(f"() => document.querySelector({tooltip!r}).innerText")
+        # exactly the transcript's characters: escaped once on the way in, never twice
+        assert text in " ".join(shown.split())
+        assert "&amp;amp;" not in shown and "&lt;" not in shown
+        # and nothing in it ran or became an element
+        assert page.evaluate("() => window.__pwned") is None
+        tags = page.evaluate(f"() => Array.from(document.querySelector({tooltip!r})"
+                             ".querySelectorAll('*')).map(e => e.tagName)")
+        assert set(tags) <= {"BR"}, tags  # innerText turns line breaks into <br>, nothing else
+        assert page.evaluate("() => document.querySelectorAll('img[src=x]').length") == 0

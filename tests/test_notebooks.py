@@ -1,6 +1,9 @@
-"""The notebooks as files: outputs stripped in git, one data path each, and all of them run.
+"""The notebooks as files: outputs stripped in git, one data switch, and they run on any data.
 
-(Executing them is nbval's job: ``make test`` passes ``notebooks/`` with ``--nbval-lax``.)
+(Executing them on the sample database is nbval's job: ``make test`` passes
+``notebooks/`` with ``--nbval-lax``. Here they also run on single transcripts of
+formats that lack what the sample database has: compactions, provider usage, tool
+calls, more than one session.)
 """
 
 from __future__ import annotations
@@ -10,7 +13,13 @@ from pathlib import Path
 
 import pytest
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+SAMPLES = ROOT / "data" / "samples"
+
+
+def _sources(path: Path) -> list[str]:
+    return ["".join(c["source"]) for c in json.loads(path.read_text(encoding="utf-8"))["cells"]]
 
 
 def test_the_six_stories_are_there() -> None:
@@ -27,6 +36,110 @@ def test_outputs_are_stripped(path: Path) -> None:
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_the_data_path_is_set_in_one_place(path: Path) -> None:
-    sources = ["".join(c["source"]) for c in json.loads(path.read_text(encoding="utf-8"))["cells"]]
-    assigned = [s for s in sources if "DB_PATH =" in s]
+    assigned = [s for s in _sources(path) if "DB_PATH =" in s]
     assert len(assigned) == 1, f"{path.name}: DB_PATH is assigned in {len(assigned)} cells"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS[1:], ids=lambda p: p.name)
+def test_every_data_notebook_takes_its_data_from_the_one_switch(path: Path) -> None:
+    """``OPCTX_DB`` (through ``default_database()``) picks the data of every notebook."""
+    (cell,) = [s for s in _sources(path) if "DB_PATH =" in s]
+    assert "DB_PATH = default_database()" in cell
+    assert not any("sample.db" in s and "open_database(" in s for s in _sources(path))
+
+
+def _run(path: Path, cwd: Path) -> None:
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(cwd)}}).execute()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sample", [
+    "mini_swe_agent.traj.json",  # one session, no compaction, no provider usage
+    "sample.aider.chat.history.md",  # lossy Markdown: no tool calls, no usage
+    "openai_chat.json",  # a bare message list: one short session
+], ids=["mini-swe-agent", "aider", "openai-chat"])
+def test_notebooks_run_unchanged_on_a_single_transcript(sample, tmp_path, monkeypatch):
+    if not (SAMPLES / sample).is_file():
+        pytest.fail(f"data/samples/{sample} is missing")
+    monkeypatch.setenv("OPCTX_DB", str(SAMPLES / sample))
+    monkeypatch.setenv("OPCTX_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    for path in NOTEBOOKS[1:]:
+        _run(path, cwd=tmp_path)  # a CellExecutionError names the notebook's failing cell
+
+
+# -- make lab: working copies, one data switch, no news (#16.1, #16.2, #16.12) -----------------
+
+
+def _make(*args: str) -> str:
+    import shutil
+    import subprocess
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    done = subprocess.run(["make", "-s", "-C", str(ROOT), *args], capture_output=True, text=True,
+                          check=True)
+    return done.stdout
+
+
+def test_make_lab_opens_ignored_working_copies_and_never_overwrites_them(tmp_path):
+    import subprocess
+
+    lab = tmp_path / "lab"
+    tracked = {p.name: p.read_bytes() for p in NOTEBOOKS}
+    _make("lab-files", f"LAB_DIR={lab}")
+    copies = {p.name: p.read_bytes() for p in (lab / "notebooks").glob("*.ipynb")}
+    assert copies == tracked
+    mine = lab / "notebooks" / NOTEBOOKS[2].name
+    mine.write_text(mine.read_text(encoding="utf-8").replace("Compaction tuner", "My tuner"),
+                    encoding="utf-8")
+    edited = mine.read_bytes()
+    (lab / "notebooks" / NOTEBOOKS[0].name).unlink()  # a deleted copy comes back, current
+    _make("lab-files", f"LAB_DIR={lab}")
+    assert mine.read_bytes() == edited != tracked[mine.name]
+    assert (lab / "notebooks" / NOTEBOOKS[0].name).read_bytes() == tracked[NOTEBOOKS[0].name]
+    assert {p.name: p.read_bytes() for p in NOTEBOOKS} == tracked  # the checkout stays clean
+    # JupyterLab runs on the copies, and the default folder is ignored by git
+    command = _make("-n", "lab", f"LAB_DIR={lab}")
+    assert f"--notebook-dir={lab}/notebooks" in command
+    assert f"--LabApp.app_settings_dir={lab}/settings" in command
+    ignored = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "-q",
+                              ".lab/notebooks/01_quickstart.ipynb"])
+    assert ignored.returncode == 0, ".lab/ is not in .gitignore"
+
+
+def test_make_lab_data_sets_the_one_switch(tmp_path):
+    command = _make("-n", "lab", f"LAB_DIR={tmp_path}", "DATA=some/transcripts")
+    assert "export OPCTX_DB" in command and "'some/transcripts'" in command
+    assert "default_database" in command  # imported once, before JupyterLab starts
+    assert "OPCTX_DB" not in _make("-n", "lab", f"LAB_DIR={tmp_path}").split("jupyter lab")[1]
+
+
+def test_make_lab_turns_the_news_toast_off_with_the_real_setting(tmp_path):
+    """``--LabApp.news_url=None`` stops the request but not the toast asking about news;
+    ``fetchNews: "false"`` does. Checked against the installed JupyterLab's schema."""
+    from jupyterlab.commands import get_app_dir
+
+    _make("lab-files", f"LAB_DIR={tmp_path}")
+    overrides = json.loads((tmp_path / "settings" / "overrides.json").read_text())
+    plugin = "@jupyterlab/apputils-extension:notification"
+    package, name = plugin.split(":")
+    schema = json.loads((Path(get_app_dir()) / "schemas" / package / f"{name}.json").read_text())
+    settings = overrides[plugin]
+    assert settings["fetchNews"] == "false"
+    assert "false" in [choice["const"] for choice in schema["properties"]["fetchNews"]["oneOf"]]
+    assert set(settings) <= set(schema["properties"]) and settings["checkForUpdates"] is False
+
+
+def test_a_notebook_compares_the_two_output_reserve_policies():
+    """SPEC-NOTES: both reserve policies, side by side across window sizes (#16.13)."""
+    sources = "\n".join(_sources(ROOT / "notebooks" / "06_token_estimation.ipynb"))
+    assert "BudgetAllocator(reserve_policy=policy)" in sources
+    assert 'for policy in ("cap", "floor")' in sources
+    assert "1_000_000" in sources and "8_192" in sources  # both ends of the window range
+    assert "input budget" in sources and "new_figure" in sources

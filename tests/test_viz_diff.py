@@ -14,8 +14,10 @@ from opctx.viz.diff import (
     compare_compaction,
     diff_graph,
     diff_html,
+    diff_lines,
     list_compactions,
 )
+from opctx.viz.html import escape_text
 from opctx.viz.synthetic import synthetic_session
 
 
@@ -85,12 +87,12 @@ def test_recorded_compaction_without_tail_or_ids():
 def test_html_aligns_copies_and_spans_the_folded_run():
     graph, _ = _session()
     d = compare_compaction(graph, compaction=0)
-    html = diff_html(d.rows, summary=d.summary)
+    html = diff_html(d.rows, summary=d.summary, context=None, folded_context=None)
     n_before = int((d.rows.side == "before").sum())
     n_folded = int(((d.rows.side == "before") & (d.rows.status == "folded")).sum())
     assert html.count("<tr>") == 1 + n_before
     assert f'rowspan="{n_folded}"' in html
-    assert html == d._repr_html_()
+    assert diff_html(d.rows, summary=d.summary) == d._repr_html_()
 
 
 def test_reads_from_a_database(tmp_path):
@@ -158,3 +160,55 @@ def test_an_opctx_compaction_through_the_engine():
         ["protected"] * result.protected_count + ["summary"] + ["kept"] * result.kept_count)
     # the new branch is what the session's head now shows
     assert list(after.copy_id) == [m["id"] for m in db.get_branch(sid)][: len(after)]
+
+
+# -- long diffs: unchanged runs collapse, the rest pages (#16.6) --------------------------------
+
+
+def _long_diff():
+    """~150 rows, as in notebook 04: a short protected head, a long folded run, a long kept tail."""
+    graph, _ = synthetic_session(160, compact_every=110, protect_first_n=3, keep_last=37, seed=4)
+    return compare_compaction(graph, compaction=0)
+
+
+def _top_level_rows(html: str) -> int:
+    # rows of the outer table only: drop every expandable <details> block first
+    return re.sub(r"<details>.*?</details>", "", html, flags=re.S).count("<tr>")
+
+
+def test_long_unchanged_runs_collapse_into_one_expandable_line():
+    d = _long_diff()
+    kept = int(((d.rows.side == "before") & (d.rows.status == "kept")).sum())
+    assert kept >= 30 and len(d.rows) >= 149
+    html = diff_html(d.rows, summary=d.summary)
+    assert f"\u2026 {kept - 6} unchanged messages \u2026" in html  # 3 shown at each end
+    assert _top_level_rows(html) < 40
+    # nothing is lost: every original and every copy is on the page, shown or folded away
+    for ident in list(d.rows.original_id.dropna()) + list(d.rows.copy_id.dropna()):
+        assert escape_text(ident) in html
+    # the hidden lines are complete rows, each an original beside its copy
+    lines = diff_lines(d.rows)
+    gap = next(line for line in lines if line.kind == "gap-unchanged")
+    assert len(gap.hidden) == kept - 6 and all(h.kind == "unchanged" and h.right for h in gap.hidden)
+
+
+def test_diff_lines_keep_every_message_exactly_once():
+    d = _long_diff()
+    for context, folded in ((3, 10), (0, 0), (None, None), (1, None)):
+        lines = diff_lines(d.rows, context=context, folded_context=folded)
+        flat = [h for line in lines for h in (line.hidden or [line])]
+        n_before = int((d.rows.side == "before").sum())
+        assert len(flat) == n_before
+        lefts = [h.left for h in flat]
+        assert len(set(lefts)) == n_before
+
+
+def test_pages_cover_the_lines_and_repeat_the_summary_where_its_run_continues():
+    d = _long_diff()
+    lines = diff_lines(d.rows, folded_context=None)
+    pages = [diff_html(d.rows, summary=d.summary, folded_context=None, page=i, page_size=20)
+             for i in range(-(-len(lines) // 20))]
+    assert sum(_top_level_rows(p) - 1 for p in pages) == len(lines)  # minus each header row
+    assert all(_top_level_rows(p) - 1 <= 20 for p in pages)
+    folded_pages = [p for p in pages if 'class="folded"' in p]
+    assert len(folded_pages) >= 2 and all("rowspan=" in p for p in folded_pages)

@@ -190,10 +190,28 @@ def test_bad_arguments_are_named():
         load_session("some.db")
 
 
-def test_to_pyvis_escapes_titles():
-    g = Graph([UserMessage("<b>bold</b>", id="x")])
+def test_to_pyvis_titles_are_text_escaped_once_on_the_way_into_the_page():
+    """vis-network shows a string title as text: an HTML-escaped title would show
+    ``&amp;&lt;``. The title stays the text; the page embeds it escaped (tojson)."""
+    g = Graph([UserMessage("<b>bold</b> &< see href=x", id="x")])
     net = to_pyvis(g)
-    assert "<b>" not in net.nodes[0]["title"] and "&lt;b&gt;" in net.nodes[0]["title"]
+    assert "<b>bold</b> &< see href=x" in net.nodes[0]["title"]
+    assert "&amp;" not in net.nodes[0]["title"] and "&lt;" not in net.nodes[0]["title"]
+    page = net.generate_html()
+    assert "<b>bold</b>" not in page and "\\u003cb\\u003ebold" in page
+    # a title mentioning "href" switches pyvis to a popup that would set innerHTML
+    assert "popup.innerHTML" not in page and "popup.innerText = nodeData[0].title" in page
+
+
+def test_to_pyvis_draws_reads_edges_when_asked():
+    g = _small_graph()
+    expected = {(u, v) for u, v, d in to_networkx(g).edges(data=True) if d["kind"] == "reads"}
+    net = to_pyvis(g, edges=("reads",))
+    label_id = {n["id"]: n["title"].split("\n")[1].removeprefix("id: ") for n in net.nodes}
+    drawn = {(label_id[e["from"]], label_id[e["to"]]) for e in net.edges}
+    assert drawn == expected and len(expected) == 6
+    assert not to_pyvis(g, edges=("caller",)).edges or all(
+        e["title"] == "caller" for e in to_pyvis(g, edges=("caller",)).edges)
 
 
 def test_to_pyvis_pages_load_nothing_off_the_machine(tmp_path):
@@ -216,3 +234,145 @@ def test_a_5000_node_session_renders_under_5_mb_and_stays_escaped():
         view = render_graph(graph, head=head, **kwargs)
         assert len(view.html.encode("utf-8")) < 5_000_000
         assert "<b>x</b>" not in view.html
+
+
+# -- the layout: a frame filled at real sizes (#16.7) ------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from opctx.viz import graph as graph_module  # noqa: E402
+
+
+def _extent(nodes: list[dict]) -> tuple[float, float]:
+    """Width and height of the drawing, node radii included (canvas units)."""
+    xs0 = min(n["x"] - n["size"] for n in nodes)
+    xs1 = max(n["x"] + n["size"] for n in nodes)
+    ys0 = min(n["y"] - n["size"] for n in nodes)
+    ys1 = max(n["y"] + n["size"] for n in nodes)
+    return xs1 - xs0, ys1 - ys0
+
+
+@pytest.mark.parametrize("n_nodes", [150, 407, 600, 1000])
+def test_sessions_of_normal_size_fill_the_frame_with_readable_nodes(n_nodes):
+    """At the zoom that fits the whole drawing into 1200 x 560 px, the drawing covers
+    most of the frame and the median node is at least 12 px across."""
+    graph, head = synthetic_session(n_nodes, compact_every=150, seed=2)
+    data = _data(render_graph(graph, head=head).html)
+    width, height = _extent(data["nodes"])
+    frame_w, frame_h = 1200, 560
+    scale = min(graph_module._MAX_ZOOM, frame_w / width, frame_h / height)  # as the page fits
+    cover = (width * scale) * (height * scale) / (frame_w * frame_h)
+    diameters = sorted(2 * n["size"] * scale for n in data["nodes"])
+    assert cover >= 0.6, f"{n_nodes} nodes cover {cover:.0%} of the frame"
+    assert diameters[len(diameters) // 2] >= 12
+    # one lane: the compactions' new branches follow the old ones in time
+    assert render_graph(graph, head=head).stats["lanes"] == 1
+
+
+def test_wrap_keeps_time_in_reading_order():
+    graph, head = synthetic_session(300, compact_every=120, seed=1)
+    data = _data(render_graph(graph, head=head).html)
+    per_line = max(n["c"] for n in data["nodes"] if n["y"] < 60) + 1
+    for n in data["nodes"]:
+        assert n["x"] == (n["c"] % per_line) * graph_module._COLUMN
+    line_tops = [n["y"] - n["o"] for n in sorted(data["nodes"], key=lambda n: n["c"])]
+    assert line_tops == sorted(line_tops)  # later in time: same line or a later one
+
+
+@settings(max_examples=200, deadline=None)
+@given(n_columns=st.integers(1, 3000), n_lanes=st.integers(1, 4),
+       aspect=st.floats(0.3, 6.0))
+def test_columns_per_line_is_the_best_fit(n_columns, n_lanes, aspect):
+    chosen = graph_module._columns_per_line(n_columns, n_lanes, aspect)
+    line = n_lanes * graph_module._LANE + graph_module._LINE_GAP
+
+    def scale(w: int) -> float:
+        return min(aspect / (w * graph_module._COLUMN), 1.0 / (-(-n_columns // w) * line))
+
+    assert 1 <= chosen <= n_columns
+    # never worse than one long line or one tall column, and no other width does better
+    assert scale(chosen) >= max(scale(n_columns), scale(1)) - 1e-12
+    assert all(scale(chosen) >= scale(w) - 1e-12 for w in range(1, n_columns + 1, 7))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 30)), min_size=1, max_size=12))
+def test_lanes_separate_exactly_the_branches_that_overlap_in_time(raw):
+    spans = {b: (first, first + length) for b, (first, length) in enumerate(raw)}
+    lanes = graph_module._pack_lanes(spans)
+    for a in spans:
+        for b in spans:
+            if a < b and lanes[a] == lanes[b]:
+                (a0, a1), (b0, b1) = spans[a], spans[b]
+                assert a1 < b0 or b1 < a0, "two branches running side by side share a lane"
+    # greedy interval colouring uses as many lanes as the most branches alive at once
+    depth = max(sum(1 for f, last in spans.values() if f <= t <= last)
+                for t in range(0, 81))
+    assert len(set(lanes.values())) == depth
+
+
+def test_a_fork_that_runs_beside_its_origin_gets_its_own_lane():
+    g = Graph()
+    g.add(UserMessage("a", id="a"))
+    g.add(ModelCall("m", output="b", predecessor="a", id="b"))
+    g.add(ModelCall("m", output="c", predecessor="a", id="c"))  # fork from a, seq after b
+    g.add(UserMessage("d", predecessor="b", id="d"))  # the first branch goes on after the fork
+    data = _data(render_graph(g).html)
+    lanes = {n["label"].split()[0]: n["l"] for n in data["nodes"]}
+    assert lanes["0"] == lanes["1"] == lanes["3"] != lanes["2"]
+
+
+def test_turns_start_at_each_top_level_user_message():
+    graph, head = synthetic_session(200, seed=3)
+    data = _data(render_graph(graph, head=head).html)
+    users = [n for n in data["nodes"] if n["group"] == "user"]
+    assert max(n["turn"] for n in data["nodes"]) == len(users) - 1
+    for n in users:
+        # a turn's first node is its user message: the previous node is in the turn before
+        previous = [m for m in data["nodes"] if m["c"] == n["c"] - 1]
+        assert not previous or previous[0]["turn"] == n["turn"] - 1
+    turns = _data(render_graph(graph, head=head, collapse="turns").html)
+    assert turns["collapseTurns"] is True and not data["collapseTurns"]
+
+
+def test_focus_names_a_compaction_and_holds_its_cut():
+    graph, head = synthetic_session(400, compact_every=150, keep_last=6, seed=2)
+    compactions = _data(render_graph(graph, head=head).html)["compactions"]
+    assert len(compactions) >= 2
+    summaries = [n for n in graph if isinstance(n.metadata.get("compaction"), dict)
+                 and not n.metadata.get("copied_from")]
+    assert [c["id"] for c in compactions] == [s.id for s in summaries]
+    data = _data(render_graph(graph, head=head, focus=-1).html)
+    last = data["compactions"][-1]
+    assert data["focus"] == len(compactions) - 1
+    by_index = {n["id"]: n for n in data["nodes"]}
+    focused = [by_index[i] for i in last["nodes"]]
+    assert last["summary"] in last["nodes"]
+    kept = set(summaries[-1].metadata["compaction"]["kept_ids"])
+    assert {n["title"].split("\n")[1].removeprefix("id: ") for n in focused} >= kept
+    assert _data(render_graph(graph, head=head, focus=summaries[0].id).html)["focus"] == 0
+    with pytest.raises(IndexError):
+        render_graph(graph, head=head, focus=9)
+    with pytest.raises(ValueError, match="not the summary"):
+        render_graph(graph, head=head, focus="nope")
+    with pytest.raises(ValueError, match="has none"):
+        render_graph(_small_graph(), focus=0)
+
+
+def test_diff_graph_puts_each_copy_under_its_original():
+    from opctx.viz.diff import compare_compaction, diff_graph
+
+    graph, _ = synthetic_session(160, compact_every=110, protect_first_n=3, keep_last=37, seed=4)
+    d = compare_compaction(graph, compaction=0)
+    data = _data(diff_graph(graph, diff=d).html)
+    node_of = {n["title"].split("\n")[1].removeprefix("id: "): n for n in data["nodes"]}
+    after = d.rows[(d.rows.side == "after") & d.rows.original_id.notna()]
+    for copy_id, original_id in zip(after.copy_id, after.original_id, strict=True):
+        copy, original = node_of[copy_id], node_of[original_id]
+        assert (copy["c"], copy["l"], original["l"]) == (original["c"], 1, 0)
+        assert copy["x"] == original["x"] and copy["y"] > original["y"]
+    folded = d.rows[(d.rows.side == "before") & (d.rows.status == "folded")].original_id
+    columns = sorted(node_of[i]["c"] for i in folded)
+    assert columns[0] <= node_of[d.summary.id]["c"] <= columns[-1]
+    assert 'id="opctx-turns"' not in diff_graph(graph, diff=d).html  # a diff keeps its columns

@@ -124,3 +124,61 @@ def test_estimator_error_plot_groups_and_computes_rel_error():
     assert len(right.patches) > 0
     empty = estimator_error_plot(pd.DataFrame())
     assert empty.axes[0].texts
+
+
+# -- text from data is drawn literally; legends stay off the data (#15.15, #16.5) ---------------
+
+DOLLARS = "cost $5 vs $\\frac{"  # two dollars: mathtext would parse (and fail on) the middle
+DOLLAR_PAIR = "$x$ saved"  # valid mathtext: would be drawn as an italic x, not as written
+
+
+def _render(fig) -> None:
+    import io
+
+    fig.savefig(io.BytesIO(), format="png")
+
+
+def _all_texts(fig) -> list:
+    from matplotlib.text import Text
+
+    return [t for t in fig.findobj(Text) if t.get_text()]
+
+
+@pytest.mark.parametrize("text", [DOLLARS, DOLLAR_PAIR])
+def test_every_plot_draws_text_from_data_literally(text):
+    steps = _steps()
+    sweep = pd.DataFrame({"preset": [text, "b"], "tokens_saved": [1, 2],
+                          "reference_losses": [0, 1], "cost": [1.0, 2.0]})
+    usage = pd.DataFrame({"estimated": [90, 110], "provider": [100, 100], "method": [text, "b"]})
+    figures = [
+        budget_timeline(steps, title=text, label=text, thresholds={text: 0.8}),
+        token_composition(pd.DataFrame({"history": [1, 2], "tools": [1, 1]}), title=text),
+        sweep_tradeoff(sweep, title=text),
+        estimator_error_plot(usage, by="method", title=text),
+        budget_timeline(pd.DataFrame(), title=text),
+    ]
+    for fig in figures:
+        _render(fig)  # mathtext would raise here on DOLLARS
+        shown = [t for t in _all_texts(fig) if text in t.get_text()]
+        assert shown, "the text is drawn"
+        assert all(not t.get_parse_math() for t in shown)
+        assert all(t._preprocess_math(t.get_text()) == (t.get_text(), False) for t in shown)
+
+
+def _overlaps(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def test_legends_sit_outside_the_data_area():
+    usage = pd.DataFrame({"estimated": [90, 110, 100], "provider": [100, 100, 100],
+                          "method": ["a", "b", "b"]})
+    for fig in (budget_timeline(_steps()), token_composition(pd.DataFrame({"history": [1, 2]})),
+                estimator_error_plot(usage, by="method")):
+        _render(fig)
+        renderer = fig._get_renderer()
+        for ax in fig.axes:
+            legend = ax.get_legend()
+            assert legend is not None
+            assert not _overlaps(legend.get_window_extent(renderer), ax.bbox), "legend covers data"
+            # and the legend is inside the figure, not cut off
+            assert fig.bbox.contains(*legend.get_window_extent(renderer).p1)

@@ -94,6 +94,18 @@ def test_cut_point_explorer_reacts_to_every_control():
     assert len(seen) == 4
 
 
+@pytest.mark.parametrize("window", [32_000, 200_000, 8_192, 1_000_000, 1_500])
+def test_cut_point_explorer_uses_the_window_given(window):
+    """The value given is the value used, and no control can be snapped off it in the
+    browser: a slider's front end rounds to ``min + k * step`` (32,000 became 31,744)."""
+    w = CutPointExplorer(_messages(), context_window=window, debounce_ms=0)
+    assert w.window.value == window
+    assert w.cut().reason == find_cut_index(w.messages, window, w.current_config()).reason
+    for control in (w.step, w.window, w.protect_first_n, w.protect_last_n, w.keep_min_tokens):
+        assert control.min <= control.value <= control.max
+        assert (control.value - control.min) % control.step == 0, control.description
+
+
 def test_cut_rows_statuses_and_elision():
     msgs = _messages(30)
     cut = find_cut_index(msgs, 16384, SummarizerConfig())
@@ -189,7 +201,9 @@ def test_tuner_preset_switch_resets_controls_with_one_replay():
     fake = FakeReplay()
     t = CompactionTuner(_messages(), presets=CATALOGUE, replay=fake, debounce_ms=0)
     t.preset.value = "hermes"
-    assert len(fake.calls) == 2 and fake.calls[-1] == ("hermes", None, {})
+    # no window given: the one replay would choose (the model's) is shown and passed
+    assert t.window.value == 128_000
+    assert len(fake.calls) == 2 and fake.calls[-1] == ("hermes", 128_000, {})
     assert t.controls["trigger_pct"].value == 0.5 and t.controls["aging"].value is False
 
 
@@ -270,3 +284,167 @@ def test_tuner_with_the_real_presets_and_replay():
     assert t.result.params is not None and t.table.value != before
     t.preset.value = "observation-masking"
     assert set(t.controls) == {"keep_last", "output_reserve", "reserve_policy"}
+
+
+# -- what the tuner draws is what its replay used (#16.3) -------------------------------------
+
+
+def _tuner_session():
+    from opctx.lab.scenarios import generate_session
+
+    return generate_session(11, n_turns=8, max_tools_per_turn=3).messages
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """Every engine a replay drives, and every threshold set the tuner draws."""
+    from opctx.lab import presets
+    from opctx.widgets import tuner as tuner_module
+
+    seen = types.SimpleNamespace(engines=[], drawn=[])
+
+    class Driver(presets.EngineDriver):
+        def __init__(self, engine, *args, **kwargs):
+            seen.engines.append(engine)
+            super().__init__(engine, *args, **kwargs)
+
+    def timeline(*args, thresholds, **kwargs):
+        seen.drawn.append(dict(thresholds))
+        return tuner_module.budget_timeline.__wrapped__(*args, thresholds=thresholds, **kwargs)
+
+    timeline.__wrapped__ = tuner_module.budget_timeline
+    monkeypatch.setattr(presets, "EngineDriver", Driver)
+    monkeypatch.setattr(tuner_module, "budget_timeline", timeline)
+    return seen
+
+
+def _assert_drawn_equals_used(t, seen):
+    engine = seen.engines[-1]
+    used = {"recommend": engine.recommend_pct, "trigger": engine.auto_compact_pct,
+            "emergency": engine.emergency_pct}
+    used = {k: v for k, v in used.items() if v != float("inf")}
+    assert seen.drawn[-1] == pytest.approx(used), "the plot's lines are not the replay's"
+    sliders = {label: t.controls[name].value for name, label in (
+        ("recommend_pct", "recommend"), ("auto_compact_pct", "trigger"),
+        ("emergency_pct", "emergency")) if name in t.controls}
+    assert sliders == pytest.approx(used), "the sliders are not the replay's"
+    assert engine.context_window == t.window.value == t.result.context_window
+    # and so every automatic compaction starts at or above the drawn trigger line
+    steps = t.result.steps_df
+    auto = steps[steps.compacted & (steps.decision == "auto")]
+    before = auto.tokens_before_compaction / auto.input_budget
+    assert (before >= seen.drawn[-1].get("trigger", 0) - 1e-9).all()
+
+
+def test_tuner_window_change_after_a_preset_change_redraws_the_replays_thresholds(spy):
+    t = CompactionTuner(_tuner_session(), context_window=32_000, debounce_ms=0)
+    t.preset.value = "claude-code"
+    _assert_drawn_equals_used(t, spy)
+    at_32k = dict(spy.drawn[-1])
+    assert at_32k["trigger"] == pytest.approx(1 - 13_000 / (32_000 - 8_000))
+    t.window.value = 64_000
+    _assert_drawn_equals_used(t, spy)
+    assert spy.drawn[-1]["trigger"] > at_32k["trigger"] + 0.2  # 0.73 at 64K, not 0.46
+
+
+@pytest.mark.parametrize("moves", [
+    [("preset", "codex"), ("window", 50_000), ("window", 200_000)],
+    [("preset", "claude-code"), ("output_reserve", 4_000), ("window", 100_000)],
+    [("preset", "claude-code"), ("reserve_policy", "floor"), ("window", 40_000)],
+    [("window", 20_000), ("auto_compact_pct", 0.5), ("window", 90_000), ("preset", "hermes")],
+    [("preset", "claude-code"), ("auto_compact_pct", 0.6), ("window", 128_000),
+     ("preset", "default"), ("window", 16_000)],
+], ids=["codex", "reserve", "policy", "moved-trigger", "back-and-forth"])
+def test_tuner_draws_what_the_replay_used_after_any_sequence(spy, moves):
+    t = CompactionTuner(_tuner_session(), context_window=32_000, debounce_ms=0)
+    for what, value in moves:
+        if what == "preset":
+            t.preset.value = value
+        elif what == "window":
+            t.window.value = value
+        else:
+            t.controls[what].value = value
+        assert "replay failed" not in t.status.value, t.status.value
+        _assert_drawn_equals_used(t, spy)
+
+
+def test_tuner_keeps_a_moved_threshold_across_window_changes(spy):
+    t = CompactionTuner(_tuner_session(), preset="claude-code", context_window=32_000,
+                        debounce_ms=0)
+    t.controls["auto_compact_pct"].value = 0.6
+    t.window.value = 64_000
+    assert t.controls["auto_compact_pct"].value == 0.6
+    assert spy.engines[-1].auto_compact_pct == 0.6
+    _assert_drawn_equals_used(t, spy)
+
+
+# -- the tuner's layout: the plot first (#16.5) -----------------------------------------------
+
+
+def _png_size(img_html: str) -> tuple[int, int]:
+    import base64
+    import re
+    import struct
+
+    data = base64.b64decode(re.search(r"base64,([^\"]+)", img_html).group(1))
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_tuner_plot_is_the_main_thing_and_rare_parameters_are_folded_away():
+    from opctx.widgets.tuner import PRIMARY
+
+    t = CompactionTuner(_tuner_session(), context_window=32_000, debounce_ms=0)
+    # two thirds of the width for the plot, one third for the controls
+    assert t.plot_box.layout.width == "67%" and t.sidebar.layout.width == "33%"
+    assert t.plot_box.layout.flex.startswith("2 ") and t.sidebar.layout.flex.startswith("1 ")
+    width, height = _png_size(t.plot.value)
+    # 1.6 : 1, so that two thirds of a 960 px output (640 px) still draw it 400 px tall
+    assert height >= 400 and 1.5 * height <= width <= 1.6 * height
+    assert "min-height:400px" in t.plot.value and "width:100%" in t.plot.value
+    # the handful in view, the rest in one collapsed group
+    in_view = [w.description for w in t.controls_box.children]
+    folded = [w.description for w in t.more_box.children]
+    assert set(in_view) == {n for n in PRIMARY if n in t.controls} and len(in_view) <= 8
+    assert set(in_view) | set(folded) == set(t.controls) and not set(in_view) & set(folded)
+    assert t.more.selected_index is None and len(folded) >= 10
+    assert t.more.get_title(0) == f"more parameters ({len(folded)})"
+    t.preset.value = "observation-masking"
+    assert {w.description for w in t.controls_box.children} == {"keep_last", "output_reserve"}
+    assert [w.description for w in t.more_box.children] == ["reserve_policy"]
+
+
+# -- BranchDiffViewer: long diffs fold and page (#16.6) -----------------------------------------
+
+
+def test_branch_diff_viewer_folds_unchanged_runs_and_pages_the_rest():
+    import re
+
+    from opctx.viz.diff import diff_lines
+    from opctx.viz.synthetic import synthetic_session
+
+    graph, _ = synthetic_session(160, compact_every=110, protect_first_n=3, keep_last=37, seed=4)
+    w = BranchDiffViewer(graph, show_graph=False, page_size=25)
+    rows = w.diff.rows
+    assert len(rows) >= 149
+
+    def shown(html):  # rows of the outer table, header excluded, unopened <details> removed
+        return re.sub(r"<details>.*?</details>", "", html, flags=re.S).count("<tr>") - 1
+
+    lines = diff_lines(rows, folded_context=None)
+    assert w.pages == -(-len(lines) // 25) >= 2
+    seen, pages = 0, []
+    for _ in range(w.pages):
+        assert shown(w.table.value) <= 25
+        seen += shown(w.table.value)
+        pages.append(w.table.value)
+        w.next.click()
+    assert seen == len(lines) and w.page == w.pages - 1 and w.next.disabled
+    assert any("unchanged messages \u2026" in p for p in pages)
+    # every message is on some page, shown or folded into an expandable line
+    everything = "".join(pages)
+    assert all(ident in everything for ident in rows.original_id.dropna())
+    w.previous.click()
+    assert w.page == w.pages - 2 and not w.next.disabled
+    w.with_graph.value = True  # showing the compaction again starts from its first page
+    assert w.page == 0 and w.previous.disabled and w.picture.value.startswith("<iframe")

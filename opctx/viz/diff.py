@@ -41,18 +41,23 @@ Choices:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..dag.nodes import Call, Graph
 from .graph import (
     COMPACTION_COLORS,
     GraphView,
+    NodeInfo,
     _range_ids,
+    _render,
+    _Slot,
+    _Units,
     call_text,
     load_session,
     node_infos,
-    render_graph,
+    slot_offset,
 )
 from .html import escape_text, preview
 
@@ -62,6 +67,8 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "DIFF_COLUMNS",
     "BranchDiff",
+    "DiffLine",
+    "diff_lines",
     "list_compactions",
     "branch_diff",
     "compare_compaction",
@@ -278,6 +285,9 @@ font-size:11px;margin-right:4px;text-align:center}
 .opctx-diff .meta{color:#777;font-size:11px}
 .opctx-diff td.folded{background:#f1f1f1;color:#777}
 .opctx-diff td.empty{background:#fafafa}
+.opctx-diff td.gap{background:#fbfbfb;color:#666;text-align:center}
+.opctx-diff td.gap summary{cursor:pointer}
+.opctx-diff td.gap .opctx-diff{margin-top:4px;text-align:left}
 """
 
 
@@ -292,12 +302,138 @@ def _cell(r: Any) -> str:
     )
 
 
-def diff_html(rows: pd.DataFrame, *, summary: Call | None = None, title: str | None = None) -> str:
-    """The diff as an HTML fragment: originals left, new branch right, aligned, escaped."""
+@dataclass
+class DiffLine:
+    """One line of the side-by-side view.
+
+    ``kind`` is ``unchanged`` (an original and its identical copy), ``folded`` (a
+    folded original; the summary spans these lines on the right), ``changed`` (an
+    original with no copy, or the summary alone), or a collapsed run:
+    ``gap-unchanged`` / ``gap-folded`` with ``hidden`` lines inside.
+    """
+
+    kind: str
+    left: str = ""
+    right: str = ""
+    hidden: list[DiffLine] = field(default_factory=list)
+
+
+def diff_lines(
+    rows: pd.DataFrame,
+    *,
+    context: int | None = 3,
+    folded_context: int | None = 10,
+) -> list[DiffLine]:
+    """The aligned lines of a diff, long runs collapsed.
+
+    A run of unchanged lines longer than ``2 * context + 1`` keeps ``context``
+    lines at each end and becomes one ``gap-unchanged`` line in between ("… 37
+    unchanged messages …"); folded runs likewise with ``folded_context``. ``None``
+    collapses nothing of that kind. Every message stays in exactly one line or one
+    gap's ``hidden`` list.
+    """
     before = rows[rows["side"] == "before"].sort_values("position")
     after = rows[rows["side"] == "after"].sort_values("position")
     copies = {r["original_id"]: r for _, r in after.iterrows() if r["original_id"] is not None}
-    summary_rows = [r for _, r in after.iterrows() if r["status"] == "summary"]
+    summaries = [r for _, r in after.iterrows() if r["status"] == "summary"]
+    summary_cell = _cell(summaries[0]) if summaries else ""
+    lines: list[DiffLine] = []
+    for _, r in before.iterrows():
+        if r["status"] == "folded":
+            lines.append(DiffLine("folded", _cell(r), summary_cell))
+            continue
+        copy = copies.get(r["original_id"])
+        lines.append(DiffLine("unchanged" if copy is not None else "changed", _cell(r),
+                              _cell(copy) if copy is not None else ""))
+    if summaries and not any(line.kind == "folded" for line in lines):
+        # nothing folded (a recorded compaction may list no ids): still show the summary
+        lines.append(DiffLine("changed", "", summary_cell))
+    return _collapse_runs(lines, {"unchanged": context, "folded": folded_context})
+
+
+def _collapse_runs(lines: list[DiffLine], keep: dict[str, int | None]) -> list[DiffLine]:
+    out: list[DiffLine] = []
+    start = 0
+    while start < len(lines):
+        kind = lines[start].kind
+        end = start
+        while end < len(lines) and lines[end].kind == kind:
+            end += 1
+        run = lines[start:end]
+        ends = keep.get(kind)
+        if ends is None or len(run) <= 2 * ends + 1:
+            out.extend(run)
+        else:
+            hidden = run[ends : len(run) - ends]
+            out.extend(run[:ends])
+            # a folded gap keeps the summary on its right, like the lines it stands for
+            out.append(DiffLine(f"gap-{kind}", "", run[0].right if kind == "folded" else "",
+                                hidden))
+            out.extend(run[len(run) - ends :])
+        start = end
+    return out
+
+
+def _gap_label(line: DiffLine) -> str:
+    what = "unchanged" if line.kind == "gap-unchanged" else "more folded"
+    return f"\u2026 {len(line.hidden)} {what} messages \u2026"
+
+
+def _render_lines(lines: Sequence[DiffLine]) -> list[str]:
+    """``<tr>`` elements; the summary spans each run of folded lines on the page."""
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.kind in ("folded", "gap-folded"):
+            j = i
+            while j < len(lines) and lines[j].kind in ("folded", "gap-folded"):
+                j += 1
+            for k in range(i, j):
+                left = _folded_left(lines[k])
+                right = f'<td rowspan="{j - i}">{line.right}</td>' if k == i else ""
+                out.append(f"<tr>{left}{right}</tr>")
+            i = j
+            continue
+        if line.kind == "gap-unchanged":
+            inner = "".join(_render_lines(line.hidden))
+            out.append(
+                f'<tr><td colspan="2" class="gap"><details><summary>{_gap_label(line)}'
+                f'</summary><table class="opctx-diff">{inner}</table></details></td></tr>'
+            )
+        else:
+            left = f"<td>{line.left}</td>" if line.left else '<td class="empty"></td>'
+            right = f"<td>{line.right}</td>" if line.right else '<td class="empty"></td>'
+            out.append(f"<tr>{left}{right}</tr>")
+        i += 1
+    return out
+
+
+def _folded_left(line: DiffLine) -> str:
+    if line.kind == "folded":
+        return f'<td class="folded">{line.left}</td>'
+    cells = "".join(f"<div>{h.left}</div>" for h in line.hidden)
+    return (f'<td class="folded gap"><details><summary>{_gap_label(line)}</summary>'
+            f"{cells}</details></td>")
+
+
+def diff_html(
+    rows: pd.DataFrame,
+    *,
+    summary: Call | None = None,
+    title: str | None = None,
+    context: int | None = 3,
+    folded_context: int | None = 10,
+    page: int | None = None,
+    page_size: int = 40,
+) -> str:
+    """The diff as an HTML fragment: originals left, new branch right, aligned, escaped.
+
+    Long runs are collapsed into expandable ``<details>`` lines (see
+    ``diff_lines``); with ``page`` given, only that page of ``page_size`` lines is
+    drawn (the summary is repeated on every page its folded run reaches).
+    """
+    before = rows[rows["side"] == "before"]
     n_folded = int((before["status"] == "folded").sum())
     folded_tokens = int(before.loc[before["status"] == "folded", "tokens"].sum())
     heading = title or (
@@ -307,32 +443,44 @@ def diff_html(rows: pd.DataFrame, *, summary: Call | None = None, title: str | N
         if summary is not None
         else "Compaction diff"
     )
+    lines = diff_lines(rows, context=context, folded_context=folded_context)
+    if page is not None:
+        first = max(0, page) * page_size
+        lines = lines[first : first + page_size]
     out = [f"<style>{_DIFF_CSS}</style>", '<table class="opctx-diff">',
            f'<caption style="text-align:left;padding:4px 0"><b>{escape_text(heading)}</b></caption>',
-           "<tr><th>before (original branch)</th><th>after (new branch)</th></tr>"]
-    summary_done = False
-    for _, r in before.iterrows():
-        left_cls = ' class="folded"' if r["status"] == "folded" else ""
-        left = f"<td{left_cls}>{_cell(r)}</td>"
-        if r["status"] == "folded":
-            if summary_done:
-                right = ""
-            else:
-                summary_done = True
-                right = (
-                    f'<td rowspan="{n_folded}">{_cell(summary_rows[0])}</td>'
-                    if summary_rows
-                    else f'<td rowspan="{n_folded}" class="empty"></td>'
-                )
-        else:
-            copy = copies.get(r["original_id"])
-            right = f"<td>{_cell(copy)}</td>" if copy is not None else '<td class="empty"></td>'
-        out.append(f"<tr>{left}{right}</tr>")
-    if not summary_done and summary_rows:
-        # nothing folded (a recorded compaction may list no ids): still show the summary
-        out.append(f'<tr><td class="empty"></td><td>{_cell(summary_rows[0])}</td></tr>')
-    out.append("</table>")
+           "<tr><th>before (original branch)</th><th>after (new branch)</th></tr>",
+           *_render_lines(lines), "</table>"]
     return "".join(out)
+
+
+def _diff_slots(d: BranchDiff, infos: list[NodeInfo]) -> Callable[[_Units], list[_Slot]]:
+    """Two lanes in diff order: the originals above, each copy under its original and
+    the summary under the middle of the run it replaced."""
+    before = d.rows[d.rows["side"] == "before"].sort_values("position")
+    after = d.rows[d.rows["side"] == "after"]
+    column_of = {oid: i for i, oid in enumerate(before["original_id"])}
+    folded = [column_of[o] for o, st in zip(before["original_id"], before["status"], strict=True)
+              if str(st) == "folded"]
+    protected = [column_of[o] for o, st in zip(before["original_id"], before["status"],
+                                                strict=True) if str(st) == "protected"]
+    summary_column = folded[len(folded) // 2] if folded else (max(protected, default=-1) + 1)
+    original_of = {c: o for c, o in zip(after["copy_id"], after["original_id"], strict=True)
+                   if o is not None}
+    offset = {i.id: slot_offset(i) for i in infos}
+
+    def place(units: _Units) -> list[_Slot]:
+        slots = []
+        for key in units.keys:
+            if key in column_of:
+                slots.append(_Slot(column_of[key], 0, offset.get(key, 0.0)))
+            elif original_of.get(key) in column_of:
+                slots.append(_Slot(column_of[original_of[key]], 1, offset.get(key, 0.0)))
+            else:  # the summary
+                slots.append(_Slot(summary_column, 1, 0.0))
+        return slots
+
+    return place
 
 
 def diff_graph(
@@ -346,7 +494,10 @@ def diff_graph(
     """Both branches of one compaction as a graph, coloured exactly as the diff table.
 
     Only the nodes of the diff are drawn (originals and the new branch), so the
-    picture stays small whatever the session's size.
+    picture stays small whatever the session's size. The originals run along the
+    upper lane of each line, the new branch along the lower one: every copy sits
+    under its original and the summary under the run it replaced, and the lines
+    wrap to fill the frame.
     """
     d = diff or compare_compaction(source, session_id, compaction)
     ids = set(d.rows["original_id"].dropna()) | set(d.rows["copy_id"].dropna())
@@ -361,12 +512,6 @@ def diff_graph(
         info.compaction_summary = d.summary.id
         if info.id == d.summary.id:
             info.display_role = "summary"
-    return render_graph(
-        sub,
-        edges=("caller", "predecessor"),
-        collapse=False,
-        infos=infos,
-        height=height,
-        title=f"compaction {d.summary.id}",
-    )
-
+    return _render(sub, infos, kinds=("caller", "predecessor"), max_nodes=max(2, len(infos)),
+                   collapse=False, title=f"compaction {d.summary.id}", height=height,
+                   slots=_diff_slots(d, infos), turns=False)

@@ -47,14 +47,30 @@ Choices where the brief is open, and why:
   or ``&`` survives in the page source). Labels are drawn on a canvas, which
   never interprets markup. Tooltips are plain strings, which vis-network 9
   assigns with ``innerText`` (checked in the bundled build), so they are
-  text-only; the pyvis export, whose template may be used with other
-  vis versions, gets ``html.escape``d titles as well.
-* **Layout.** ``x`` = the node's rank in ``seq`` order (times a spacing; rank
-  rather than raw ``seq`` so that collapsed or capped nodes leave no gap),
-  ``y`` = a lane per branch with an offset per role, so the page reads left to
-  right in time and forks stack downward. A graph of more than 150 drawn nodes
-  opens zoomed on its newest 150. Physics and vis's "improved layout" are off: positions are final,
-  which is what keeps a large graph responsive.
+  text-only and escaped exactly once, by the JSON embedding. The pyvis export
+  passes titles as they are too (pyvis embeds them with jinja's ``tojson``); its
+  template's one ``innerHTML`` popup is rewritten to ``innerText``.
+* **Layout: time wraps like text.** Sessions of 150-1,000 nodes are the normal
+  case, and one node per time step along a single axis draws a thin strip of
+  tiny dots. So time runs left to right along a *line* of columns (a node's rank
+  in ``seq`` order, so collapsed or capped nodes leave no gap), and lines stack
+  downward like lines of text; the number of columns per line is the one that
+  lets the whole drawing fit the frame at the largest zoom. Within a line, each
+  branch that runs side by side with another gets a lane (branches that follow
+  one another, such as a compaction's new branch, share one), and roles are
+  offset (user messages on top, assistant calls below, tool results lowest). The
+  page wraps again for the frame it really has (a notebook's output can be any
+  width), fits the view, and wraps again when resized; an edge from the end of one
+  line to the start of the next is drawn faintly. Physics and vis's "improved
+  layout" are off: positions are final, which keeps a large graph responsive.
+  Labels appear as one zooms in (landmarks first: user messages, summaries).
+  ``_layout`` is that sequence of named steps (units, slots, wrap, turns, nodes,
+  edges, compaction focus), each testable alone.
+* **Turns and compactions.** ``collapse="turns"`` (or the "turns folded" box on
+  the page) folds each user turn - a top-level user message and everything up to
+  the next one - into one node with vis-network's clustering; double-click one to
+  open it. ``focus=`` (or the page's "focus" list) zooms onto one compaction: its
+  protected, folded and kept originals, the summary and the copies.
 * **Size.** ``collapse="auto"`` folds each top-level agentic frame's internals
   into the frame node and each compaction's folded range into one node, but only
   when the graph has more than ``max_nodes`` nodes; ``True``/``False`` force it.
@@ -100,6 +116,7 @@ __all__ = [
     "render_graph",
     "graph_html",
     "vis_network_js",
+    "DEFAULT_ASPECT",
 ]
 
 EDGE_KINDS = ("caller", "predecessor", "reads")
@@ -122,10 +139,6 @@ COMPACTION_COLORS = {
     "kept": "#2166ac",
     "copy": "#76b7b2",
 }
-_ROLE_ROW = {"user": 0, "system": 0, "summary": 0, "assistant": 1, "tool": 2, "function": 2}
-_X_SPACING = 60
-_ROW_SPACING = 45
-_LANE_SPACING = 4 * _ROW_SPACING
 
 
 # -- input ---------------------------------------------------------------------------------------
@@ -434,7 +447,7 @@ def to_networkx(
     return g
 
 
-# -- the HTML page -------------------------------------------------------------------------------
+# -- the bundled vis-network ---------------------------------------------------------------------
 
 
 def _vis_dir() -> Path:
@@ -469,12 +482,62 @@ def vis_network_js() -> str:
     return js.replace("</script", "<\\/script")
 
 
+# -- the layout: a sequence of small named steps --------------------------------------------------
+#
+#   units     = _visible_units(...)     what is drawn: nodes, collapsed groups, the "older" group
+#   slots     = _time_slots(...)        where in time: (column, lane, offset) per unit
+#   positions = _wrap(slots, aspect)    lines of columns filling a frame of that aspect
+#   turns     = _turn_of_units(...)     the user turn of each unit (for collapsing turns)
+#   nodes     = _vis_nodes(...)         vis-network node dicts: label, tooltip, colour, size
+#   edges     = _vis_edges(...)         caller/predecessor edges, reads as index ranges
+#   focus     = _compaction_focus(...)  the units of each compaction, for "focus on it"
+
+
+# a slot's geometry, in vis-network canvas units (also used by the page's script)
+_COLUMN = 40.0  # one time step
+_LANE = 48.0  # one branch lane within a line
+_LINE_GAP = 20.0  # between two lines of the wrap
+_ROLE_OFFSET = {"user": 0.0, "system": 0.0, "summary": 0.0, "collapsed": 0.0, "assistant": 10.0,
+                "tool": 20.0, "function": 20.0}
+_DEPTH_OFFSET = 4.0  # per caller level, at most two
+_RADIUS = (7.0, 1.2, 18.0)  # a node's radius: base + per doubling of its tokens, at most
+_MAX_ZOOM = 1.5  # fitting a small session enlarges it at most this much
+# the frame the Python side wraps for (the page re-wraps for its real frame): 1200 x 600 px
+DEFAULT_ASPECT = 2.0
+# how many of a compaction's last folded messages its focus shows
+_FOCUS_FOLDED = 8
+
+
+@dataclass
+class _Units:
+    """What is drawn: one unit per visible node or collapsed group, in ``seq`` order."""
+
+    keys: list[str]  # node ids, or "folded:<summary>" / "older:0" for groups
+    rep: dict[str, str]  # node id -> the group it is drawn in (when not drawn itself)
+    groups: dict[str, dict[str, Any]]  # group key -> kind, members / count, seq range
+    inner: dict[str, int]  # unit -> number of nodes collapsed into it
+    truncated: int
+    collapsed: bool
+
+    def unit_of(self, node_id: str) -> str:
+        return self.rep.get(node_id, node_id)
+
+
+@dataclass
+class _Slot:
+    column: int  # position in time
+    lane: int  # branch lane within a line
+    offset: float  # role offset within the lane
+
+
 @dataclass
 class _Layout:
     nodes: list[dict]
     edges: list[dict]
     reads: dict[int, list[list[int]]]
     stats: dict[str, int]
+    slots: list[_Slot] = field(default_factory=list)
+    compactions: list[dict] = field(default_factory=list)
 
 
 def _frame_roots(graph: Graph, infos: list[NodeInfo]) -> dict[str, str]:
@@ -488,125 +551,228 @@ def _frame_roots(graph: Graph, infos: list[NodeInfo]) -> dict[str, str]:
     return rep
 
 
-def _layout(
-    graph: Graph,
-    infos: list[NodeInfo],
-    *,
-    edges: tuple[str, ...],
-    max_nodes: int,
-    collapse: bool | str,
-) -> _Layout:
-    by_id = {i.id: i for i in infos}
+def _visible_units(
+    graph: Graph, infos: list[NodeInfo], *, max_nodes: int, collapse: bool | str
+) -> _Units:
+    """Collapse frames and folded ranges (when asked or too big), then cap at ``max_nodes``.
+
+    The newest ``max_nodes - 1`` units are kept and the older ones become one group:
+    the recent end of a session is what one usually inspects.
+    """
     do_collapse = collapse is True or (collapse == "auto" and len(infos) > max_nodes)
     rep: dict[str, str] = {}
-    synthetic: dict[str, dict[str, Any]] = {}
+    groups: dict[str, dict[str, Any]] = {}
     if do_collapse:
         rep.update(_frame_roots(graph, infos))
         for info in infos:
             if info.compaction == "folded" and info.id not in rep:
                 key = f"folded:{info.compaction_summary}"
                 rep[info.id] = key
-                grp = synthetic.setdefault(
-                    key,
-                    {"members": [], "kind": "folded", "summary": info.compaction_summary},
-                )
-                grp["members"].append(info)
+                group = groups.setdefault(
+                    key, {"members": [], "kind": "folded", "summary": info.compaction_summary})
+                group["members"].append(info)
     # a frame's internals point at the frame, which may itself sit in a folded range
     for member in list(rep):
         target, hops = rep[member], 0
         while target in rep and hops < 4:
             target, hops = rep[target], hops + 1
         rep[member] = target
-    collapsed_count: dict[str, int] = {}
-    for _member, target in rep.items():
-        collapsed_count[target] = collapsed_count.get(target, 0) + 1
-
-    # visible units in seq order: real nodes that are not collapsed, plus synthetic groups
-    units: list[tuple[int, str]] = [(i.seq, i.id) for i in infos if i.id not in rep]
-    for key, grp in synthetic.items():
-        units.append((min(m.seq for m in grp["members"]), key))
-    units.sort()
+    inner: dict[str, int] = {}
+    for target in rep.values():
+        inner[target] = inner.get(target, 0) + 1
+    ordered = [(i.seq, i.id) for i in infos if i.id not in rep]
+    ordered += [(min(m.seq for m in g["members"]), key) for key, g in groups.items()]
+    ordered.sort()
     truncated = 0
-    older_key = "older:0"
-    if len(units) > max_nodes:
-        cut = len(units) - (max_nodes - 1)
-        dropped = {k for _, k in units[:cut]}
-        first_seq, last_seq = units[0][0], units[cut - 1][0]
-        units = [(first_seq, older_key)] + units[cut:]
+    if len(ordered) > max_nodes:
+        cut = len(ordered) - (max_nodes - 1)
+        dropped = {key for _, key in ordered[:cut]}
+        older = "older:0"
         for info in infos:
-            unit = rep.get(info.id, info.id)
-            if unit in dropped:
-                rep[info.id] = older_key
+            if rep.get(info.id, info.id) in dropped:
+                rep[info.id] = older
                 truncated += 1
-        synthetic[older_key] = {
-            "members": [],
-            "kind": "older",
-            "count": truncated,
-            "first": first_seq,
-            "last": last_seq,
-        }
+        groups[older] = {"members": [], "kind": "older", "count": truncated,
+                         "first": ordered[0][0], "last": ordered[cut - 1][0]}
+        ordered = [(ordered[0][0], older)] + ordered[cut:]
+    return _Units([key for _, key in ordered], rep, groups, inner, truncated, do_collapse)
 
-    def resolve(nid: str) -> str:
-        return rep.get(nid, nid)
 
-    index = {key: i for i, (_, key) in enumerate(units)}
-    lane_of: dict[int, int] = {}
+def _pack_lanes(spans: dict[int, tuple[int, int]]) -> dict[int, int]:
+    """Branch -> lane: branches whose column spans do not overlap share a lane.
+
+    A compaction's new branch starts where the old one stops, so a session with any
+    number of compactions takes one lane; only branches that run side by side in
+    time (forks, rewinds that continue both ways) need a lane of their own.
+    """
+    lane_end: list[int] = []
+    lanes: dict[int, int] = {}
+    for branch, (first, last) in sorted(spans.items(), key=lambda kv: kv[1]):
+        lane = next((i for i, end in enumerate(lane_end) if end < first), len(lane_end))
+        if lane == len(lane_end):
+            lane_end.append(last)
+        else:
+            lane_end[lane] = last
+        lanes[branch] = lane
+    return lanes
+
+
+def _unit_branch_and_role(units: _Units, by_id: Mapping[str, NodeInfo], key: str) -> tuple[int, str, int]:
+    group = units.groups.get(key)
+    if group is None:
+        info = by_id[key]
+        return info.branch, info.display_role, info.depth
+    if group["kind"] == "older":
+        return 0, "collapsed", 0
+    return group["members"][0].branch, "collapsed", 0
+
+
+def _offset(role: str, depth: int) -> float:
+    return _ROLE_OFFSET.get(role, 10.0) + _DEPTH_OFFSET * min(depth, 2)
+
+
+def slot_offset(info: NodeInfo) -> float:
+    """How far below its lane's top a node sits: by role, then by caller depth."""
+    return _offset(info.display_role, info.depth)
+
+
+def _time_slots(units: _Units, by_id: Mapping[str, NodeInfo]) -> list[_Slot]:
+    """Time along the columns (rank in ``seq`` order, so collapsed or capped nodes leave
+    no gap), one lane per branch that runs side by side with another, an offset per role
+    (user messages on top, assistant calls below, tool results lowest)."""
+    described = [_unit_branch_and_role(units, by_id, key) for key in units.keys]
+    spans: dict[int, tuple[int, int]] = {}
+    for column, (branch, _role, _depth) in enumerate(described):
+        first, _last = spans.get(branch, (column, column))
+        spans[branch] = (first, column)
+    lanes = _pack_lanes(spans)
+    return [
+        _Slot(column, lanes[branch], _offset(role, depth))
+        for column, (branch, role, depth) in enumerate(described)
+    ]
+
+
+def _columns_per_line(n_columns: int, n_lanes: int, aspect: float) -> int:
+    """How many time steps a line holds so that the drawing best fills a frame of
+    ``aspect`` (width / height): the choice that gives the largest zoom at which the
+    whole drawing fits. The page's script makes the same choice for its real frame."""
+    line_height = n_lanes * _LANE + _LINE_GAP
+    best, best_scale = max(1, n_columns), -1.0
+    for per_line in range(1, max(1, n_columns) + 1):
+        lines = -(-n_columns // per_line)
+        scale = min(aspect / (per_line * _COLUMN), 1.0 / (lines * line_height))
+        if scale > best_scale + 1e-12:
+            best, best_scale = per_line, scale
+    return best
+
+
+def _wrap(slots: Sequence[_Slot], aspect: float = DEFAULT_ASPECT) -> tuple[list[tuple[float, float]], int]:
+    """``(x, y)`` per slot and the columns per line: time wraps into lines like text."""
+    if not slots:
+        return [], 1
+    n_columns = max(s.column for s in slots) + 1
+    n_lanes = max(s.lane for s in slots) + 1
+    per_line = _columns_per_line(n_columns, n_lanes, aspect)
+    line_height = n_lanes * _LANE + _LINE_GAP
+    return [
+        ((s.column % per_line) * _COLUMN,
+         (s.column // per_line) * line_height + s.lane * _LANE + s.offset)
+        for s in slots
+    ], per_line
+
+
+def _turn_of_units(units: _Units, by_id: Mapping[str, NodeInfo]) -> list[int]:
+    """The user turn of every unit: a turn starts at each top-level user message
+    (-1 for groups, which are never folded into a turn)."""
+    turns: list[int] = []
+    turn = 0
+    seen_user = False
+    for key in units.keys:
+        info = by_id.get(key)
+        if info is None:
+            turns.append(-1)
+            continue
+        if info.display_role == "user" and info.depth == 0:
+            turn += 1 if seen_user else 0
+            seen_user = True
+        turns.append(turn)
+    return turns
+
+
+def _group_node(group: dict[str, Any], max_nodes: int) -> tuple[str, str, int, str | None]:
+    """``(label, tooltip, branch, compaction)`` of a collapsed group."""
+    if group["kind"] == "older":
+        return (
+            f"\u2026 {group['count']} earlier nodes",
+            f"{group['count']} older nodes (seq {group['first']}\u2013{group['last']}) are not "
+            f"drawn: max_nodes={max_nodes}.\nUse to_networkx() for all of them.",
+            0, None,
+        )
+    members = group["members"]
+    return (
+        f"folded \u00d7{len(members)}",
+        f"{len(members)} messages folded by summary {group['summary']}\n"
+        f"seq {members[0].seq}\u2013{members[-1].seq}, "
+        f"\u2248{sum(m.tokens for m in members)} tokens",
+        members[0].branch, "folded",
+    )
+
+
+def _tooltip(info: NodeInfo, inner: int) -> str:
+    lines = [
+        f"{info.display_role} \u00b7 {info.name or '-'} \u00b7 seq {info.seq}",
+        f"id: {info.id}",
+        f"tokens \u2248 {info.tokens}",
+    ]
+    if info.status:
+        lines.append(f"status: {info.status}")
+    if info.compaction:
+        lines.append(f"compaction: {info.compaction} ({info.compaction_summary or '-'})")
+    if info.copied_from:
+        lines.append(f"copied from: {info.copied_from}")
+    if inner:
+        lines.append(f"{inner} nodes inside (collapsed)")
+    return "\n".join([*lines, "", info.preview])
+
+
+def _vis_nodes(
+    units: _Units,
+    by_id: Mapping[str, NodeInfo],
+    slots: Sequence[_Slot],
+    positions: Sequence[tuple[float, float]],
+    turns: Sequence[int],
+    *,
+    max_nodes: int,
+) -> list[dict]:
+    """One vis-network node per unit. Tooltips are plain text (see the module docstring)."""
     nodes: list[dict] = []
-    for i, (_seq, key) in enumerate(units):
-        if key in synthetic:
-            grp = synthetic[key]
-            if grp["kind"] == "older":
-                label = f"\u2026 {grp['count']} earlier nodes"
-                title = (
-                    f"{grp['count']} older nodes (seq {grp['first']}\u2013{grp['last']}) "
-                    f"are not drawn: max_nodes={max_nodes}.\nUse to_networkx() for all of them."
-                )
-                branch, row, comp = 0, 0, None
-            else:
-                members = grp["members"]
-                label = f"folded \u00d7{len(members)}"
-                title = (
-                    f"{len(members)} messages folded by summary {grp['summary']}\n"
-                    f"seq {members[0].seq}\u2013{members[-1].seq}, "
-                    f"\u2248{sum(m.tokens for m in members)} tokens"
-                )
-                branch, row, comp = members[0].branch, 1, "folded"
-            role = "collapsed"
-            size = 14
+    for i, key in enumerate(units.keys):
+        group = units.groups.get(key)
+        if group is not None:
+            label, title, _branch, comp = _group_node(group, max_nodes)
+            role, radius = "collapsed", 14.0
         else:
             info = by_id[key]
-            inner = collapsed_count.get(key, 0)
-            name = info.name or info.display_role
-            label = preview(f"{info.seq} {name}", 28) + (f" (+{inner})" if inner else "")
-            lines = [
-                f"{info.display_role} \u00b7 {info.name or '-'} \u00b7 seq {info.seq}",
-                f"id: {info.id}",
-                f"tokens \u2248 {info.tokens}",
-            ]
-            if info.status:
-                lines.append(f"status: {info.status}")
-            if info.compaction:
-                lines.append(f"compaction: {info.compaction} ({info.compaction_summary or '-'})")
-            if info.copied_from:
-                lines.append(f"copied from: {info.copied_from}")
-            if inner:
-                lines.append(f"{inner} nodes inside (collapsed)")
-            lines.append("")
-            lines.append(info.preview)
-            title = "\n".join(lines)
-            branch, row, comp = info.branch, _ROLE_ROW.get(info.display_role, 1), info.compaction
-            role = info.display_role
-            size = 8 + min(18.0, 2.0 * math.log2(info.tokens + 1))
-            row += min(info.depth, 2) * 0.4
-        lane = lane_of.setdefault(branch, len(lane_of))
+            inner = units.inner.get(key, 0)
+            label = preview(f"{info.seq} {info.name or info.display_role}", 28) + (
+                f" (+{inner})" if inner else "")
+            title = _tooltip(info, inner)
+            role, comp = info.display_role, info.compaction
+            base, per_doubling, largest = _RADIUS
+            radius = min(largest, base + per_doubling * math.log2(info.tokens + 1))
+        x, y = positions[i]
         node: dict[str, Any] = {
             "id": i,
             "label": label,
             "title": title,
-            # rank in seq order, not raw seq: gaps left by collapsed or older nodes close up
-            "x": i * _X_SPACING,
-            "y": lane * _LANE_SPACING + row * _ROW_SPACING,
-            "size": round(size, 1),
+            "x": x,
+            "y": y,
+            # the slot, for the page to wrap again for its own frame
+            "c": slots[i].column,
+            "l": slots[i].lane,
+            "o": slots[i].offset,
+            "turn": turns[i],
+            "size": round(radius, 1),
             "color": {
                 "background": ROLE_COLORS[role],
                 "border": COMPACTION_COLORS.get(comp or "", ROLE_COLORS[role]),
@@ -615,55 +781,123 @@ def _layout(
             "shape": "box" if role == "collapsed" else ("diamond" if role == "summary" else "dot"),
             "group": role,
         }
+        if role in ("user", "summary", "collapsed"):
+            node["font"] = {"size": 13}  # landmarks: their labels appear first when zooming in
         if comp == "folded" and role != "collapsed":
             node["opacity"] = 0.45
         nodes.append(node)
+    return nodes
 
-    edge_map: dict[tuple[int, int, str], int] = {}
+
+def _index_ranges(indices: Iterable[int]) -> list[list[int]]:
+    ranges: list[list[int]] = []
+    for j in sorted(set(indices)):
+        if ranges and ranges[-1][1] == j - 1:
+            ranges[-1][1] = j
+        else:
+            ranges.append([j, j])
+    return ranges
+
+
+def _vis_edges(
+    units: _Units, infos: Sequence[NodeInfo], kinds: tuple[str, ...]
+) -> tuple[list[dict], dict[int, list[list[int]]]]:
+    """Caller and predecessor edges between units (merged, with a count), and each
+    drawn node's reads as index ranges (an llm call reads most earlier nodes: they
+    are drawn for the selected node only)."""
+    index = {key: i for i, key in enumerate(units.keys)}
+    counts: dict[tuple[int, int, str], int] = {}
     reads: dict[int, list[list[int]]] = {}
     for info in infos:
-        tgt = index.get(resolve(info.id))
-        if tgt is None:
+        target = index.get(units.unit_of(info.id))
+        if target is None:
             continue
         for kind in ("caller", "predecessor"):
-            src_id = getattr(info, kind)
-            if kind not in edges or not src_id:
+            source_id = getattr(info, kind)
+            if kind not in kinds or not source_id:
                 continue
-            src = index.get(resolve(src_id))
-            if src is None or src == tgt:
-                continue
-            edge_map[(src, tgt, kind)] = edge_map.get((src, tgt, kind), 0) + 1
-        if "reads" in edges and info.reads and info.id not in rep:
-            idx = sorted({index[r] for r in map(resolve, info.reads) if r in index} - {tgt})
-            ranges: list[list[int]] = []
-            for j in idx:
-                if ranges and ranges[-1][1] == j - 1:
-                    ranges[-1][1] = j
-                else:
-                    ranges.append([j, j])
-            if ranges:
-                reads[tgt] = ranges
-    edge_list = [
+            source = index.get(units.unit_of(source_id))
+            if source is not None and source != target:
+                counts[(source, target, kind)] = counts.get((source, target, kind), 0) + 1
+        if "reads" in kinds and info.reads and info.id not in units.rep:
+            read = {index[u] for u in map(units.unit_of, info.reads) if u in index} - {target}
+            if read:
+                reads[target] = _index_ranges(read)
+    edges = [
         {
             "from": s,
             "to": t,
+            "kind": k,
             "color": EDGE_COLORS[k],
             "dashes": k == "caller",
             "width": 1 + min(4.0, math.log2(c)) if c > 1 else 1,
             "title": f"{k}" + (f" \u00d7{c}" if c > 1 else ""),
         }
-        for (s, t, k), c in edge_map.items()
+        for (s, t, k), c in counts.items()
     ]
+    return edges, reads
+
+
+def _compaction_focus(graph: Graph, units: _Units) -> list[dict]:
+    """Per compaction (summary node, in ``seq`` order): a label and the units around its
+    cut - the summary, the kept originals, the copies and the last folded messages.
+
+    The protected head is left out: it sits at the start of the session, and zooming
+    to hold it would show the whole session again.
+    """
+    index = {key: i for i, key in enumerate(units.keys)}
+    out = []
+    for node in graph:
+        comp = node.metadata.get("compaction")
+        if not _is_summary(node) or not isinstance(comp, dict):
+            continue
+        folded = [i for i in comp.get("folded_ids") or () if isinstance(i, str)]
+        span = comp.get("folded_range")
+        if not folded and isinstance(span, list | tuple) and len(span) == 2 and all(span):
+            folded = _range_ids(graph, span[0], span[1])
+        kept = {i for i in comp.get("kept_ids") or () if isinstance(i, str)}
+        originals = kept | {i for i in comp.get("protected_ids") or () if isinstance(i, str)}
+        copies = {n.id for n in graph if n.metadata.get("copied_from") in originals}
+        around = {node.id} | kept | copies | set(folded[-_FOCUS_FOLDED:])
+        drawn = sorted({index[u] for u in map(units.unit_of, around) if u in index})
+        out.append({"id": node.id, "label": f"compaction {len(out) + 1} (seq {node.seq})",
+                    "summary": index.get(units.unit_of(node.id)), "nodes": drawn})
+    return out
+
+
+def _layout(
+    graph: Graph,
+    infos: list[NodeInfo],
+    *,
+    edges: tuple[str, ...],
+    max_nodes: int,
+    collapse: bool | str,
+    aspect: float = DEFAULT_ASPECT,
+    slots: Callable[[_Units], list[_Slot]] | None = None,
+) -> _Layout:
+    """The drawing of ``infos``: the steps above, in order (``slots`` may place units)."""
+    by_id = {i.id: i for i in infos}
+    units = _visible_units(graph, infos, max_nodes=max_nodes, collapse=collapse)
+    placed = slots(units) if slots is not None else _time_slots(units, by_id)
+    positions, per_line = _wrap(placed, aspect)
+    turns = _turn_of_units(units, by_id)
+    nodes = _vis_nodes(units, by_id, placed, positions, turns, max_nodes=max_nodes)
+    edge_list, reads = _vis_edges(units, infos, edges)
     stats = {
         "session_nodes": len(infos),
         "drawn_nodes": len(nodes),
         "drawn_edges": len(edge_list),
-        "collapsed": sum(collapsed_count.values()) if do_collapse else 0,
-        "truncated": truncated,
-        "branches": len(lane_of),
+        "collapsed": sum(units.inner.values()) if units.collapsed else 0,
+        "truncated": units.truncated,
+        "branches": len({by_id[k].branch for k in units.keys if k in by_id}),
+        "lanes": len({s.lane for s in placed}),
+        "turns": len({t for t in turns if t >= 0}),
+        "columns_per_line": per_line,
     }
-    return _Layout(nodes, edge_list, reads, stats)
+    return _Layout(nodes, edge_list, reads, stats, placed, _compaction_focus(graph, units))
 
+
+# -- the HTML page -------------------------------------------------------------------------------
 
 _PAGE_CSS = """
 html,body{margin:0;padding:0;height:100%;font:13px/1.35 system-ui,-apple-system,Segoe UI,sans-serif;color:#222;background:#fff}
@@ -673,62 +907,205 @@ body{display:flex;flex-direction:column}
 #opctx-bar .k{display:inline-flex;align-items:center;gap:4px}
 #opctx-bar .sw{display:inline-block;width:11px;height:11px;border-radius:50%}
 #opctx-bar .ln{display:inline-block;width:16px;height:0;border-top:2px solid}
+#opctx-bar select,#opctx-bar button{font:inherit}
 div.vis-tooltip{position:absolute;visibility:hidden;padding:6px 8px;white-space:pre-wrap;max-width:520px;
 font:12px/1.35 ui-monospace,SFMono-Regular,Menlo,monospace;color:#111;background:#fffbe6;
 border:1px solid #ccc;border-radius:4px;box-shadow:2px 2px 8px rgba(0,0,0,.2);pointer-events:none;z-index:5}
 """
 
+# The page places the nodes itself: the same wrap as _columns_per_line / _wrap, for the
+# frame it really has (a notebook's output can be any width), then fits the view.
 _PAGE_JS = """
 (function(){
   var data = JSON.parse(document.getElementById("opctx-data").textContent);
-  var nodes = new vis.DataSet(data.nodes);
-  var edges = new vis.DataSet(data.edges);
+  var geo = data.geometry;
   var container = document.getElementById("opctx-graph");
-  var network = new vis.Network(container, {nodes: nodes, edges: edges}, {
+  var turnBox = document.getElementById("opctx-turns");
+  var focusBox = document.getElementById("opctx-focus");
+  var members = {};  // turn -> its nodes, in time order
+  data.nodes.forEach(function(n){ if (n.turn >= 0) (members[n.turn] = members[n.turn] || []).push(n); });
+  var folded = {};  // turn -> true while it is drawn as one node
+  if (data.collapseTurns) Object.keys(members).forEach(function(t){ folded[t] = true; });
+
+  function isFolded(n){ return n.turn >= 0 && folded[n.turn] && members[n.turn].length > 1; }
+  function shownAs(index){ var n = data.nodes[index]; return isFolded(n) ? "turn:" + n.turn : index; }
+
+  function turnNode(n){  // one node standing for a whole turn
+    var list = members[n.turn];
+    return {id: "turn:" + n.turn, c: n.c, l: n.l, o: 0, turn: n.turn, shape: "dot",
+            size: Math.min(17, 8 + 2 * Math.sqrt(list.length)), label: String(n.turn),
+            font: {size: 13}, borderWidth: 3,
+            // a turn holding a compaction's summary keeps the summary's colour on its rim
+            color: {background: list[0].color.background,
+                    border: list.some(function(m){ return m.group === "summary"; }) ? data.summaryColor : "#2b4c6f"},
+            title: "turn " + n.turn + ": " + list.length + " nodes, double-click to open\\n\\n" + list[0].title};
+  }
+  function visibleNodes(){
+    var out = [], done = {}, any = false;
+    data.nodes.forEach(function(n){
+      if (!isFolded(n)) { out.push(Object.assign({}, n)); return; }
+      any = true;
+      if (!done[n.turn]) { done[n.turn] = true; out.push(turnNode(n)); }
+    });
+    if (any) out.forEach(function(n, k){ n.c = k; });  // a folded turn takes one time step
+    return out;
+  }
+  function visibleEdges(){
+    var seen = {}, out = [];
+    data.edges.forEach(function(e){
+      var a = shownAs(e.from), b = shownAs(e.to), key = a + ">" + b + ">" + e.kind;
+      if (a === b || seen[key]) return;
+      seen[key] = true;
+      out.push({id: key, from: a, to: b, color: e.color, dashes: e.dashes, width: e.width, title: e.title});
+    });
+    return out;
+  }
+
+  // the same choice as opctx.viz.graph._columns_per_line, for the frame the page really has
+  function columnsPerLine(nColumns, lineHeight, aspect){
+    var best = Math.max(1, nColumns), bestScale = -1;
+    for (var w = 1; w <= Math.max(1, nColumns); w++) {
+      var lines = Math.ceil(nColumns / w);
+      var scale = Math.min(aspect / (w * geo.column), 1.0 / (lines * lineHeight));
+      if (scale > bestScale + 1e-12) { best = w; bestScale = scale; }
+    }
+    return best;
+  }
+  function place(nodeList, edgeList){  // as opctx.viz.graph._wrap
+    var nColumns = 0, nLanes = 0, line = {};
+    nodeList.forEach(function(n){ nColumns = Math.max(nColumns, n.c + 1); nLanes = Math.max(nLanes, n.l + 1); });
+    var lineHeight = nLanes * geo.lane + geo.lineGap;
+    var w = columnsPerLine(nColumns, lineHeight, container.clientWidth / Math.max(1, container.clientHeight));
+    nodeList.forEach(function(n){
+      line[n.id] = Math.floor(n.c / w);
+      n.x = (n.c % w) * geo.column;
+      n.y = line[n.id] * lineHeight + n.l * geo.lane + n.o;
+    });
+    // an edge from the end of one line to the start of the next is drawn faintly
+    edgeList.forEach(function(e){
+      e.color = {color: typeof e.color === "string" ? e.color : e.color.color,
+                 opacity: line[e.from] === line[e.to] ? 1 : 0.2};
+    });
+    window.opctxColumnsPerLine = w;
+  }
+
+  var nodes = new vis.DataSet(), edges = new vis.DataSet(), network = null;
+  function draw(){
+    var nodeList = visibleNodes(), edgeList = visibleEdges();
+    place(nodeList, edgeList);
+    clearReads();
+    nodes.clear(); edges.clear();
+    nodes.add(nodeList); edges.add(edgeList);
+    if (network) focusOn(focusBox ? Number(focusBox.value) : -1);
+  }
+
+  // fit the whole session (a small one may grow up to MAX_ZOOM), or where one compaction cut
+  function fitAll(){ network.fit({animation: false, maxZoomLevel: geo.maxZoom}); }
+  function focusOn(i){
+    var compaction = i >= 0 ? data.compactions[i] : null;
+    if (!compaction || !compaction.nodes.length) { fitAll(); return; }
+    var ids = compaction.nodes.map(shownAs).filter(function(id, k, all){ return all.indexOf(id) === k; });
+    // centre on the summary, zoomed so that about as many time steps as the cut holds fill
+    // the width (its nodes may straddle two lines, so fitting their box would not zoom)
+    fitAll();
+    var whole = network.getScale();
+    var centre = compaction.summary !== null ? shownAs(compaction.summary) : ids[0];
+    var scale = Math.min(geo.maxZoom, container.clientWidth / ((ids.length + 4) * geo.column));
+    network.moveTo({position: network.getPositions([centre])[centre],
+                    scale: Math.max(whole, scale), animation: false});
+    if (centre === compaction.summary) network.selectNodes([centre]);
+  }
+
+  // click a node: draw what it read
+  var shown = [];
+  function clearReads(){ if (shown.length) { edges.remove(shown); shown = []; } }
+
+  draw();
+  network = new vis.Network(container, {nodes: nodes, edges: edges}, {
     physics: false,
     layout: {improvedLayout: false},
     interaction: {hover: true, tooltipDelay: 120, hideEdgesOnDrag: true, multiselect: false},
     edges: {smooth: false, arrows: {to: {enabled: true, scaleFactor: 0.4}}},
-    nodes: {font: {size: 11, face: "system-ui"}}
+    nodes: {font: {size: 10, face: "system-ui"}, scaling: {label: {drawThreshold: 9}}}
   });
-  if (data.nodes.length > data.focusLast) {
-    // vis fits the whole graph on its first draw; then zoom onto the newest nodes
-    var tail = data.nodes.slice(-data.focusLast);
-    var x0 = tail[0].x, x1 = tail[tail.length - 1].x, y0 = Infinity, y1 = -Infinity;
-    tail.forEach(function(n){ y0 = Math.min(y0, n.y); y1 = Math.max(y1, n.y); });
-    var scale = Math.min(container.clientWidth / (x1 - x0 + 120), container.clientHeight / (y1 - y0 + 120));
-    var focus = function(){
-      network.moveTo({position: {x: (x0 + x1) / 2, y: (y0 + y1) / 2}, scale: scale, animation: false});
-    };
-    focus();
-    network.once("afterDrawing", function(){ setTimeout(focus, 0); });
-  }
-  var shown = [];
-  function clearReads(){ if (shown.length) { edges.remove(shown); shown = []; } }
+  window.opctxNetwork = network;
   network.on("selectNode", function(p){
     clearReads();
-    var id = p.nodes[0], ranges = data.reads[String(id)] || [], add = [];
+    var id = p.nodes[0];
+    if (typeof id !== "number") return;
+    var ranges = data.reads[String(id)] || [], add = [], seen = {};
     for (var r = 0; r < ranges.length; r++)
-      for (var j = ranges[r][0]; j <= ranges[r][1]; j++)
-        add.push({id: "r" + j + "-" + id, from: j, to: id, color: data.readsColor, width: 0.6});
+      for (var j = ranges[r][0]; j <= ranges[r][1]; j++) {
+        var from = shownAs(j);
+        if (seen[from] || from === id) continue;
+        seen[from] = true;
+        add.push({id: "r:" + from + ">" + id, from: from, to: id, color: data.readsColor, width: 0.6});
+      }
     if (add.length) { edges.add(add); shown = add.map(function(e){ return e.id; }); }
   });
   network.on("deselectNode", clearReads);
-  document.body.setAttribute("data-opctx-ready", "1");
-  window.opctxNetwork = network;
+  network.on("doubleClick", function(p){
+    var id = p.nodes.length ? p.nodes[0] : null;
+    if (typeof id === "string" && id.indexOf("turn:") === 0) { delete folded[id.slice(5)]; draw(); }
+  });
+  if (turnBox) {
+    turnBox.checked = Boolean(data.collapseTurns);
+    turnBox.addEventListener("change", function(){
+      folded = {};
+      if (turnBox.checked) Object.keys(members).forEach(function(t){ folded[t] = true; });
+      draw();
+    });
+  }
+  if (focusBox) {
+    data.compactions.forEach(function(c, i){
+      var option = document.createElement("option");
+      option.value = String(i); option.textContent = c.label;
+      focusBox.appendChild(option);
+    });
+    focusBox.value = String(data.focus === null ? -1 : data.focus);
+    focusBox.addEventListener("change", function(){ focusOn(Number(focusBox.value)); });
+  }
+  var fitButton = document.getElementById("opctx-fit");
+  if (fitButton) fitButton.addEventListener("click", function(){
+    if (focusBox) focusBox.value = "-1";
+    fitAll();
+  });
+  var resizing = null;
+  window.addEventListener("resize", function(){ clearTimeout(resizing); resizing = setTimeout(draw, 150); });
+
+  var start = function(){ focusOn(data.focus === null ? -1 : data.focus); };
+  start();
+  network.once("afterDrawing", function(){
+    setTimeout(function(){ start(); document.body.setAttribute("data-opctx-ready", "1"); }, 0);
+  });
 })();
 """
 
 
-def graph_html(layout: _Layout, *, title: str = "opctx session graph") -> str:
-    """A whole HTML document for ``layout``: inline vis-network, no external resource."""
+def graph_html(
+    layout: _Layout,
+    *,
+    title: str = "opctx session graph",
+    focus: int | None = None,
+    collapse_turns: bool = False,
+    turns: bool = True,
+) -> str:
+    """A whole HTML document for ``layout``: inline vis-network, no external resource.
+
+    ``focus``: the index of a compaction (``layout.compactions``) to open on;
+    ``collapse_turns``: open with every turn folded into one node; ``turns``: offer
+    the "turns folded" switch at all (a diff, laid out by its own columns, does not).
+    """
     payload = {
         "nodes": layout.nodes,
-        "edges": layout.edges,
+        "edges": [{**e, "id": f"e{k}"} for k, e in enumerate(layout.edges)],
         "reads": {str(k): v for k, v in layout.reads.items()},
         "readsColor": EDGE_COLORS["reads"],
-        # a large graph opens on its newest nodes, where one usually starts reading
-        "focusLast": 150,
+        "summaryColor": COMPACTION_COLORS["summary"],
+        "geometry": {"column": _COLUMN, "lane": _LANE, "lineGap": _LINE_GAP, "maxZoom": _MAX_ZOOM},
+        "compactions": layout.compactions,
+        "focus": focus,
+        "collapseTurns": bool(collapse_turns and turns),
     }
     legend = "".join(
         f'<span class="k"><span class="sw" style="background:{c}"></span>{r}</span>'
@@ -743,6 +1120,13 @@ def graph_html(layout: _Layout, *, title: str = "opctx session graph") -> str:
         summary += f", {s['truncated']} older grouped"
     if s["collapsed"]:
         summary += f", {s['collapsed']} collapsed"
+    controls = ('<label class="k"><input type="checkbox" id="opctx-turns">turns folded</label>'
+                if turns else "")
+    if layout.compactions:
+        controls += ('<label class="k">focus <select id="opctx-focus">'
+                     '<option value="-1">whole session</option></select></label>')
+    controls += '<button id="opctx-fit" type="button">fit</button>'
+    hint = "click a node: its reads" + ("; double-click a turn: open it" if turns else "")
     return (
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
         # belt and braces: even a stray URL in the bundled library cannot fetch anything
@@ -750,7 +1134,7 @@ def graph_html(layout: _Layout, *, title: str = "opctx session graph") -> str:
         "script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:\">"
         f"<title>{escape_text(title)}</title><style>{_PAGE_CSS}</style></head><body>"
         f'<div id="opctx-bar"><b>{escape_text(title)}</b><span>{escape_text(summary)}</span>'
-        f"{legend}<span>click a node: its reads</span></div>"
+        f"{controls}{legend}<span>{hint}</span></div>"
         '<div id="opctx-graph"></div>'
         f'<script id="opctx-data" type="application/json">{json_for_script(payload)}</script>'
         f"<script>{vis_network_js()}</script><script>{_PAGE_JS}</script>"
@@ -783,6 +1167,52 @@ class GraphView:
         return f"GraphView({self.stats}, {len(self.html)} bytes)"
 
 
+def _focus_index(layout: _Layout, focus: int | str | None) -> int | None:
+    """``focus`` (a compaction index, a summary id, or None) as an index of ``layout.compactions``."""
+    if focus is None:
+        return None
+    if not layout.compactions:
+        raise ValueError("focus= names a compaction, but this session has none")
+    if isinstance(focus, int) and not isinstance(focus, bool):
+        if not -len(layout.compactions) <= focus < len(layout.compactions):
+            raise IndexError(f"focus={focus}: this session has {len(layout.compactions)} "
+                             "compaction(s)")
+        return focus % len(layout.compactions)
+    if isinstance(focus, str):
+        summaries = [c["id"] for c in layout.compactions]
+        if focus not in summaries:
+            raise ValueError(f"focus={focus!r} is not the summary node of a compaction")
+        return summaries.index(focus)
+    raise TypeError(f"focus must be a compaction index, a summary id or None, got {focus!r}")
+
+
+def _render(
+    graph: Graph,
+    infos: list[NodeInfo],
+    *,
+    kinds: tuple[str, ...],
+    max_nodes: int,
+    collapse: bool | str,
+    title: str,
+    height: int,
+    focus: int | str | None = None,
+    slots: Callable[[_Units], list[_Slot]] | None = None,
+    turns: bool = True,
+) -> GraphView:
+    layout = _layout(graph, infos, edges=kinds, max_nodes=max_nodes,
+                     collapse=False if collapse == "turns" else collapse,
+                     aspect=_aspect_of(height), slots=slots)
+    page = graph_html(layout, title=title, focus=_focus_index(layout, focus),
+                      collapse_turns=collapse == "turns", turns=turns)
+    return GraphView(page, layout.stats, height=height)
+
+
+def _aspect_of(height: int) -> float:
+    # the frame the Python layout assumes: a notebook's output width (~1,200 px) by
+    # ``height`` less the bar; the page wraps again for the frame it really gets
+    return 1200.0 / max(100.0, height - 40.0)
+
+
 def render_graph(
     session_or_graph: Any,
     *,
@@ -790,23 +1220,30 @@ def render_graph(
     edges: Sequence[str] = EDGE_KINDS,
     max_nodes: int = 1500,
     collapse: bool | str = "auto",
+    focus: int | str | None = None,
     head: str | None = None,
     title: str = "opctx session graph",
     height: int = 600,
     token_counter: Callable[[str], int] | None = None,
     infos: list[NodeInfo] | None = None,
 ) -> GraphView:
-    """Draw a session. See the module docstring for layout, collapsing and capping."""
+    """Draw a session. See the module docstring for layout, collapsing and capping.
+
+    ``collapse``: ``"auto"``, ``True``, ``False`` (frames and folded ranges), or
+    ``"turns"`` (open with every user turn folded into one node; double-click one
+    to open it). ``focus``: open zoomed on a compaction (its index in ``seq`` order,
+    ``-1`` the latest, or its summary node's id) instead of the whole session.
+    """
     kinds = _check_edges(edges)
     if max_nodes < 2:
         raise ValueError(f"max_nodes must be at least 2, got {max_nodes}")
-    if collapse not in (True, False, "auto"):
-        raise ValueError(f"collapse must be True, False or 'auto', got {collapse!r}")
+    if collapse not in (True, False, "auto", "turns"):
+        raise ValueError(f"collapse must be True, False, 'auto' or 'turns', got {collapse!r}")
     graph, found_head = load_session(session_or_graph, session_id)
     if infos is None:
         infos = node_infos(graph, head=head or found_head, token_counter=token_counter)
-    layout = _layout(graph, infos, edges=kinds, max_nodes=max_nodes, collapse=collapse)
-    return GraphView(graph_html(layout, title=title), layout.stats, height=height)
+    return _render(graph, infos, kinds=kinds, max_nodes=max_nodes, collapse=collapse,
+                   title=title, height=height, focus=focus)
 
 
 def to_pyvis(
@@ -819,15 +1256,20 @@ def to_pyvis(
 ) -> Any:
     """The same drawing as a ``pyvis.network.Network`` (``cdn_resources="in_line"``).
 
-    Titles are ``html.escape``d here, because pyvis's template may be used with a
-    vis version that renders string titles as HTML. pyvis's page template links
-    Bootstrap from a CDN whatever ``cdn_resources`` says; the network returned here
-    renders through a copy of that template with those links removed, so its
-    ``generate_html``/``write_html`` pages make no request off the machine.
+    Positions are those of ``render_graph`` for a 1200 x 560 px frame. ``reads``
+    edges are drawn when ``edges`` names them (all of them: pyvis has no
+    "on selection"). Tooltips are plain text, escaped exactly once on their way
+    into the page (pyvis embeds node data with jinja's ``tojson``) and shown as
+    text by vis-network; the network renders through a copy of pyvis's template
+    whose Bootstrap links are removed (no request leaves the machine) and whose
+    link-tooltip popup (used by pyvis when a title contains "href") sets text, not
+    HTML.
     """
     from pyvis.network import Network
 
     kinds = _check_edges(edges)
+    if collapse not in (True, False, "auto"):
+        raise ValueError(f"collapse must be True, False or 'auto', got {collapse!r}")
     graph, head = load_session(session_or_graph, session_id)
     infos = node_infos(graph, head=head)
     layout = _layout(graph, infos, edges=kinds, max_nodes=max_nodes, collapse=collapse)
@@ -835,18 +1277,14 @@ def to_pyvis(
     net.templateEnv = _offline_template_env(net.template_dir)
     net.toggle_physics(False)
     for n in layout.nodes:
-        net.add_node(
-            n["id"],
-            label=n["label"],
-            title=escape_text(n["title"]),
-            x=n["x"],
-            y=n["y"],
-            color=n["color"],
-            shape=n["shape"],
-            size=n["size"],
-        )
+        net.add_node(n["id"], label=n["label"], title=n["title"], x=n["x"], y=n["y"],
+                     color=n["color"], shape=n["shape"], size=n["size"])
     for e in layout.edges:
         net.add_edge(e["from"], e["to"], color=e["color"], title=e["title"], dashes=e["dashes"])
+    for target, ranges in layout.reads.items():
+        for first, last in ranges:
+            for source in range(first, last + 1):
+                net.add_edge(source, target, color=EDGE_COLORS["reads"], title="reads", width=0.6)
     return net
 
 
@@ -856,6 +1294,10 @@ _CDN_BOOTSTRAP = re.compile(
     r"|<script[^>]*?https://cdn\.jsdelivr\.net/npm/bootstrap[^>]*?>\s*</script>",
     re.S,
 )
+
+
+_LINK_POPUP_HTML = "popup.innerHTML = nodeData[0].title;"
+_LINK_POPUP_TEXT = "popup.innerText = nodeData[0].title;"
 
 
 @lru_cache(maxsize=4)
@@ -872,6 +1314,8 @@ def _offline_template_env(template_dir: str) -> Any:
         source, filename, uptodate = files.get_source(env, name)
         if name.endswith(".html"):
             source = _CDN_BOOTSTRAP.sub("", source)
+            # the popup pyvis uses when a title mentions "href" sets innerHTML: text only
+            source = source.replace(_LINK_POPUP_HTML, _LINK_POPUP_TEXT)
         return source, filename, uptodate
 
     env = Environment(loader=FunctionLoader(load))

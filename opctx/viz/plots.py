@@ -24,6 +24,13 @@ Choices:
   budget itself. The y axis is ``input_used / input_budget`` as in the spec.
 * **Missing data.** An empty input gives an empty, labelled plot with a note,
   never an exception: a sweep that produced nothing should still draw.
+* **Text is literal.** Titles, labels, legend entries and annotations come from
+  data (session ids, preset and model names, a user's title) and are drawn as
+  they are: matplotlib would read a pair of ``$`` as mathtext (and raise on a
+  malformed one), so every text artist of an Axes we draw on gets
+  ``parse_math=False`` (``_literal_text``).
+* **Legends sit outside the data**, to the right of the Axes (constrained
+  layout makes room for them), so no line or marker is hidden behind one.
 """
 
 from __future__ import annotations
@@ -118,6 +125,27 @@ def _frame(data: Any) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _literal_text(*artists: Any) -> None:
+    """Draw every text of ``artists`` (Axes, Figures, Text) literally: no mathtext.
+
+    Called last by every plot on what it drew, so legends, annotations and titles
+    made from data are covered; texts a caller adds afterwards are left alone.
+    """
+    from matplotlib.text import Text
+
+    for artist in artists:
+        texts = [artist] if isinstance(artist, Text) else artist.findobj(Text)
+        for text in texts:
+            text.set_parse_math(False)
+
+
+def _outside_legend(ax: Axes, **kwargs: Any) -> None:
+    """A legend to the right of the Axes, never over the data."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
+                  fontsize=8, **kwargs)
+
+
 def _empty(ax: Axes, note: str) -> None:
     ax.text(0.5, 0.5, note, ha="center", va="center", transform=ax.transAxes, color="#777")
 
@@ -131,6 +159,7 @@ def budget_timeline(
     tokens: str = "tokens",
     tokens_none: str = "tokens_none",
     compacted: str = "compacted",
+    tokens_before: str = "tokens_before_compaction",
     input_budget: float | None = None,
     thresholds: Mapping[str, float] = THRESHOLDS,
     compaction_steps: Iterable[Any] | None = None,
@@ -142,7 +171,8 @@ def budget_timeline(
     ``steps``: a ``ReplayResult``, a ``steps_df``-like DataFrame, or a list of
     rows. ``pct`` is used when present; otherwise ``tokens / input_budget``.
     Compactions are marked where ``compacted`` is true (or at the given
-    ``compaction_steps``). When ``tokens_none`` is present, the same history with
+    ``compaction_steps``), with a segment up to where the request stood before
+    the compaction when ``tokens_before`` is a column (``steps_df`` has it). When ``tokens_none`` is present, the same history with
     no management is drawn dashed, on the same scale.
     """
     fig, ax = _axes(ax)
@@ -157,6 +187,7 @@ def budget_timeline(
     if df.empty:
         _empty(ax, "no requests")
         ax.set_ylim(0, 1.1)
+        _literal_text(ax)
         return fig
     xs = df[x] if x in df else df.index
     if pct in df:
@@ -186,13 +217,25 @@ def budget_timeline(
         marks = []
     for i, m in enumerate(marks):
         ax.axvline(m, color=PALETTE[3], alpha=0.5, linewidth=1, label="compaction" if i == 0 else None)
+    peak = float(ys.max()) if len(ys) else 0.0
     if marks:
         lookup = dict(zip(list(xs), list(ys), strict=False))
         ax.scatter(marks, [lookup.get(m, float("nan")) for m in marks], marker="v",
                    color=PALETTE[3], zorder=3)
-    top = max(1.05, float(ys.max()) * 1.05 if len(ys) else 1.05)
+        if tokens_before in df and scale is not None and scale == scale:
+            # where the request stood before it was compacted: the crossing of the trigger
+            before = dict(zip(list(xs), list(df[tokens_before].astype(float) * scale),
+                              strict=False))
+            tops = [before.get(m, float("nan")) for m in marks]
+            ax.vlines(marks, [lookup.get(m, float("nan")) for m in marks], tops,
+                      color=PALETTE[3], linewidth=1.6)
+            ax.scatter(marks, tops, marker="o", facecolors="white", edgecolors=PALETTE[3],
+                       zorder=3, label="before compaction")
+            peak = max([peak, *(t for t in tops if t == t)])
+    top = max(1.05, peak * 1.05)
     ax.set_ylim(0, top)
-    ax.legend(loc="upper left", fontsize=8, ncols=2)
+    _outside_legend(ax)
+    _literal_text(ax)
     return fig
 
 
@@ -236,6 +279,7 @@ def token_composition(
                 break
     if df.empty:
         _empty(ax, "no requests")
+        _literal_text(ax)
         return fig
     if not chosen:
         raise ValueError(
@@ -253,7 +297,8 @@ def token_composition(
         window = float(df["context_window"].max())
     if window:
         ax.axhline(window, color="#333", linewidth=0.8, label="context window")
-    ax.legend(loc="upper left", fontsize=8)
+    _outside_legend(ax)
+    _literal_text(ax)
     return fig
 
 
@@ -283,7 +328,7 @@ def sweep_tradeoff(
     (cheap, few losses) are the good ones.
     """
     fig, (left, right) = new_figure(11, 4, ncols=2)
-    fig.suptitle(title)
+    fig.suptitle(title, parse_math=False)
     df = _frame(sweep)
     left.set_xlabel(saved.replace("_", " "))
     left.set_ylabel(loss.replace("_", " "))
@@ -292,6 +337,7 @@ def sweep_tradeoff(
     if df.empty:
         _empty(left, "no configurations")
         _empty(right, "no configurations")
+        _literal_text(left, right)
         return fig
     for col in (saved, loss):
         if col not in df:
@@ -308,6 +354,7 @@ def sweep_tradeoff(
         axis.grid(alpha=0.3)
     if cost not in df:
         _empty(right, f"no {cost!r} column")
+    _literal_text(left, right)
     return fig
 
 
@@ -326,7 +373,7 @@ def estimator_error_plot(
     without it one series is drawn. ``rel_error`` is computed when absent.
     """
     fig, (left, right) = new_figure(11, 4, ncols=2)
-    fig.suptitle(title)
+    fig.suptitle(title, parse_math=False)
     df = _frame(data)
     left.set_xlabel("provider input tokens")
     left.set_ylabel("estimated input tokens")
@@ -335,6 +382,7 @@ def estimator_error_plot(
     if df.empty:
         _empty(left, "no requests with provider usage")
         _empty(right, "no requests with provider usage")
+        _literal_text(left, right)
         return fig
     for col in (estimated, provider):
         if col not in df:
@@ -353,6 +401,7 @@ def estimator_error_plot(
             right.hist(errs, bins=30, color=color, alpha=0.55, label=name or None)
     right.axvline(0, color="#333", linewidth=0.8)
     if by:
-        left.legend(fontsize=8)
-        right.legend(fontsize=8)
+        _outside_legend(left)
+        _outside_legend(right)
+    _literal_text(left, right)
     return fig

@@ -94,12 +94,15 @@ def html_table(
     return "".join(out)
 
 
-def figure_html(fig: Any, *, dpi: int = 90) -> str:
-    """A matplotlib Figure as an ``<img>`` with an inline PNG (no file, no request)."""
+def figure_html(fig: Any, *, dpi: int = 90, style: str = "max-width:100%") -> str:
+    """A matplotlib Figure as an ``<img>`` with an inline PNG (no file, no request).
+
+    ``style`` is the image's CSS (our own constant, never data).
+    """
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
     data = base64.b64encode(buf.getvalue()).decode("ascii")
-    return f'<img alt="plot" style="max-width:100%" src="data:image/png;base64,{data}"/>'
+    return f'<img alt="plot" style="{escape_text(style)}" src="data:image/png;base64,{data}"/>'
 
 
 def load_messages(session: Any) -> tuple[list[dict], str]:

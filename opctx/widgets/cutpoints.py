@@ -18,6 +18,9 @@ Choices:
 * The table shows at most ``max_rows`` rows: the protected head, the ends of the
   folded run and of the kept tail, with one "... N more ..." row for each gap.
 * Every cell is escaped (``widgets.HTML`` inserts markup as is).
+* The context window is an integer field, not a slider: the value given
+  (``context_window=32_000``) is the value used; a slider would snap it to its
+  step grid in the browser.
 """
 
 from __future__ import annotations
@@ -109,9 +112,10 @@ class CutPointExplorer(widgets.VBox):
         layout = widgets.Layout(width="560px")
         self.step = widgets.IntSlider(value=n, min=1, max=n, description="step (messages)",
                                       style=style, layout=layout, continuous_update=True)
-        self.window = widgets.IntSlider(
-            value=window, min=2048, max=max(window * 2, 262_144), step=1024,
-            description="context window", style=style, layout=layout,
+        # typed, not a slider: a slider snaps to its step in the browser (32,000 -> 31,744)
+        self.window = widgets.BoundedIntText(
+            value=window, min=min(1_024, window), max=max(window * 8, 10_000_000), step=1,
+            description="context window", style=style, layout=widgets.Layout(width="300px"),
         )
         self.protect_first_n = widgets.IntSlider(
             value=self.config.protect_first_n, min=0, max=20, description="protect_first_n",

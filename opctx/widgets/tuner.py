@@ -1,11 +1,11 @@
 """CompactionTuner: every engine and summariser parameter on a slider, replayed live.
 
-Pick a strategy preset (``opctx.lab.presets``), move any of its parameters, and
-the session is replayed (``opctx.lab.replay.replay``) with those values: the
-budget timeline (``viz.plots.budget_timeline``: input used per request with the
-0.70/0.80/0.95 lines and a marker per compaction) and the cut-point table (one
-row per compaction: when, why, tokens before/after, what was folded, kept,
-protected, and the cut index) update after every change.
+Pick a strategy preset (``opctx.lab.presets``), a context window, move any of the
+preset's parameters, and the session is replayed (``opctx.lab.replay.replay``)
+with those values: the budget timeline (``viz.plots.budget_timeline``: input used
+per request, the thresholds the replay used, a marker per compaction) and the
+cut-point table (one row per compaction: when, why, tokens before/after, what was
+folded, kept, protected, and the cut index) update after every change.
 
 Choices:
 
@@ -14,22 +14,38 @@ Choices:
   no change to this file. The kind of control follows the default's type: a
   checkbox for a bool, a 0..1 slider for a float fraction, an integer slider
   (range scaled from the default) for counts and token sizes, a dropdown for a
-  string with known choices. Choosing a preset resets every control to that
-  preset's values without replaying once per control. Thresholds stay ordered
-  (``recommend_pct <= auto_compact_pct <= emergency_pct``): moving one pushes
-  the others instead of producing an invalid configuration. Thresholds of
-  presets defined in tokens before the window (Claude Code, Codex) are shown as
-  the fractions they become for the given ``context_window``; ``output_reserve``
-  is shown as 16,384 when the preset leaves it to the model's rule (a value is
-  only passed to the replay once it differs from what is shown).
+  string with known choices. The few parameters people move most
+  (``PRIMARY``: the three thresholds, the tail, aging, the output reserve,
+  observation masking's ``keep_last``) stay in view; the rest sit in a collapsed
+  "more parameters" group.
+* **What is shown is what the replay uses.** A control the user has not touched
+  shows the value the replay's engine will use for the current preset, window and
+  the parameters the user did set. That value is read from the engine itself
+  (``opctx.lab.presets.build_engine`` with the same arguments ``replay`` gives it),
+  not recomputed here, so thresholds that presets define in tokens before the
+  window (Claude Code, Codex) follow every change of the window, the output
+  reserve or its policy, and the lines on the plot are the engine's. A control the
+  user moved keeps its value across window changes. Every value that differs from
+  the preset's own is passed to the replay (a derived threshold included, so the
+  engine gets the very number drawn). Choosing a preset resets every control
+  without replaying once per control. Thresholds stay ordered (``recommend_pct <=
+  auto_compact_pct <= emergency_pct``): moving one pushes the others instead of
+  producing an invalid configuration. ``output_reserve`` shows the base reserve
+  the budget starts from (the model's maximum output when known, else 16,384;
+  see ``opctx.context.budget``).
+* **The window is typed, not snapped.** The context window is an integer field,
+  so 32,000 stays 32,000 (a slider would round it to its step). With no window
+  given, the one ``replay`` would choose is shown and used.
 * **Debounced, cached, estimate-only.** A change schedules one replay
   ``debounce_ms`` after the last move (see ``_common.Debouncer``); the replay uses
   structural summaries and keeps no per-step contexts (the tuner needs neither
   LLM calls nor reference-loss metrics), and results are memoised by
   (preset, parameters, window), so going back to a setting is instant.
-* **The plot is a PNG** in an ``<img>`` with a ``data:`` URI inside a
-  ``widgets.HTML``: it needs no file and no request, and its ``src`` changes
-  exactly when the picture does. The table is escaped HTML.
+* **The plot is the main thing.** It takes two thirds of the widget's width and
+  at least 400 px of height, with its legend outside the axes. It is a PNG in an
+  ``<img>`` with a ``data:`` URI inside a ``widgets.HTML``: it needs no file and
+  no request, and its ``src`` changes exactly when the picture does. The table
+  is escaped HTML.
 * **Errors are shown, not raised**: an invalid combination (``keep_min_tokens``
   above ``keep_max_tokens``, thresholds out of order) is reported in the status
   line with the engine's own message, and the last good picture stays.
@@ -37,6 +53,7 @@ Choices:
 
 from __future__ import annotations
 
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -45,10 +62,10 @@ from typing import Any
 import ipywidgets as widgets
 
 from ..viz.html import escape_text
-from ..viz.plots import budget_timeline
+from ..viz.plots import budget_timeline, new_figure
 from ._common import Debouncer, figure_html, html_table, load_messages
 
-__all__ = ["CompactionTuner", "preset_catalogue", "control_for"]
+__all__ = ["CompactionTuner", "preset_catalogue", "control_for", "PRIMARY"]
 
 # string parameters whose values are a closed set
 _CHOICES: dict[str, tuple[str, ...]] = {
@@ -56,8 +73,19 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "summaries": ("structural", "recorded"),
 }
 _THRESHOLD_ORDER = ("recommend_pct", "auto_compact_pct", "emergency_pct")
+# the names budget_timeline styles, for the engine's three thresholds
+_THRESHOLD_LABELS = {"recommend_pct": "recommend", "auto_compact_pct": "trigger",
+                     "emergency_pct": "emergency"}
+# the parameters that stay in view; every other one sits in the collapsed group
+PRIMARY = ("auto_compact_pct", "recommend_pct", "emergency_pct", "keep_ratio", "protect_last_n",
+           "aging", "keep_last", "output_reserve")
 _TABLE_COLUMNS = ["step", "turn", "reason", "tokens before", "tokens after", "saved",
                   "folded", "kept", "protected", "cut index", "structural"]
+# the PNG: 8 x 5 inches at 100 dpi = 800 x 500 px, shown at the plot column's width; at
+# 1.6 : 1 a plot column of 640 px (a 960 px notebook output) still draws 400 px tall
+_FIGURE_INCHES = (8.0, 5.0)
+_PLOT_DPI = 100
+_PLOT_CSS = "width:100%;height:auto;min-height:400px;object-fit:contain"
 
 
 # TurnAger's documented defaults (docs/ARCHITECTURE.md), used if aging cannot be introspected
@@ -65,8 +93,6 @@ _AGING_DEFAULTS = {"keep_recent_turns": 4, "keep_recent_seconds": 60, "min_token
                    "protect_first_n": 2}
 # the summariser keeps a copy of the thresholds; the engine's are the ones that decide
 _THRESHOLD_COPIES = {"recommend_pct", "trigger_pct", "emergency_pct", "timeout"}
-# what an unset output_reserve means for the slider: the specification's 16,384
-_RESERVE_SHOWN = 16_384
 
 
 def _init_defaults(cls: Any, skip: set[str]) -> dict[str, Any]:
@@ -81,6 +107,25 @@ def _init_defaults(cls: Any, skip: set[str]) -> dict[str, Any]:
     return out
 
 
+def _engine_thresholds(
+    name: str, context_window: int | None, model: str | None, params: Mapping[str, Any]
+) -> dict[str, float]:
+    """The three thresholds the engine of preset ``name`` uses with ``params``.
+
+    Built by ``build_engine`` with the arguments ``replay`` passes it, so this is the
+    replay's own figure; ``{}`` when those arguments are invalid (the replay will
+    say why).
+    """
+    from ..lab.presets import build_engine
+
+    try:
+        engine = build_engine(name, context_window=context_window, model=model or None,
+                              **dict(params))
+    except (ValueError, TypeError):
+        return {}
+    return {key: float(getattr(engine, key)) for key in _THRESHOLD_ORDER}
+
+
 def _full_parameters(spec: Any, context_window: int | None, model: str | None) -> dict[str, Any]:
     """Every parameter ``replay`` accepts for ``spec``, at the value the preset uses."""
     from dataclasses import fields
@@ -90,7 +135,8 @@ def _full_parameters(spec: Any, context_window: int | None, model: str | None) -
     from ..context.summarize import SummarizerConfig
     from ..lab import presets as presets_module
 
-    budget: dict[str, Any] = {"output_reserve": _RESERVE_SHOWN, "reserve_policy": "cap"}
+    budget: dict[str, Any] = {"output_reserve": BudgetAllocator().base_reserve(model or None),
+                              "reserve_policy": "cap"}
     if spec.kind == "none":
         params = dict(budget)
     elif spec.kind == "masking":
@@ -108,13 +154,10 @@ def _full_parameters(spec: Any, context_window: int | None, model: str | None) -
             aging = dict(_AGING_DEFAULTS)
         params = {**engine, **config, "aging": True,
                   **{f"aging_{k}": v for k, v in aging.items()}, **budget}
-        if context_window:
-            # presets defined in tokens-before-the-window get their fractions for this window
-            reserve = BudgetAllocator(**({"output_reserve": spec.params["output_reserve"]}
-                                         if "output_reserve" in spec.params else {}))
-            input_budget = max(1, context_window - reserve.reserve_for(context_window, model))
-            params.update(presets_module.thresholds_for(spec, context_window, input_budget))
     params.update(spec.params)
+    if spec.kind not in ("none", "masking"):
+        # presets defined in tokens before the window get the engine's fractions for it
+        params.update(_engine_thresholds(spec.name, context_window, model, {}))
     return params
 
 
@@ -125,8 +168,9 @@ def preset_catalogue(
 
     Built from ``opctx.lab.presets.PRESETS`` (each preset's overrides) on top of
     the defaults of the engine, ``SummarizerConfig``, ``TurnAger`` and the budget,
-    so a new field in any of them gets a control. ``presets`` may instead be a
-    ready mapping (used as is; tests pass one).
+    so a new field in any of them gets a control; thresholds are those of the
+    preset's engine for ``context_window``. ``presets`` may instead be a ready
+    mapping (used as is, whatever the window; tests pass one).
     """
     if isinstance(presets, Mapping):
         return {str(k): dict(v) for k, v in presets.items()}
@@ -141,7 +185,7 @@ def preset_catalogue(
 
 def control_for(name: str, default: Any, *, width: str = "480px") -> widgets.Widget | None:
     """The widget for one parameter, chosen from its default value (``None``: no control)."""
-    style = {"description_width": "170px"}
+    style = {"description_width": "150px"}
     layout = widgets.Layout(width=width)
     common = {"description": name, "style": style, "layout": layout, "continuous_update": False}
     if isinstance(default, bool):
@@ -168,8 +212,18 @@ def control_for(name: str, default: Any, *, width: str = "480px") -> widgets.Wid
     return None
 
 
+def _show_value(control: widgets.Widget, value: Any) -> None:
+    """Set ``control`` to exactly ``value``, widening a slider's range if it must."""
+    if isinstance(control, widgets.FloatSlider | widgets.IntSlider):
+        if value > control.max:
+            control.max = value
+        if value < control.min:
+            control.min = value
+    control.value = value
+
+
 class CompactionTuner(widgets.VBox):
-    """Preset dropdown + one control per parameter -> live replay, budget plot, cut table."""
+    """Preset, window and parameter controls -> live replay, budget plot, cut table."""
 
     def __init__(
         self,
@@ -188,10 +242,12 @@ class CompactionTuner(widgets.VBox):
         if not self.history.messages:
             raise ValueError("this session has no messages to replay")
         self.messages, self.model = load_messages(self.history)
-        self.catalogue = preset_catalogue(presets, context_window=context_window,
-                                          model=self.model or None)
-        if preset not in self.catalogue:
-            raise ValueError(f"unknown preset {preset!r}: choose from {', '.join(self.catalogue)}")
+        self._fixed_catalogue = presets if isinstance(presets, Mapping) else None
+        self._presets_module = None if self._fixed_catalogue is not None else presets
+        names = list(preset_catalogue(self._fixed_catalogue) if self._fixed_catalogue is not None
+                     else self._module().PRESETS)
+        if preset not in names:
+            raise ValueError(f"unknown preset {preset!r}: choose from {', '.join(names)}")
         if replay is None:
             from ..lab.replay import replay as lab_replay
 
@@ -199,47 +255,138 @@ class CompactionTuner(widgets.VBox):
         self._replay = replay
         self._cache: OrderedDict[tuple, Any] = OrderedDict()
         self._views: dict[tuple, tuple[str, str, str]] = {}
+        self._baselines: dict[tuple[str, int], dict[str, Any]] = {}
         self._cache_size = cache_size
         self._resetting = False
+        self._explicit: set[str] = set()
         self.result: Any = None
         self.replays = 0
 
-        self.preset = widgets.Dropdown(options=list(self.catalogue), value=preset,
-                                       description="preset", layout=widgets.Layout(width="480px"),
-                                       style={"description_width": "170px"})
-        self.window = widgets.IntText(value=int(context_window or 0), description="context window",
-                                      layout=widgets.Layout(width="300px"),
-                                      style={"description_width": "170px"})
+        self.preset = widgets.Dropdown(options=names, value=preset, description="preset",
+                                       layout=widgets.Layout(width="320px"),
+                                       style={"description_width": "60px"})
+        self.window = widgets.IntText(value=self._resolve_window(context_window),
+                                      description="context window",
+                                      layout=widgets.Layout(width="260px"),
+                                      style={"description_width": "110px"})
         self.controls: dict[str, widgets.Widget] = {}
-        self.controls_box = widgets.VBox()
+        self.controls_box = widgets.VBox(layout=widgets.Layout(width="100%"))
+        self.more_box = widgets.VBox(layout=widgets.Layout(width="100%"))
+        self.more = widgets.Accordion(children=[self.more_box], selected_index=None,
+                                      layout=widgets.Layout(width="100%"))
         self.status = widgets.HTML()
-        self.plot = widgets.HTML()
+        self.plot = widgets.HTML(layout=widgets.Layout(width="100%"))
         self.plot.add_class("opctx-budget-plot")
         self.table = widgets.HTML()
         self.table.add_class("opctx-cut-table")
         self._debounce = Debouncer(self.update, debounce_ms / 1000)
         self.preset.observe(self._on_preset, names="value")
-        self.window.observe(self._on_change, names="value")
+        self.window.observe(self._on_window, names="value")
         self._build_controls(preset)
-        left = widgets.VBox([self.preset, self.window, self.controls_box],
-                            layout=widgets.Layout(min_width="500px"))
-        right = widgets.VBox([self.status, self.plot], layout=widgets.Layout(flex="1 1 auto"))
-        super().__init__(children=[widgets.HBox([left, right]), self.table])
+        self.plot_box = widgets.VBox(
+            [self.plot], layout=widgets.Layout(flex="2 1 0%", width="67%", min_width="0"))
+        self.plot_box.add_class("opctx-tuner-plot")
+        self.sidebar = widgets.VBox(
+            [self.controls_box, self.more],
+            layout=widgets.Layout(flex="1 1 0%", width="33%", min_width="0"))
+        self.sidebar.add_class("opctx-tuner-controls")
+        header = widgets.HBox([self.preset, self.window, self.status],
+                              layout=widgets.Layout(align_items="center", flex_flow="row wrap"))
+        body = widgets.HBox([self.plot_box, self.sidebar], layout=widgets.Layout(width="100%"))
+        super().__init__(children=[header, body, self.table], layout=widgets.Layout(width="100%"))
         self.add_class("opctx-tuner")
         self.update()
+
+    # -- what the replay will use ----------------------------------------------------
+    def _module(self) -> Any:
+        if self._presets_module is None:
+            from ..lab import presets as presets_module
+
+            self._presets_module = presets_module
+        return self._presets_module
+
+    def _resolve_window(self, context_window: int | None) -> int:
+        """The window ``replay`` would pick: given, else recorded, else the model's."""
+        if context_window:
+            return int(context_window)
+        if self.history.context_window:
+            return int(self.history.context_window)
+        from ..context.tokens import real_context_window
+
+        return int(real_context_window(self.model or None))
+
+    def current_window(self) -> int:
+        return int(self.window.value)
+
+    def baseline(self) -> dict[str, Any]:
+        """Every parameter of the current preset at the current window, nothing set."""
+        preset, window = self.preset.value, self.current_window()
+        key = (preset, window)
+        if key not in self._baselines:
+            if self._fixed_catalogue is not None:
+                values = dict(self._fixed_catalogue[preset])
+            else:
+                spec = self._module().PRESETS[preset]
+                values = _full_parameters(spec, window if window > 0 else None, self.model)
+            self._baselines[key] = values
+        return self._baselines[key]
+
+    def params(self) -> dict[str, Any]:
+        """What the replay gets: every value that differs from the preset's own.
+
+        (A threshold shown as the engine derives it from the other settings is passed
+        too when it differs: the engine then gets the very number drawn.)
+        """
+        base = self.baseline()
+        return {k: w.value for k, w in self.controls.items() if w.value != base.get(k)}
+
+    def thresholds(self) -> dict[str, float]:
+        """The thresholds drawn on the plot: the controls' values (finite ones)."""
+        return {
+            _THRESHOLD_LABELS[name]: float(self.controls[name].value)
+            for name in _THRESHOLD_ORDER
+            if name in self.controls and math.isfinite(float(self.controls[name].value))
+        }
+
+    def _show_derived(self) -> None:
+        """Put every control the user did not set at the value the replay will use."""
+        base = self.baseline()
+        self._resetting = True
+        try:
+            # first every untouched control at the preset's value, then the thresholds
+            # the engine derives from what the user did set
+            for name, control in self.controls.items():
+                if name not in self._explicit and name in base:
+                    _show_value(control, base[name])
+            if self._fixed_catalogue is None:
+                window = self.current_window()
+                used = _engine_thresholds(self.preset.value, window if window > 0 else None,
+                                          self.model, self.params())
+                for name, value in used.items():
+                    if name in self.controls and math.isfinite(value):
+                        _show_value(self.controls[name], value)
+        finally:
+            self._resetting = False
 
     # -- controls --------------------------------------------------------------------
     def _build_controls(self, preset: str) -> None:
         for w in self.controls.values():
             w.unobserve(self._on_change, names="value")
         self.controls = {}
-        for name, default in self.catalogue[preset].items():
-            control = control_for(name, default)
+        self._explicit = set()
+        for name, default in self.baseline().items():
+            control = control_for(name, default, width="100%")
             if control is None:
                 continue
             control.observe(self._on_change, names="value")
             self.controls[name] = control
-        self.controls_box.children = list(self.controls.values())
+        self._show_derived()
+        primary = [w for name, w in self.controls.items() if name in PRIMARY]
+        rest = [w for name, w in self.controls.items() if name not in PRIMARY]
+        self.controls_box.children = primary
+        self.more_box.children = rest
+        self.more.set_title(0, f"more parameters ({len(rest)})")
+        self.more.layout.display = "" if rest else "none"
 
     def _on_preset(self, change: dict) -> None:
         self._resetting = True
@@ -249,12 +396,20 @@ class CompactionTuner(widgets.VBox):
             self._resetting = False
         self._debounce.trigger()
 
+    def _on_window(self, _change: dict) -> None:
+        self._show_derived()
+        self._debounce.trigger()
+
     def _on_change(self, change: dict) -> None:
         if self._resetting:
             return
         owner = next((k for k, w in self.controls.items() if w is change.get("owner")), None)
+        if owner is None:
+            return
+        self._explicit.add(owner)
         if owner in _THRESHOLD_ORDER:
             self._keep_thresholds_ordered(owner)
+        self._show_derived()
         self._debounce.trigger()
 
     def _keep_thresholds_ordered(self, moved: str) -> None:
@@ -267,32 +422,27 @@ class CompactionTuner(widgets.VBox):
             for name in present[:pos]:
                 if self.controls[name].value > value:
                     self.controls[name].value = value
+                    self._explicit.add(name)
             for name in present[pos + 1 :]:
                 if self.controls[name].value < value:
                     self.controls[name].value = value
+                    self._explicit.add(name)
         finally:
             self._resetting = False
 
-    def params(self) -> dict[str, Any]:
-        """The parameters that differ from the preset's defaults (what the replay gets)."""
-        defaults = self.catalogue[self.preset.value]
-        return {k: w.value for k, w in self.controls.items() if w.value != defaults.get(k)}
-
     # -- replay ----------------------------------------------------------------------
     def _key(self) -> tuple:
-        window = int(self.window.value) or None
-        return (self.preset.value, window, tuple(sorted(self.params().items())))
+        return (self.preset.value, self.current_window(), tuple(sorted(self.params().items())))
 
     def run(self) -> Any:
         """Replay with the current settings (memoised) and return the ``ReplayResult``."""
         key = self._key()
         _preset, window, items = key
-        params = dict(items)
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
         result = self._replay(self.history, self.preset.value, context_window=window,
-                              keep_contexts=False, **params)
+                              keep_contexts=False, **dict(items))
         self.replays += 1
         self._cache[key] = result
         if len(self._cache) > self._cache_size:
@@ -329,19 +479,11 @@ class CompactionTuner(widgets.VBox):
             f"\u2248{peak:,} tokens, window {escape_text(f'{result.context_window:,}')}; "
             f"replayed in {elapsed * 1000:.0f} ms</div>"
         )
+        fig, (ax,) = new_figure(*_FIGURE_INCHES)
         # the lines are the thresholds this replay used, not the specification's defaults
-        thresholds = {
-            label: float(self.controls[name].value)
-            for label, name in (("recommend", "recommend_pct"), ("trigger", "auto_compact_pct"),
-                                ("emergency", "emergency_pct"))
-            if name in self.controls and float(self.controls[name].value) <= 2.0
-        }
-        fig = budget_timeline(
-            steps,
-            thresholds=thresholds or {},
-            title=f"{self.preset.value}: input budget used per request",
-        )
-        self.plot.value = figure_html(fig)
+        budget_timeline(steps, ax=ax, thresholds=self.thresholds(),
+                        title=f"{self.preset.value}: input budget used per request")
+        self.plot.value = figure_html(fig, dpi=_PLOT_DPI, style=_PLOT_CSS)
         rows = [
             [r.step, r.turn, r.reason, r.tokens_before, r.tokens_after,
              r.tokens_before - r.tokens_after, r.folded, r.kept, r.protected,
