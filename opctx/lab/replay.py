@@ -64,11 +64,12 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from opctx.dag.messages import is_tool_result
 
+from ._replay_result import ReplayCompaction, ReplayResult, common_prefix_length, guard_counts
 from .history import RecordedCompaction, RecordedHistory, as_history, provider_prompt_tokens
 
 __all__ = [
@@ -141,14 +142,6 @@ def quiet_replays() -> Any:
     return manager()
 
 
-def guard_counts(events: Sequence[dict]) -> dict[str, int]:
-    """``compactions_failed`` / ``auto_compaction_disabled`` counted from a replay's events."""
-    return {
-        "compactions_failed": sum(1 for e in events if e.get("event") == "compaction_failed"),
-        "auto_compaction_disabled": sum(1 for e in events if e.get("event") == "auto_compaction_disabled"),
-    }
-
-
 def _collecting_engine_notes(fn: Callable[..., ReplayResult]) -> Callable[..., ReplayResult]:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> ReplayResult:
@@ -197,111 +190,6 @@ class ReplayClock:
         if now is not None and not (isinstance(now, float) and math.isnan(now)):
             # never run backwards: recordings sometimes have out-of-order stamps
             self.now = max(self.now, float(now))
-
-
-@dataclass
-class ReplayCompaction:
-    """One compaction during a replay."""
-
-    step: int
-    stream_index: int
-    turn: int
-    reason: str
-    tokens_before: int
-    tokens_after: int
-    folded_ids: list[str]
-    kept_ids: list[str]
-    protected_ids: list[str]
-    summary_text: str
-    fell_back_to_structural: bool
-    ok: bool = True
-    error: str | None = None
-    cut_index: int | None = None
-    summary_id: str | None = None
-    duration_ms: float = 0.0
-    # the same nodes as stream indices (ids of copies and summaries are random; these are not)
-    folded_indices: list[int | None] = field(default_factory=list)
-    kept_indices: list[int | None] = field(default_factory=list)
-    protected_indices: list[int | None] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-@dataclass
-class ReplayResult:
-    """Everything a replay produced (see the module docstring)."""
-
-    history: RecordedHistory
-    preset: str
-    params: dict[str, Any]
-    model: str
-    context_window: int
-    summaries: str
-    steps_df: Any
-    compactions: list[ReplayCompaction]
-    contexts: list[list[dict]] | None
-    origin_ids: dict[str, int]
-    elapsed_s: float = 0.0
-    events: list[dict] = field(default_factory=list)
-
-    @property
-    def stream(self) -> list[dict]:
-        return self.history.messages
-
-    @property
-    def recorded_compactions(self) -> list[RecordedCompaction]:
-        return self.history.compactions
-
-    @property
-    def stream_texts(self) -> list[str]:
-        return self.history.texts()
-
-    @property
-    def stream_identifiers(self) -> list[list[str]]:
-        from .metrics import identifiers
-
-        texts = self.stream_texts
-        return self.history.derived("identifiers", lambda: [identifiers(t) for t in texts])
-
-    def context(self, step: int) -> list[dict]:
-        """The request messages (history part, after aging/masking) of ``step``."""
-        if self.contexts is None:
-            raise RuntimeError("this replay ran with keep_contexts=False; rerun with keep_contexts=True")
-        return self.contexts[step]
-
-    def origin_of(self, msg: dict) -> int | None:
-        """The stream index ``msg`` comes from (copies resolved), ``None`` for summaries."""
-        mid = msg.get("id")
-        idx = self.origin_ids.get(mid) if mid is not None else None
-        if idx is not None:
-            return idx
-        source = msg.get("copied_from")
-        return self.origin_ids.get(source) if source is not None else None
-
-    def metrics(self, prices: Any = None, *, reference_loss: bool = True) -> dict[str, Any]:
-        from .metrics import summarize
-
-        return summarize(self, prices, reference_loss=reference_loss)
-
-    def compactions_df(self) -> Any:
-        import pandas as pd
-
-        cols = [
-            "step", "stream_index", "turn", "reason", "tokens_before", "tokens_after", "folded",
-            "kept", "protected", "fell_back_to_structural", "ok", "cut_index", "summary_chars",
-        ]
-        rows = [
-            {
-                **{k: getattr(c, k) for k in cols if hasattr(c, k)},
-                "folded": len(c.folded_ids),
-                "kept": len(c.kept_ids),
-                "protected": len(c.protected_ids),
-                "summary_chars": len(c.summary_text),
-            }
-            for c in self.compactions
-        ]
-        return pd.DataFrame(rows, columns=cols)
 
 
 class _RecordedSummaryProvider:
@@ -618,7 +506,7 @@ class _Replay:
         if redacted:
             self.diverged = True
         # prefix carried from the previous request
-        common = _common_prefix(self.prev_ctx, ctx)
+        common = common_prefix_length(self.prev_ctx, ctx)
         cum = self.prev_cum[: common + 1]
         running = cum[-1]
         for m in ctx[common:]:
@@ -704,12 +592,6 @@ def _register_copies(branch: list[dict], origin_ids: dict[str, int]) -> None:
         source = msg.get("copied_from")
         if source is not None and source in origin_ids:
             origin_ids[mid] = origin_ids[source]
-
-
-def _common_prefix(prev: Sequence[dict], cur: Sequence[dict]) -> int:
-    from .metrics import common_prefix_length
-
-    return common_prefix_length(prev, cur)
 
 
 def _compaction_record(comp: Any, driver: Any, step: int, index: int, turn: int, reason: str, origin_ids: dict[str, int]) -> ReplayCompaction:
