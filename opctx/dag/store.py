@@ -100,6 +100,38 @@ Choices, where the specification and SPEC-NOTES leave room:
   step that the block catches undoes only itself. This is what an importer uses
   instead of an "incomplete" marker: a crash or error mid-import leaves no
   session at all (tested with SIGKILL).
+
+Layout (inspect_ai style: private modules, public names re-exported here)
+========================================================================
+
+``store.py``
+    ``GraphStore``, ``connect`` (open + migrate), ``search_across_sessions``,
+    and the ``sessions`` table helpers that ``session.py`` / ``session_db.py`` share.
+``_schema.py``
+    the migrations (``MIGRATIONS``, ``SCHEMA_VERSION``) and ``_migrate``.
+``_connection.py``
+    opening a database, the per-connection lock, ``_write`` / ``transaction``.
+``_search.py``
+    the indexed text (``fts_text``, ``search_text``), ``literal_fts_query``, the
+    ranked query ``_search`` and ``SearchHit``.
+``_rows.py``
+    a ``Call`` to a ``nodes`` row and back (eager and lazy), ``Graph`` building.
+``_errors.py``
+    ``StoreError``, ``SessionNotFound``, ``NodeNotFound``.
+
+Example
+=======
+
+>>> from opctx.dag.nodes import UserMessage
+>>> store = GraphStore(":memory:", "demo", title="a demo")
+>>> node = store.append(UserMessage("where is the config loader?"))
+>>> node.seq, store.head() == node.id
+(0, True)
+>>> [(hit.node_id == node.id, hit.role) for hit in store.search("config loader")]
+[(True, 'user')]
+>>> store.search('loader" OR "anything')  # literal: quotes and OR are just text
+[]
+>>> store.close()
 """
 
 from __future__ import annotations
@@ -107,17 +139,43 @@ from __future__ import annotations
 import gc
 import json
 import os
-import re
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
-from ._text import make_node_storable
-from .messages import as_text
+from ._connection import BUSY_TIMEOUT_MS as BUSY_TIMEOUT_MS
+from ._connection import (
+    _Connection,
+    _guard,
+    _on_rollback,
+    _open,
+    _write,
+    set_text_index,
+    transaction,
+)
+from ._connection import _switch_to_wal as _switch_to_wal
+from ._errors import NodeNotFound, SessionNotFound, StoreError
+from ._rows import (
+    _DUMPS_KW,
+    _NODE_COLUMNS,
+    _graph_from_sorted,
+    _node_data_json,
+    _row_to_call,
+    _row_to_lazy_call,
+)
+from ._schema import MIGRATIONS, SCHEMA_VERSION, _migrate
+from ._search import (
+    FTS_TEXT_LIMIT,
+    SEARCH_RANK_WINDOW,
+    SearchHit,
+    _search,
+    fts_text,
+    literal_fts_query,
+    search_text,
+)
+from ._search import _segment_cjk as _segment_cjk
 from .nodes import ROLES, Call, Graph
 
 __all__ = [
@@ -140,79 +198,9 @@ __all__ = [
     "SESSION_FIELDS",
 ]
 
-FTS_TEXT_LIMIT = 65536
-SEARCH_RANK_WINDOW = 2000
-BUSY_TIMEOUT_MS = 30_000
-SNIPPET_OPEN, SNIPPET_CLOSE, SNIPPET_ELLIPSIS = "«", "»", "…"
-SNIPPET_TOKENS = 16
 SESSION_FIELDS = ("title", "model", "agent_id", "source")
-_SQLITE_HEADER = b"SQLite format 3\x00"
-_ZWSP = "\u200b"
 
 Clock = Callable[[], float]
-
-
-class StoreError(Exception):
-    """A storage problem explained: bad file, duplicate id, value not JSON, bad query."""
-
-
-class SessionNotFound(StoreError, KeyError):
-    """No session with that id in this database (also a ``KeyError``)."""
-
-    def __str__(self) -> str:  # KeyError would repr-quote the message
-        return str(self.args[0]) if self.args else "session not found"
-
-
-class NodeNotFound(StoreError, KeyError):
-    """No node with that id in this session (also a ``KeyError``)."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else "node not found"
-
-
-@dataclass
-class SearchHit:
-    """One full-text hit. ``rank`` is bm25 (lower is better); ``snippet`` marks terms «so»."""
-
-    session_id: str
-    node_id: str
-    role: str
-    name: str
-    snippet: str
-    rank: float
-    seq: int
-
-
-# -- connection -----------------------------------------------------------------
-
-
-class _Connection(sqlite3.Connection):
-    """An sqlite3 connection that remembers its path and carries a lock."""
-
-    opctx_path: str
-    opctx_lock: threading.RLock
-    opctx_depth: int
-    opctx_undo: list[Callable[[], None]]
-
-
-def _describe(db_path: str | os.PathLike) -> str:
-    return str(db_path)
-
-
-def _check_header(path: str) -> None:
-    if path == ":memory:" or path.startswith("file:"):
-        return
-    if os.path.isdir(path):
-        raise StoreError(f"{path}: is a directory, not an SQLite database file")
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(len(_SQLITE_HEADER))
-    except FileNotFoundError:
-        return
-    except OSError as e:
-        raise StoreError(f"{path}: cannot read database file ({e})") from e
-    if head and head != _SQLITE_HEADER:
-        raise StoreError(f"{path}: not an SQLite database (the file header is not 'SQLite format 3')")
 
 
 def connect(db_path: str | os.PathLike) -> sqlite3.Connection:
@@ -221,600 +209,9 @@ def connect(db_path: str | os.PathLike) -> sqlite3.Connection:
     Raises ``StoreError`` naming the path when the file is not an SQLite database,
     is damaged, or cannot be opened.
     """
-    path = os.fspath(db_path)
-    _check_header(path)
-    try:
-        conn = sqlite3.connect(
-            path,
-            isolation_level=None,  # we issue BEGIN IMMEDIATE / COMMIT ourselves
-            check_same_thread=False,
-            timeout=BUSY_TIMEOUT_MS / 1000,
-            factory=_Connection,
-            uri=path.startswith("file:"),
-        )
-    except sqlite3.Error as e:
-        raise StoreError(f"{path}: cannot open database ({e})") from e
-    conn.opctx_path = path
-    conn.opctx_lock = threading.RLock()
-    conn.opctx_depth = 0  # open write transactions of ours (see _write)
-    conn.opctx_undo = []  # undo actions for the Python side (see _on_rollback)
-    conn.opctx_index_text = True  # see set_text_index
-    try:
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        conn.execute("PRAGMA foreign_keys = ON")
-        if path != ":memory:":
-            mode = _switch_to_wal(conn)
-            if str(mode).lower() != "wal":
-                raise StoreError(f"{path}: could not switch the database to WAL (got {mode!r})")
-        conn.execute("PRAGMA synchronous = NORMAL")
-        _migrate(conn)
-    except sqlite3.DatabaseError as e:
-        conn.close()
-        raise StoreError(f"{path}: not a usable SQLite database ({e})") from e
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
-def _switch_to_wal(conn: sqlite3.Connection) -> str:
-    # Switching a new database to WAL needs a moment of exclusive access, and SQLite
-    # reports "database is locked" at once, without its busy handler, when another
-    # process is opening the same new file: retry within the busy timeout.
-    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
-    delay = 0.001
-    while True:
-        try:
-            return conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        except sqlite3.OperationalError as e:
-            if "locked" not in str(e) or time.monotonic() >= deadline:
-                raise
-            time.sleep(delay)
-            delay = min(delay * 2, 0.05)
-
-
-def set_text_index(conn: sqlite3.Connection, enabled: bool) -> None:
-    """Turn full-text indexing of new and updated nodes on or off for this connection.
-
-    For scratch databases only: the lab's replays write every compaction into an
-    in-memory database that nobody searches, and building the search text is about a
-    tenth of a replay's cost. Nodes written while it is off are not found by
-    ``search``; a database meant to be kept should never turn it off.
-    """
-    conn.opctx_index_text = bool(enabled)
-
-
-@contextmanager
-def _write(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """One write transaction, taken with the write lock up front (BEGIN IMMEDIATE).
-
-    Inside an open one (``transaction()``, or another ``_write`` of this thread)
-    it is a SAVEPOINT instead: the step joins the outer transaction, and a step
-    that fails undoes only itself before its error propagates.
-    """
-    with conn.opctx_lock:  # type: ignore[attr-defined]
-        depth = conn.opctx_depth  # type: ignore[attr-defined]
-        if depth:
-            name = f"opctx_{depth}"
-            mark = len(conn.opctx_undo)  # type: ignore[attr-defined]
-            conn.execute(f"SAVEPOINT {name}")
-            conn.opctx_depth = depth + 1  # type: ignore[attr-defined]
-            try:
-                yield conn
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute(f"ROLLBACK TO {name}")
-                    conn.execute(f"RELEASE {name}")
-                _run_undo(conn, mark)
-                raise
-            else:
-                conn.execute(f"RELEASE {name}")
-            finally:
-                conn.opctx_depth = depth  # type: ignore[attr-defined]
-            return
-        conn.execute("BEGIN IMMEDIATE")
-        conn.opctx_depth = 1  # type: ignore[attr-defined]
-        try:
-            try:
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                _run_undo(conn, 0)
-                raise
-        finally:
-            conn.opctx_depth = 0  # type: ignore[attr-defined]
-            conn.opctx_undo.clear()  # type: ignore[attr-defined]
-
-
-def _on_rollback(conn: sqlite3.Connection, undo: Callable[[], None]) -> None:
-    """Run ``undo`` if the enclosing transaction (or savepoint) is rolled back.
-
-    Why: ``append`` writes seq / predecessor back onto the caller's ``Call``
-    objects; when a later step of the same ``transaction()`` fails, those values
-    name rows that never existed, so they are put back as they were.
-    """
-    if conn.opctx_depth:  # type: ignore[attr-defined]
-        conn.opctx_undo.append(undo)  # type: ignore[attr-defined]
-
-
-def _run_undo(conn: sqlite3.Connection, mark: int) -> None:
-    undo = conn.opctx_undo  # type: ignore[attr-defined]
-    while len(undo) > mark:
-        undo.pop()()
-
-
-@contextmanager
-def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """Make every store / session write on ``conn`` inside the block one transaction.
-
-    ``conn`` is a connection from :func:`connect` (``GraphStore.connection``,
-    ``DagSessionManager.connection``). The write lock is taken on entry
-    (``BEGIN IMMEDIATE``); creating a session, ``append_many``, ``set_head``,
-    ``update``, extra-meta writes and deletes made through this connection
-    join the transaction. Leaving the block normally commits; an exception
-    rolls everything back (the database is as before the block, and no other
-    connection ever saw any of it) and propagates. A step that raises and is
-    caught inside the block undoes only itself. Nested ``transaction()`` blocks
-    are savepoints. Calls whose seq / predecessor ``append`` filled in get them
-    back on rollback; other Python objects made inside the block (a
-    ``DagSession``'s in-memory graph) are not rolled back: discard them.
-
-    Example: an all-or-nothing import::
-
-        with DagSessionManager(db) as mgr, mgr.transaction():
-            if mgr.exists(sid):
-                mgr.delete(sid)
-            mgr.create(title=..., session_id=sid, extra_meta=meta, nodes=calls, head=head_id)
-    """
-    with _guard(conn), _write(conn):
-        yield conn
-
-
-@contextmanager
-def _guard(conn: sqlite3.Connection) -> Iterator[None]:
-    """Turn sqlite3 errors into StoreErrors that name the database file."""
-    try:
-        with conn.opctx_lock:  # type: ignore[attr-defined]
-            yield
-    except StoreError:
-        raise
-    except sqlite3.Error as e:
-        path = getattr(conn, "opctx_path", "?")
-        raise StoreError(f"{path}: database error: {e}") from e
-
-
-# -- schema migrations ------------------------------------------------------------
-# Append-only. Each migration is a small function run in its own transaction; its
-# version is its 1-based position. Never edit or reorder a released one.
-
-
-def _m0001_core_tables(conn: sqlite3.Connection) -> None:
-    # Why: the §0.2 tables. nodes.pk is the stable rowid that the FTS row shares;
-    # (session_id, id) and (session_id, seq) are unique per session.
-    conn.execute(
-        """CREATE TABLE sessions (
-            id TEXT PRIMARY KEY,
-            title TEXT NOT NULL DEFAULT '',
-            created_at REAL NOT NULL,
-            updated_at REAL NOT NULL,
-            model TEXT NOT NULL DEFAULT '',
-            agent_id TEXT NOT NULL DEFAULT '',
-            source TEXT NOT NULL DEFAULT '',
-            extra_json TEXT NOT NULL DEFAULT '{}',
-            last_node_id TEXT
-        )"""
-    )
-    conn.execute(
-        """CREATE TABLE nodes (
-            pk INTEGER PRIMARY KEY,
-            id TEXT NOT NULL,
-            session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
-            type TEXT NOT NULL,
-            predecessor TEXT,
-            caller TEXT,
-            created_at REAL NOT NULL,
-            seq INTEGER NOT NULL,
-            data_json TEXT NOT NULL,
-            UNIQUE (session_id, id),
-            UNIQUE (session_id, seq)
-        )"""
-    )
-
-
-def _m0002_fts(conn: sqlite3.Connection) -> None:
-    # Why: full-text search (§0.2). A separate migration so that a build of SQLite
-    # without FTS5 fails here with a clear message, after the core tables exist.
-    conn.execute(
-        "CREATE VIRTUAL TABLE nodes_fts USING fts5("
-        "text, session_id UNINDEXED, node_id UNINDEXED, "
-        "tokenize = 'unicode61 remove_diacritics 2')"
-    )
-
-
-def _m0003_edge_indexes(conn: sqlite3.Connection) -> None:
-    # Why: children of a node (branches, descendants, list_branches) and callees
-    # (the lab's caller graph) are looked up by edge, never by scanning a session.
-    conn.execute("CREATE INDEX nodes_predecessor ON nodes(session_id, predecessor)")
-    conn.execute("CREATE INDEX nodes_caller ON nodes(session_id, caller)")
-    conn.execute("CREATE INDEX sessions_updated ON sessions(updated_at)")
-
-
-def _m0004_session_next_seq(conn: sqlite3.Connection) -> None:
-    # Why: MAX(seq)+1 would hand a deleted tail's seqs out again; a per-session
-    # high-water mark keeps seq strictly increasing over the session's whole life.
-    conn.execute("ALTER TABLE sessions ADD COLUMN next_seq INTEGER NOT NULL DEFAULT 0")
-    conn.execute(
-        "UPDATE sessions SET next_seq = "
-        "COALESCE((SELECT MAX(seq) + 1 FROM nodes WHERE nodes.session_id = sessions.id), 0)"
-    )
-
-
-def _m0005_flattened_search_text(conn: sqlite3.Connection) -> None:
-    # Why: tool arguments and structured outputs used to be indexed as JSON text, where
-    # a word after an escaped newline ("cd repo\nmake") became one token with the
-    # escape and could not be found. Re-index every node that has a text row with
-    # search_text's flattening (nodes of scratch databases, never indexed, stay so).
-    select = (
-        "SELECT n.pk, n.id, n.type, n.predecessor, n.caller, n.created_at, n.seq, n.data_json "
-        "FROM nodes n JOIN nodes_fts f ON f.rowid = n.pk WHERE n.pk > ? ORDER BY n.pk LIMIT 2000"
-    )
-    last = -1
-    while rows := conn.execute(select, (last,)).fetchall():
-        conn.executemany(
-            "UPDATE nodes_fts SET text = ? WHERE rowid = ?",
-            [(fts_text(_row_to_call(tuple(r[1:]))), r[0]) for r in rows],
-        )
-        last = rows[-1][0]
-
-
-MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
-    ("core_tables", _m0001_core_tables),
-    ("fts", _m0002_fts),
-    ("edge_indexes", _m0003_edge_indexes),
-    ("session_next_seq", _m0004_session_next_seq),
-    ("flattened_search_text", _m0005_flattened_search_text),
-]
-SCHEMA_VERSION = len(MIGRATIONS)
-
-
-def _applied_version(conn: sqlite3.Connection) -> int:
-    row = conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()
-    return row[0] or 0
-
-
-def _migrate(conn: sqlite3.Connection) -> None:
-    path = conn.opctx_path  # type: ignore[attr-defined]
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS schema_migrations ("
-        "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
-    )
-    current = _applied_version(conn)
-    if current > SCHEMA_VERSION:
-        raise StoreError(
-            f"{path}: schema version {current} is newer than this opctx knows "
-            f"({SCHEMA_VERSION}); upgrade opctx"
-        )
-    if current == SCHEMA_VERSION:
-        return
-    for version, (name, migration) in enumerate(MIGRATIONS, start=1):
-        with _write(conn):
-            # Re-checked under the write lock: another process may have just run it.
-            if conn.execute(
-                "SELECT 1 FROM schema_migrations WHERE version = ?", (version,)
-            ).fetchone():
-                continue
-            try:
-                migration(conn)
-            except sqlite3.OperationalError as e:
-                if name == "fts" and "fts5" in str(e).lower():
-                    raise StoreError(
-                        f"{path}: this SQLite build has no FTS5 module ({e})"
-                    ) from e
-                raise
-            conn.execute(
-                "INSERT INTO schema_migrations(version, name, applied_at) VALUES (?, ?, ?)",
-                (version, f"{version:04d}_{name}", time.time()),
-            )
-
-
-# -- serialisation ------------------------------------------------------------------
-
-_DUMPS_KW = {"ensure_ascii": False, "separators": (",", ":"), "allow_nan": False}
-# A run of Han / Kana / Hangul characters (see "CJK" in the module doc).
-_CJK_RUN = re.compile(
-    "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\U00020000-\U0002fa1f]+"
-)
-_HAS_TOKEN = re.compile(r"[^\W_]")
-
-
-def _node_data_json(node: Call) -> str:
-    data: dict[str, Any] = {"name": node.name, "input": node.input, "output": node.output}
-    if node.reads:
-        data["reads"] = node.reads
-    if node.metadata:
-        data["metadata"] = node.metadata
-    try:
-        text = json.dumps(data, **_DUMPS_KW)
-    except (TypeError, ValueError):
-        pass
-    else:  # lone surrogates ("\ud83d" is valid JSON) cannot be stored: see dag/_text.py
-        return _node_data_json(node) if make_node_storable(node, text) else text
-    for field in ("input", "output", "metadata", "reads", "name"):
-        try:
-            json.dumps(getattr(node, field), **_DUMPS_KW)
-        except (TypeError, ValueError) as e:
-            raise StoreError(
-                f"node {node.id!r}: field {field!r} is not JSON-serialisable ({e})"
-            ) from None
-    raise StoreError(f"node {node.id!r}: not JSON-serialisable")  # pragma: no cover
-
-
-def _zwsp_after_each(match: re.Match[str]) -> str:
-    return _ZWSP.join(match.group()) + _ZWSP
-
-
-def _segment_cjk(text: str) -> str:
-    """``text`` with a zero-width space after every CJK character.
-
-    Why this shape: a template replacement per character (``sub(r"\\1" + ZWSP)``)
-    cost ~6 µs a character, half of an import of a CJK transcript. Matching whole
-    runs and joining each run in C is ~25x faster; ASCII text (most text) is
-    returned after one C-level ``isascii`` check. The result is the same string.
-    """
-    if text.isascii():
-        return text
-    return _CJK_RUN.sub(_zwsp_after_each, text)
-
-
-# Strings longer than this are indexed as they are, never parsed as JSON: the index
-# keeps only the first FTS_TEXT_LIMIT characters, and parsing a megabyte of tool output
-# on every append would cost more than the whole rest of the write.
-_JSON_PARSE_LIMIT = 4 * FTS_TEXT_LIMIT
-
-
-def search_text(value: Any) -> str:
-    r"""The text of a stored value as the index should see it (see module doc).
-
-    A string is itself, unless it is a JSON object or array (tool arguments as the
-    OpenAI wire format keeps them); structures are flattened into their keys and
-    values, one ``key: value`` per line, so the words of a multi-line argument are
-    separate tokens instead of one token glued to an escape (``\nmake``). Text
-    blocks give their text; base64 payloads (images) give nothing.
-
-    >>> print(search_text('{"command": "cd repo\\nmake test", "timeout": 30}'))
-    command: cd repo
-    make test
-    timeout: 30
-    >>> print(search_text([{"type": "text", "text": "2 passed"}]))
-    2 passed
-    """
-    if isinstance(value, str):
-        parsed = _parse_json_text(value)
-        if parsed is None:
-            return value
-        value = parsed
-    if value is None:
-        return ""
-    out: list[str] = []
-    # an explicit stack, not recursion: nesting depth is the transcript's to choose
-    stack: list[tuple[Any, str]] = [(value, "")]
-    while stack:
-        item, label = stack.pop()
-        if isinstance(item, dict):
-            kind = item.get("type")
-            if kind == "text" and isinstance(item.get("text"), str):
-                out.append(label + item["text"])
-            elif kind != "base64":
-                stack.extend((v, f"{k}: ") for k, v in reversed(item.items()))
-        elif isinstance(item, list | tuple):
-            stack.extend((v, label) for v in reversed(item))
-        elif isinstance(item, str):
-            parsed = _parse_json_text(item)
-            if parsed is None:
-                out.append(label + item)
-            else:
-                stack.append((parsed, label))
-        elif item is not None:
-            out.append(label + (json.dumps(item) if isinstance(item, bool) else str(item)))
-    return "\n".join(out)
-
-
-_LEADING_SPACE = re.compile(r"\s*")
-
-
-def _parse_json_text(text: str) -> Any:
-    # most text is no JSON: its first non-space character says so before the whole
-    # (possibly megabytes of) tool output is copied by strip()
-    start = _LEADING_SPACE.match(text).end()
-    if text[start : start + 1] not in ("{", "["):
-        return None
-    stripped = text.strip()
-    if len(stripped) < 2 or len(stripped) > _JSON_PARSE_LIMIT:
-        return None
-    if (stripped[0], stripped[-1]) not in (("{", "}"), ("[", "]")):
-        return None
-    try:
-        return json.loads(stripped)
-    except (ValueError, RecursionError):
-        return None
-
-
-def _blocks_text(blocks: Any) -> list[str]:
-    parts: list[str] = []
-    if not isinstance(blocks, list):
-        return parts
-    for b in blocks:
-        if not isinstance(b, dict):
-            continue
-        kind = b.get("type")
-        if kind == "text":
-            parts.append(as_text(b.get("text")))
-        elif kind == "tool_use":
-            parts.append(as_text(b.get("name")))
-            parts.append(search_text(b.get("input")))
-        elif kind == "tool_result":
-            parts.append(search_text(b.get("content")))
-    return parts
-
-
-def fts_text(node: Call, limit: int = FTS_TEXT_LIMIT) -> str:
-    """The searchable text of a node, at most ``limit`` characters (see module doc)."""
-    # Output first so that snippets open on the content; the name (model, tool,
-    # "user") goes last but keeps its room, so it stays searchable on huge outputs.
-    name = node.name[:256]
-    parts = [search_text(node.output)]
-    meta = node.metadata
-    if meta:
-        for tc in meta.get("tool_calls") or ():
-            if isinstance(tc, dict):
-                parts.append(as_text(tc.get("name")))
-                parts.append(search_text(tc.get("arguments")))
-        extra = meta.get("extra")
-        if isinstance(extra, dict):
-            parts.extend(_blocks_text(extra.get("blocks")))
-    inp = node.input
-    if node.role == "llm" and isinstance(inp, dict):
-        inp = {k: v for k, v in inp.items() if k != "system" and v is not None} or None
-    parts.append(search_text(inp))
-    out: list[str] = []
-    budget = limit - len(name) - 1
-    for part in parts:
-        if budget <= 0:
-            break
-        if not part:
-            continue
-        if len(part) > budget:
-            part = part[:budget]
-        out.append(part)
-        budget -= len(part) + 1
-    if name:
-        out.append(name)
-    return _segment_cjk("\n".join(out))
-
-
-def literal_fts_query(text: str) -> str:
-    """User text as an FTS5 query that means exactly the words typed (see module doc).
-
-    Returns ``""`` when nothing in ``text`` is searchable.
-    """
-    phrases = []
-    for piece in str(text).split():
-        if not _HAS_TOKEN.search(piece):
-            continue
-        phrases.append('"' + _segment_cjk(piece).replace('"', '""') + '"')
-    return " ".join(phrases)
-
-
-def _row_to_call(row: tuple) -> Call:
-    """Build a Call from a trusted row without re-running Call.__init__'s checks."""
-    nid, role, pred, caller, created_at, seq, data_json = row
-    data = json.loads(data_json)
-    node = Call.__new__(Call)
-    node.id = nid
-    node.seq = seq
-    node.created_at = created_at
-    node.role = role
-    node.name = data.get("name", "")
-    node.input = data.get("input")
-    node.output = data.get("output")
-    node._caller = caller
-    node._predecessor = pred
-    node.reads = data.get("reads") or []
-    node.metadata = data.get("metadata") or {}
-    return node
-
-
-# The payload fields of a Call, and the slot descriptors that hold their values.
-_PAYLOAD_SLOTS = {name: Call.__dict__[name] for name in ("name", "input", "output", "reads", "metadata")}
-
-
-class _StoredCall(Call):
-    """A ``Call`` read by ``load()`` whose JSON payload is decoded on first use.
-
-    Why: on real transcripts the payload (tool outputs, code) is ~1-2 KB a node,
-    and ``json.loads`` of it dominates loading a large session, while a chat turn
-    or a compaction touches only the nodes it renders. The edges, ``seq``, ``id``,
-    ``role`` and ``created_at`` are plain columns and set eagerly; ``name``,
-    ``input``, ``output``, ``reads`` and ``metadata`` decode together on the first
-    read or write of any of them. It is a ``Call`` in every respect
-    (``isinstance``, ``==``, ``copy``, pickling, ``Graph.update``).
-    """
-
-    __slots__ = ("_payload",)
-
-    def _decode(self) -> None:
-        payload = self._payload
-        if payload is None:
-            return
-        data = json.loads(payload)
-        slots = _PAYLOAD_SLOTS
-        slots["name"].__set__(self, data.get("name", ""))
-        slots["input"].__set__(self, data.get("input"))
-        slots["output"].__set__(self, data.get("output"))
-        slots["reads"].__set__(self, data.get("reads") or [])
-        slots["metadata"].__set__(self, data.get("metadata") or {})
-        self._payload = None
-
-
-def _lazy_payload_field(slot_name: str) -> property:
-    slot = _PAYLOAD_SLOTS[slot_name]
-
-    def fget(self: _StoredCall) -> Any:
-        if self._payload is not None:
-            self._decode()
-        return slot.__get__(self, Call)
-
-    def fset(self: _StoredCall, value: Any) -> None:
-        if self._payload is not None:
-            self._decode()  # decode first so the other fields are not lost
-        slot.__set__(self, value)
-
-    return property(fget, fset, doc=f"Call.{slot_name}, decoded on first use")
-
-
-for _name in _PAYLOAD_SLOTS:
-    setattr(_StoredCall, _name, _lazy_payload_field(_name))
-del _name
-
-
-def _row_to_lazy_call(row: tuple) -> Call:
-    nid, role, pred, caller, created_at, seq, data_json = row
-    node = _StoredCall.__new__(_StoredCall)
-    node._payload = data_json
-    node.id = nid
-    node.seq = seq
-    node.created_at = created_at
-    node.role = role
-    node._caller = caller
-    node._predecessor = pred
-    return node
-
-
-def _graph_from_sorted(nodes: list[Call]) -> Graph:
-    """A Graph of nodes already in strictly increasing seq order with unique ids.
-
-    Fills the same indexes ``Graph.add`` keeps, without its per-node checks
-    (the database's UNIQUE constraints already guarantee them). Tested against
-    a graph built with ``Graph.add``.
-    """
-    graph = Graph()
-    children: dict[str | None, list[str]] = {}
-    callees: dict[str | None, list[str]] = {}
-    for node in nodes:
-        children.setdefault(node._predecessor, []).append(node.id)
-        callees.setdefault(node._caller, []).append(node.id)
-    graph.nodes = {n.id: n for n in nodes}
-    graph._by_seq = {n.seq: n for n in nodes}
-    graph._seqs = [n.seq for n in nodes]
-    graph._children = children
-    graph._callees = callees
-    graph._next_seq = nodes[-1].seq + 1 if nodes else 0
-    return graph
-
-
-_NODE_COLUMNS = "id, type, predecessor, caller, created_at, seq, data_json"
+    # MIGRATIONS is looked up here at each call, so that it is this module's list
+    # that a database is brought up to (a test appends a failing one to it).
+    return _open(db_path, lambda conn: _migrate(conn, MIGRATIONS))
 
 
 def _extends_head(node: Call, head: str | None) -> bool:
@@ -875,72 +272,7 @@ def _delete_session_rows(conn: sqlite3.Connection, session_id: str) -> bool:
     return cur.rowcount > 0
 
 
-def _search(
-    conn: sqlite3.Connection,
-    query: str,
-    limit: int,
-    raw: bool,
-    session_id: str | None,
-    rank_window: int | None = SEARCH_RANK_WINDOW,
-) -> list[SearchHit]:
-    if limit is None or limit <= 0:
-        return []
-    fts_query = _segment_cjk(query) if raw else literal_fts_query(query)
-    if not fts_query.strip():
-        return []
-    scope = " AND nodes_fts.session_id = ?" if session_id is not None else ""
-    scope_params: list[Any] = [session_id] if session_id is not None else []
-    sql = (
-        "SELECT n.session_id, n.id, n.type, json_extract(n.data_json, '$.name'), "
-        f"snippet(nodes_fts, 0, '{SNIPPET_OPEN}', '{SNIPPET_CLOSE}', '{SNIPPET_ELLIPSIS}', "
-        f"{SNIPPET_TOKENS}), nodes_fts.rank, n.seq "
-        "FROM nodes_fts JOIN nodes n ON n.pk = nodes_fts.rowid "
-        f"WHERE nodes_fts MATCH ?{scope}"
-    )
-    ranked = " ORDER BY nodes_fts.rank LIMIT ?"
-    with conn.opctx_lock:  # type: ignore[attr-defined]
-        try:
-            boundary = None
-            if rank_window is not None and rank_window > 0:
-                # The rowid of the rank_window-th newest match of the whole
-                # database (no session filter: that one costs a lookup per row).
-                row = conn.execute(
-                    "SELECT rowid FROM nodes_fts WHERE nodes_fts MATCH ? "
-                    "ORDER BY rowid DESC LIMIT 1 OFFSET ?",
-                    (fts_query, max(int(rank_window), int(limit)) - 1),
-                ).fetchone()
-                boundary = row[0] if row is not None else None
-            rows: list = []
-            if boundary is not None:
-                rows = conn.execute(
-                    sql + " AND nodes_fts.rowid >= ?" + ranked,
-                    [fts_query, *scope_params, boundary, int(limit)],
-                ).fetchall()
-            if boundary is None or len(rows) < limit:
-                # Few matches, or this session has too few of them among the
-                # newest: rank every match.
-                rows = conn.execute(sql + ranked, [fts_query, *scope_params, int(limit)]).fetchall()
-        except sqlite3.OperationalError as e:
-            msg = str(e)
-            if raw and not any(w in msg for w in ("locked", "busy", "disk", "malformed", "no such table")):
-                raise StoreError(f"invalid FTS5 query {query!r}: {msg}") from None
-            path = getattr(conn, "opctx_path", "?")
-            raise StoreError(f"{path}: search for {query!r} failed: {msg}") from e
-        except sqlite3.Error as e:
-            path = getattr(conn, "opctx_path", "?")
-            raise StoreError(f"{path}: search for {query!r} failed: {e}") from e
-    return [
-        SearchHit(
-            session_id=r[0],
-            node_id=r[1],
-            role=r[2],
-            name=r[3] or "",
-            snippet=(r[4] or "").replace(_ZWSP, ""),
-            rank=float(r[5]),
-            seq=r[6],
-        )
-        for r in rows
-    ]
+# -- search over every session (GraphStore.search is one session) --------------------
 
 
 def search_across_sessions(

@@ -72,19 +72,17 @@ from __future__ import annotations
 
 import bisect
 import math
-import operator
 import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from opctx.dag.messages import is_tool_result, message_text, tool_result_ids, tool_use_ids
 
+from ._replay_result import ReplayResult, common_prefix_length, guard_counts
 from .prices import PriceTable, price_for
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
-
-    from .replay import ReplayResult
 
 __all__ = [
     "identifiers",
@@ -197,35 +195,7 @@ def tool_pair_breaks(messages: Sequence[dict]) -> list[dict[str, Any]]:
     return breaks
 
 
-# -- prefix cache ------------------------------------------------------------------
-
-
-def common_prefix_length(previous: Sequence[dict], current: Sequence[dict]) -> int:
-    """How many leading messages ``current`` shares unchanged with ``previous``.
-
-    Identity is checked first (a replay shares unchanged dicts between steps),
-    then equality of role, id and text.
-    """
-    n = min(len(previous), len(current))
-    # C-speed identity pass first: a replay shares unchanged dicts between steps
-    same = list(map(operator.is_, previous[:n], current[:n]))
-    i = same.index(False) if False in same else n
-    while i < n:
-        a, b = previous[i], current[i]
-        if a is not b and not _same_message(a, b):
-            break
-        i += 1
-    return i
-
-
-def _same_message(a: dict, b: dict) -> bool:
-    return (
-        a.get("role") == b.get("role")
-        and a.get("id") == b.get("id")
-        and a.get("content") == b.get("content")
-        and a.get("extra") == b.get("extra")
-        and a.get("tool_calls") == b.get("tool_calls")
-    )
+# -- prefix cache: common_prefix_length lives in _replay_result (the replay uses it too)
 
 
 # -- reference loss -----------------------------------------------------------------
@@ -584,8 +554,6 @@ def summarize(
         "estimator_mean_abs_rel_error": float(np.abs(rel).mean()) if rel.size else math.nan,
     }
     # the engine's anti-thrash guard at work (opctx.lab.replay: "the engine's notes")
-    from .replay import guard_counts
-
     out.update(guard_counts(result.events))
     if reference_loss:
         requests = [(int(idx), result.context(step)) for step, idx in enumerate(df["stream_index"].tolist())]

@@ -64,11 +64,12 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from opctx.dag.messages import is_tool_result
 
+from ._replay_result import ReplayCompaction, ReplayResult, common_prefix_length, guard_counts
 from .history import RecordedCompaction, RecordedHistory, as_history, provider_prompt_tokens
 
 __all__ = [
@@ -141,14 +142,6 @@ def quiet_replays() -> Any:
     return manager()
 
 
-def guard_counts(events: Sequence[dict]) -> dict[str, int]:
-    """``compactions_failed`` / ``auto_compaction_disabled`` counted from a replay's events."""
-    return {
-        "compactions_failed": sum(1 for e in events if e.get("event") == "compaction_failed"),
-        "auto_compaction_disabled": sum(1 for e in events if e.get("event") == "auto_compaction_disabled"),
-    }
-
-
 def _collecting_engine_notes(fn: Callable[..., ReplayResult]) -> Callable[..., ReplayResult]:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> ReplayResult:
@@ -197,111 +190,6 @@ class ReplayClock:
         if now is not None and not (isinstance(now, float) and math.isnan(now)):
             # never run backwards: recordings sometimes have out-of-order stamps
             self.now = max(self.now, float(now))
-
-
-@dataclass
-class ReplayCompaction:
-    """One compaction during a replay."""
-
-    step: int
-    stream_index: int
-    turn: int
-    reason: str
-    tokens_before: int
-    tokens_after: int
-    folded_ids: list[str]
-    kept_ids: list[str]
-    protected_ids: list[str]
-    summary_text: str
-    fell_back_to_structural: bool
-    ok: bool = True
-    error: str | None = None
-    cut_index: int | None = None
-    summary_id: str | None = None
-    duration_ms: float = 0.0
-    # the same nodes as stream indices (ids of copies and summaries are random; these are not)
-    folded_indices: list[int | None] = field(default_factory=list)
-    kept_indices: list[int | None] = field(default_factory=list)
-    protected_indices: list[int | None] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-@dataclass
-class ReplayResult:
-    """Everything a replay produced (see the module docstring)."""
-
-    history: RecordedHistory
-    preset: str
-    params: dict[str, Any]
-    model: str
-    context_window: int
-    summaries: str
-    steps_df: Any
-    compactions: list[ReplayCompaction]
-    contexts: list[list[dict]] | None
-    origin_ids: dict[str, int]
-    elapsed_s: float = 0.0
-    events: list[dict] = field(default_factory=list)
-
-    @property
-    def stream(self) -> list[dict]:
-        return self.history.messages
-
-    @property
-    def recorded_compactions(self) -> list[RecordedCompaction]:
-        return self.history.compactions
-
-    @property
-    def stream_texts(self) -> list[str]:
-        return self.history.texts()
-
-    @property
-    def stream_identifiers(self) -> list[list[str]]:
-        from .metrics import identifiers
-
-        texts = self.stream_texts
-        return self.history.derived("identifiers", lambda: [identifiers(t) for t in texts])
-
-    def context(self, step: int) -> list[dict]:
-        """The request messages (history part, after aging/masking) of ``step``."""
-        if self.contexts is None:
-            raise RuntimeError("this replay ran with keep_contexts=False; rerun with keep_contexts=True")
-        return self.contexts[step]
-
-    def origin_of(self, msg: dict) -> int | None:
-        """The stream index ``msg`` comes from (copies resolved), ``None`` for summaries."""
-        mid = msg.get("id")
-        idx = self.origin_ids.get(mid) if mid is not None else None
-        if idx is not None:
-            return idx
-        source = msg.get("copied_from")
-        return self.origin_ids.get(source) if source is not None else None
-
-    def metrics(self, prices: Any = None, *, reference_loss: bool = True) -> dict[str, Any]:
-        from .metrics import summarize
-
-        return summarize(self, prices, reference_loss=reference_loss)
-
-    def compactions_df(self) -> Any:
-        import pandas as pd
-
-        cols = [
-            "step", "stream_index", "turn", "reason", "tokens_before", "tokens_after", "folded",
-            "kept", "protected", "fell_back_to_structural", "ok", "cut_index", "summary_chars",
-        ]
-        rows = [
-            {
-                **{k: getattr(c, k) for k in cols if hasattr(c, k)},
-                "folded": len(c.folded_ids),
-                "kept": len(c.kept_ids),
-                "protected": len(c.protected_ids),
-                "summary_chars": len(c.summary_text),
-            }
-            for c in self.compactions
-        ]
-        return pd.DataFrame(rows, columns=cols)
 
 
 class _RecordedSummaryProvider:
@@ -402,12 +290,49 @@ def replay(
     ``agent``: what the engine counts besides the history (transcripts rarely
     hold them; ``agent`` wins over ``system_prompt``). ``keep_contexts`` and
     ``feed_usage``: see the module docstring.
+
+    The steps: :func:`_load` (the history and the settings it is replayed with),
+    :class:`_Replay` (the in-memory database, the engine and its driver),
+    :meth:`_Replay.step` for each recorded message, :meth:`_Replay.result`.
     """
-    from opctx.context.tokens import Estimator, real_context_window
-
-    from . import presets
-
     started = time.perf_counter()
+    history, setup = _load(session_or_history, context_window, model, summaries)
+    run = _Replay(
+        history,
+        setup,
+        engine_or_preset,
+        params,
+        agent=agent,
+        system_prompt=system_prompt,
+        tools=tools,
+        keep_contexts=keep_contexts,
+        feed_usage=feed_usage,
+    )
+    for index, msg in enumerate(history.messages):
+        run.step(index, msg)
+    return run.result(started, params)
+
+
+@dataclass
+class _Setup:
+    """What a replay runs with, resolved from its arguments and the recording."""
+
+    model: str
+    window: int
+    provider: Any  # the summariser's provider call, None for structural summaries
+    recorded_provider: _RecordedSummaryProvider | None  # set for summaries="recorded"
+    summaries_label: str
+
+
+def _load(
+    session_or_history: Any,
+    context_window: int | None,
+    model: str | None,
+    summaries: str | Callable[..., Any],
+) -> tuple[RecordedHistory, _Setup]:
+    """Step 1: the recorded history, and the model, window and summariser to replay it with."""
+    from opctx.context.tokens import real_context_window
+
     history = as_history(session_or_history)
     model_name = model or history.model or ""
     window = int(context_window or history.context_window or real_context_window(model_name or None))
@@ -418,183 +343,244 @@ def replay(
     recorded_provider = _RecordedSummaryProvider() if summaries == "recorded" else None
     provider = recorded_provider if recorded_provider is not None else (None if summaries == "structural" else summaries)
     summaries_label = summaries if isinstance(summaries, str) else "provider"
+    return history, _Setup(model_name, window, provider, recorded_provider, summaries_label)
 
-    messages = history.messages
-    first_time = next((m.get("timestamp") for m in messages if m.get("timestamp") is not None), 0.0)
-    clock = ReplayClock(first_time or 0.0)
-    db = _ReplaySessionDB(clock)
-    session_id = db.create_session(title=history.title or "replay", model=model_name, source="replay")
-    preset_name, engine, engine_cfg = presets.instantiate(
-        engine_or_preset,
-        session_db=db,
-        clock=clock,
-        context_window=window,
-        model=model_name,
-        summarizer_provider=provider,
-        **params,
-    )
-    driver = presets.EngineDriver(engine, db, session_id, model_name, window, agent=agent,
-                                  system_prompt=system_prompt, tools=tools)
-    # the engine's own estimator (and its cache), so that every figure agrees with its budget
-    estimator = driver.estimator or Estimator()
-    fixed_tokens = driver.fixed_tokens(estimator)
-    # per message object: unchanged messages are the same dicts from step to step;
-    # the cache holds the object itself so its id() cannot be reused
-    token_cache: dict[int, tuple[dict, int]] = {}
 
-    def est(msg: dict) -> int:
-        hit = token_cache.get(id(msg))
+class _Replay:
+    """One replay in progress: the engine on its in-memory session, and what it recorded so far.
+
+    ``__init__`` builds the engine and its driver (step 2), :meth:`step` takes one
+    recorded message (step 3), :meth:`result` collects the ``ReplayResult`` (step 4).
+    """
+
+    def __init__(
+        self,
+        history: RecordedHistory,
+        setup: _Setup,
+        engine_or_preset: Any,
+        params: dict[str, Any],
+        *,
+        agent: Any,
+        system_prompt: str,
+        tools: list[dict] | None,
+        keep_contexts: bool,
+        feed_usage: bool,
+    ) -> None:
+        from opctx.context.tokens import Estimator
+
+        from . import presets
+
+        self.history = history
+        self.setup = setup
+        self.feed_usage = feed_usage
+        model_name = setup.model
+        messages = history.messages
+        first_time = next((m.get("timestamp") for m in messages if m.get("timestamp") is not None), 0.0)
+        self.clock = clock = ReplayClock(first_time or 0.0)
+        db = _ReplaySessionDB(clock)
+        session_id = db.create_session(title=history.title or "replay", model=model_name, source="replay")
+        self.preset_name, engine, self.engine_cfg = presets.instantiate(
+            engine_or_preset,
+            session_db=db,
+            clock=clock,
+            context_window=setup.window,
+            model=model_name,
+            summarizer_provider=setup.provider,
+            **params,
+        )
+        self.driver = presets.EngineDriver(engine, db, session_id, model_name, setup.window, agent=agent,
+                                           system_prompt=system_prompt, tools=tools)
+        # the engine's own estimator (and its cache), so that every figure agrees with its budget
+        self.estimator = estimator = self.driver.estimator or Estimator()
+        self.fixed_tokens = self.driver.fixed_tokens(estimator)
+        # per message object: unchanged messages are the same dicts from step to step;
+        # the cache holds the object itself so its id() cannot be reused
+        self.token_cache: dict[int, tuple[dict, int]] = {}
+
+        # per stream message token estimates, once: the "none" baseline
+        self.origin_ids: dict[str, int] = {}
+        self.active: list[dict] = []
+        self.contexts: list[list[dict]] | None = [] if keep_contexts else None
+        self.rows: list[dict[str, Any]] = []
+        self.compactions: list[ReplayCompaction] = []
+        self.events: list[dict] = []
+        self.recorded = list(history.compactions)
+        self.next_recorded = 0
+        self.stream_tokens_sum = 0
+        # per stream message, once per history and estimator method: every replay of a
+        # sweep over this history shares it
+        # (estimated for the replay's model, as the engine estimates: same tokenizer and scale)
+        self.stream_tokens = history.derived(
+            ("tokens", getattr(estimator, "method", "auto"), model_name),
+            lambda: [estimator.message_tokens(m, model_name or None) for m in messages],
+        )
+        self.turn = 0
+        self.prev_ctx: list[dict] = []
+        self.prev_cum: list[int] = [0]
+        self.prev_total = 0
+        self.diverged = False
+        self.recording_diverged = False
+        self.pending_recorded: RecordedCompaction | None = None
+        self.pending_decision: str | None = None
+
+    def est(self, msg: dict) -> int:
+        """Tokens of ``msg`` by the engine's estimator, cached per message object."""
+        hit = self.token_cache.get(id(msg))
         if hit is not None and hit[0] is msg:
             return hit[1]
-        tokens = estimator.message_tokens(msg, model_name or None)
-        token_cache[id(msg)] = (msg, tokens)
+        tokens = self.estimator.message_tokens(msg, self.setup.model or None)
+        self.token_cache[id(msg)] = (msg, tokens)
         return tokens
 
-    # per stream message token estimates, once: the "none" baseline
-    origin_ids: dict[str, int] = {}
-    active: list[dict] = []
-    contexts: list[list[dict]] | None = [] if keep_contexts else None
-    rows: list[dict[str, Any]] = []
-    compactions: list[ReplayCompaction] = []
-    events: list[dict] = []
-    recorded = list(history.compactions)
-    next_recorded = 0
-    stream_tokens_sum = 0
-    # per stream message, once per history and estimator method: every replay of a
-    # sweep over this history shares it
-    # (estimated for the replay's model, as the engine estimates: same tokenizer and scale)
-    stream_tokens = history.derived(
-        ("tokens", getattr(estimator, "method", "auto"), model_name),
-        lambda: [estimator.message_tokens(m, model_name or None) for m in messages],
-    )
-    turn = 0
-    prev_ctx: list[dict] = []
-    prev_cum: list[int] = [0]
-    prev_total = 0
-    diverged = False
-    recording_diverged = False
-    pending_recorded: RecordedCompaction | None = None
-    pending_decision: str | None = None
-
-    for index, msg in enumerate(messages):
-        clock.set(msg.get("timestamp"))
-        while next_recorded < len(recorded) and recorded[next_recorded].stream_index <= index:
-            recording_diverged = True
-            pending_recorded = recorded[next_recorded]
-            next_recorded += 1
-        if pending_recorded is not None and recorded_provider is not None and _is_request(msg):
-            # the recording compacted before this request: do the same, with its text
-            recorded_provider.text = pending_recorded.summary_text
-            tokens_before_recorded = driver.tokens(driver.prepare(active))
-            comp = driver.compact(reason="recorded", force_structural=False)
-            recorded_provider.text = None
-            pending_recorded = None
-            if comp is not None and comp.ok:
-                active = driver.branch()
-                _register_copies(active, origin_ids)
-                diverged = True
-                record = _compaction_record(comp, driver, len(rows), index, turn, "recorded", origin_ids)
-                record.tokens_before = tokens_before_recorded
-                record.tokens_after = driver.tokens(driver.prepare(active))
-                compactions.append(record)
-                pending_decision = "recorded"
+    def step(self, index: int, msg: dict) -> None:
+        """Step 3, for one recorded message: compact where the recording did (with
+        ``summaries="recorded"``), make the request if it is an assistant message,
+        then append it to the in-memory session."""
+        self.clock.set(msg.get("timestamp"))
+        recorded = self.recorded
+        while self.next_recorded < len(recorded) and recorded[self.next_recorded].stream_index <= index:
+            self.recording_diverged = True
+            self.pending_recorded = recorded[self.next_recorded]
+            self.next_recorded += 1
+        if self.pending_recorded is not None and self.setup.recorded_provider is not None and _is_request(msg):
+            self._compact_as_recorded(index)
         if msg.get("role") == "user" and not is_tool_result(msg):
-            turn += 1
+            self.turn += 1
         if _is_request(msg):
-            prep = driver.prepare(active)
-            decision = driver.decide(prep)
-            tokens_before = driver.tokens(prep)
-            compacted = False
-            if pending_decision is not None:
-                decision, compacted, pending_decision = pending_decision, True, None
-                tokens_before = compactions[-1].tokens_before
-            elif decision in ("auto", "emergency"):
-                comp = driver.compact(reason=decision, force_structural=decision == "emergency")
-                if comp is not None and comp.ok:
-                    compacted = True
-                    diverged = True
-                    active = driver.branch()
-                    _register_copies(active, origin_ids)
-                    prep = driver.prepare(active)
-                    record = _compaction_record(comp, driver, len(rows), index, turn, decision, origin_ids)
-                    record.tokens_before = tokens_before
-                    record.tokens_after = driver.tokens(prep)
-                    compactions.append(record)
-                elif comp is not None:
-                    events.append({"step": len(rows), "event": "compaction_failed", "error": comp.error})
-            ctx = driver.context(prep)
-            tokens = driver.tokens(prep)
-            redacted = driver.redacted(prep)
-            if redacted:
-                diverged = True
-            # prefix carried from the previous request
-            common = _common_prefix(prev_ctx, ctx)
-            cum = prev_cum[: common + 1]
-            running = cum[-1]
-            for m in ctx[common:]:
-                running += est(m)
-                cum.append(running)
-            kept_tokens = min(prev_total, fixed_tokens + cum[common]) if rows else 0
-            invalidated = prev_total - kept_tokens if rows else 0
-            usage = msg.get("usage") if isinstance(msg.get("usage"), dict) else None
-            provider_tokens = provider_prompt_tokens(msg, history.format, model_name)
-            output_tokens = usage.get("output_tokens") if usage else None
-            if output_tokens is None:
-                output_tokens = est(msg)
-            rows.append(
-                {
-                    "step": len(rows),
-                    "stream_index": index,
-                    "node_id": msg.get("id"),
-                    "turn": turn,
-                    "timestamp": float(clock.now),
-                    "tokens": int(tokens),
-                    "tokens_none": int(fixed_tokens + stream_tokens_sum),
-                    "tokens_before_compaction": int(tokens_before),
-                    "budget_pct": float(driver.budget_pct(prep)),
-                    "input_budget": int(driver.input_budget(prep)),
-                    "decision": decision,
-                    "compacted": compacted,
-                    "redacted": int(redacted),
-                    "tokens_freed_by_aging": int(getattr(prep, "tokens_freed_by_aging", 0) or 0),
-                    "context_messages": len(ctx),
-                    "prefix_kept_tokens": int(kept_tokens),
-                    "prefix_invalidated_tokens": int(invalidated),
-                    "provider_input_tokens": provider_tokens,
-                    "output_tokens": int(output_tokens),
-                    "diverged": bool(diverged or recording_diverged),
-                }
-            )
-            if contexts is not None:
-                contexts.append(ctx)
-            if feed_usage and usage and not (diverged or recording_diverged):
-                driver.after_turn(usage, prep)
-            prev_ctx, prev_cum, prev_total = ctx, cum, int(tokens)
-        stored = driver.append(msg, parent=active[-1]["id"] if active else None, now=clock.now, index=index)
-        origin_ids[stored["id"]] = index
+            self._request(index, msg)
+        self._append(index, msg)
+
+    def _compact_as_recorded(self, index: int) -> None:
+        """The recording compacted before this request: do the same, with its text."""
+        driver, recorded_provider = self.driver, self.setup.recorded_provider
+        recorded_provider.text = self.pending_recorded.summary_text
+        tokens_before_recorded = driver.tokens(driver.prepare(self.active))
+        comp = driver.compact(reason="recorded", force_structural=False)
+        recorded_provider.text = None
+        self.pending_recorded = None
+        if comp is not None and comp.ok:
+            self.active = driver.branch()
+            _register_copies(self.active, self.origin_ids)
+            self.diverged = True
+            record = _compaction_record(comp, driver, len(self.rows), index, self.turn, "recorded", self.origin_ids)
+            record.tokens_before = tokens_before_recorded
+            record.tokens_after = driver.tokens(driver.prepare(self.active))
+            self.compactions.append(record)
+            self.pending_decision = "recorded"
+
+    def _request(self, index: int, msg: dict) -> None:
+        """One request: prepare, decide, compact if the decision says so, record the step."""
+        driver = self.driver
+        prep = driver.prepare(self.active)
+        decision = driver.decide(prep)
+        tokens_before = driver.tokens(prep)
+        compacted = False
+        if self.pending_decision is not None:
+            decision, compacted, self.pending_decision = self.pending_decision, True, None
+            tokens_before = self.compactions[-1].tokens_before
+        elif decision in ("auto", "emergency"):
+            comp = driver.compact(reason=decision, force_structural=decision == "emergency")
+            if comp is not None and comp.ok:
+                compacted = True
+                self.diverged = True
+                self.active = driver.branch()
+                _register_copies(self.active, self.origin_ids)
+                prep = driver.prepare(self.active)
+                record = _compaction_record(comp, driver, len(self.rows), index, self.turn, decision, self.origin_ids)
+                record.tokens_before = tokens_before
+                record.tokens_after = driver.tokens(prep)
+                self.compactions.append(record)
+            elif comp is not None:
+                self.events.append({"step": len(self.rows), "event": "compaction_failed", "error": comp.error})
+        self._record_step(index, msg, prep, decision, tokens_before, compacted)
+
+    def _record_step(
+        self, index: int, msg: dict, prep: Any, decision: str, tokens_before: int, compacted: bool
+    ) -> None:
+        """The row of ``steps_df`` for this request, with the prefix it shares with the previous one."""
+        driver, rows = self.driver, self.rows
+        model_name = self.setup.model
+        ctx = driver.context(prep)
+        tokens = driver.tokens(prep)
+        redacted = driver.redacted(prep)
+        if redacted:
+            self.diverged = True
+        # prefix carried from the previous request
+        common = common_prefix_length(self.prev_ctx, ctx)
+        cum = self.prev_cum[: common + 1]
+        running = cum[-1]
+        for m in ctx[common:]:
+            running += self.est(m)
+            cum.append(running)
+        kept_tokens = min(self.prev_total, self.fixed_tokens + cum[common]) if rows else 0
+        invalidated = self.prev_total - kept_tokens if rows else 0
+        usage = msg.get("usage") if isinstance(msg.get("usage"), dict) else None
+        provider_tokens = provider_prompt_tokens(msg, self.history.format, model_name)
+        output_tokens = usage.get("output_tokens") if usage else None
+        if output_tokens is None:
+            output_tokens = self.est(msg)
+        diverged = self.diverged or self.recording_diverged
+        rows.append(
+            {
+                "step": len(rows),
+                "stream_index": index,
+                "node_id": msg.get("id"),
+                "turn": self.turn,
+                "timestamp": float(self.clock.now),
+                "tokens": int(tokens),
+                "tokens_none": int(self.fixed_tokens + self.stream_tokens_sum),
+                "tokens_before_compaction": int(tokens_before),
+                "budget_pct": float(driver.budget_pct(prep)),
+                "input_budget": int(driver.input_budget(prep)),
+                "decision": decision,
+                "compacted": compacted,
+                "redacted": int(redacted),
+                "tokens_freed_by_aging": int(getattr(prep, "tokens_freed_by_aging", 0) or 0),
+                "context_messages": len(ctx),
+                "prefix_kept_tokens": int(kept_tokens),
+                "prefix_invalidated_tokens": int(invalidated),
+                "provider_input_tokens": provider_tokens,
+                "output_tokens": int(output_tokens),
+                "diverged": bool(diverged),
+            }
+        )
+        if self.contexts is not None:
+            self.contexts.append(ctx)
+        if self.feed_usage and usage and not diverged:
+            driver.after_turn(usage, prep)
+        self.prev_ctx, self.prev_cum, self.prev_total = ctx, cum, int(tokens)
+
+    def _append(self, index: int, msg: dict) -> None:
+        """The recorded message joins the in-memory session and the active history."""
+        active = self.active
+        stored = self.driver.append(msg, parent=active[-1]["id"] if active else None, now=self.clock.now, index=index)
+        self.origin_ids[stored["id"]] = index
         active.append(stored)
         # the stored copy has the recorded message's tokens: seed the cache, skip the estimate
-        token_cache[id(stored)] = (stored, stream_tokens[index])
-        stream_tokens_sum += stream_tokens[index]
+        self.token_cache[id(stored)] = (stored, self.stream_tokens[index])
+        self.stream_tokens_sum += self.stream_tokens[index]
 
-    steps_df = _steps_frame(rows)
-    elapsed = time.perf_counter() - started
-    result = ReplayResult(
-        history=history,
-        preset=preset_name,
-        params={**engine_cfg, **params},
-        model=model_name,
-        context_window=window,
-        summaries=summaries_label,
-        steps_df=steps_df,
-        compactions=compactions,
-        contexts=contexts,
-        origin_ids=origin_ids,
-        elapsed_s=elapsed,
-        events=events + driver.events,
-    )
-    driver.close()
-    return result
+    def result(self, started: float, params: dict[str, Any]) -> ReplayResult:
+        """Step 4: the ``ReplayResult`` (``steps_df`` built once, at the end); closes the driver."""
+        steps_df = _steps_frame(self.rows)
+        elapsed = time.perf_counter() - started
+        setup = self.setup
+        result = ReplayResult(
+            history=self.history,
+            preset=self.preset_name,
+            params={**self.engine_cfg, **params},
+            model=setup.model,
+            context_window=setup.window,
+            summaries=setup.summaries_label,
+            steps_df=steps_df,
+            compactions=self.compactions,
+            contexts=self.contexts,
+            origin_ids=self.origin_ids,
+            elapsed_s=elapsed,
+            events=self.events + self.driver.events,
+        )
+        self.driver.close()
+        return result
 
 
 def _register_copies(branch: list[dict], origin_ids: dict[str, int]) -> None:
@@ -606,12 +592,6 @@ def _register_copies(branch: list[dict], origin_ids: dict[str, int]) -> None:
         source = msg.get("copied_from")
         if source is not None and source in origin_ids:
             origin_ids[mid] = origin_ids[source]
-
-
-def _common_prefix(prev: Sequence[dict], cur: Sequence[dict]) -> int:
-    from .metrics import common_prefix_length
-
-    return common_prefix_length(prev, cur)
 
 
 def _compaction_record(comp: Any, driver: Any, step: int, index: int, turn: int, reason: str, origin_ids: dict[str, int]) -> ReplayCompaction:

@@ -1,0 +1,379 @@
+"""Where to cut (spec §4.2): :func:`find_cut_index` and its budget, :func:`keep_budget`.
+
+``find_cut_index`` decides which messages of the active branch are folded into
+a summary and which are kept verbatim, over the :class:`FactsTable` of
+``_cut_facts.py``. The steps, the invariants and the choices where the
+specification leaves room (the bounded ``protect_last_n`` floor, the snap
+order, pinning the latest request) are in the ``opctx.context.summarize``
+docstring ("The cut").
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ._cut_facts import Estimate, FactsTable, MessageFacts
+from ._summary_config import SummarizerConfig
+from .types import CutPoint
+
+__all__ = ["keep_budget", "find_cut_index"]
+
+
+def keep_budget(
+    context_window: int, config: SummarizerConfig | None = None
+) -> tuple[int, int, int]:
+    """Steps 1-2 of §4.2: ``(desired_keep, max_safe_keep, effective_keep)`` for a window."""
+    cfg = config or SummarizerConfig()
+    if context_window <= 0:
+        raise ValueError(f"context_window must be positive, got {context_window!r}")
+    desired = int(
+        min(max(context_window * cfg.keep_ratio, cfg.keep_min_tokens), cfg.keep_max_tokens)
+    )
+    min_prompt = min(cfg.min_prompt_budget, context_window * cfg.min_prompt_ratio)
+    max_safe = max(0, int(context_window - min_prompt))
+    return desired, max_safe, min(desired, max_safe)
+
+
+@dataclass(frozen=True)
+class _KeepLimits:
+    """The token limits of one cut, from steps 1-2 (see :func:`_keep_limits`)."""
+
+    desired: int  # step 1
+    max_safe: int  # step 2
+    effective: int  # what the tail must reach (step 3's token gate)
+    ceiling: int  # the most tail that a later step may force on it (steps 3, 4 and 6)
+
+
+def find_cut_index(
+    messages: Sequence[dict],
+    context_window: int,
+    config: SummarizerConfig | None = None,
+    keep_recent_tokens: int | None = None,
+    estimate: Estimate | None = None,
+    *,
+    max_tail_tokens: int | None = None,
+    facts: MessageFacts | None = None,
+) -> CutPoint:
+    """Where to cut ``messages`` (§4.2): ``messages[:index]`` minus the head is folded.
+
+    ``estimate(msg) -> int`` counts tokens (default ``tokens.estimate_message_tokens``);
+    ``facts`` is a warm :class:`MessageFacts` cache (it brings its own estimate).
+    ``keep_recent_tokens`` overrides steps 1-2 (§4.3); ``max_tail_tokens`` caps the
+    kept tail (the engine passes a share of the input budget). See the module
+    docstring for the invariants. Never raises on odd histories; an impossible cut
+    is ``ok=False`` with a ``reason``.
+
+    The steps, in the order they run: :func:`_keep_limits` (1-2),
+    :func:`_protected_head` (5: every later step needs it), :func:`_gate_cut` (3),
+    :func:`_tail_floor` and :func:`_clamp_cut` (4-5), :func:`_snap` (6), and
+    :func:`_nothing_to_fold` when no boundary after the head is left.
+    """
+    cfg = config or SummarizerConfig()
+    steps: list[str] = []
+    limits = _keep_limits(context_window, cfg, keep_recent_tokens, max_tail_tokens, steps)
+    if facts is None:
+        facts = MessageFacts(estimate)
+    table = facts.table(messages)
+    if len(table) == 0:
+        return _cut_point(table, limits, steps, 0, False, "empty history: nothing to fold")
+
+    head_end = _protected_head(table, cfg.protect_first_n, steps)
+    cut = _gate_cut(table, head_end, limits, cfg.keep_min_messages, steps)
+    if cut is None:
+        reason = (
+            f"nothing to fold: the {len(table) - head_end} message(s) after the protected head "
+            f"fit the keep budget ({table.tail_tokens(head_end)} < {limits.effective} tokens)"
+        )
+        return _cut_point(table, limits, steps, head_end, False, reason, head_end)
+    floor = _tail_floor(table, cfg.protect_last_n, limits.ceiling, steps)
+    cut = _clamp_cut(cut, floor, head_end, steps)
+    chosen, pinned = _snap(table, cut, head_end, floor, limits, steps)
+    if chosen is None or chosen <= head_end:
+        return _nothing_to_fold(table, limits, steps, head_end)
+    return _cut_point(table, limits, steps, chosen, True, None, head_end, pinned)
+
+
+def _cut_point(
+    table: FactsTable,
+    limits: _KeepLimits,
+    steps: list[str],
+    index: int,
+    ok: bool,
+    reason: str | None,
+    head_end: int = 0,
+    pinned: tuple[int, ...] = (),
+) -> CutPoint:
+    """The :class:`CutPoint` at ``index``, with the limits and the steps that led there."""
+    n = len(table)
+    return CutPoint(
+        pinned=pinned,
+        index=index,
+        desired_keep=limits.desired,
+        max_safe_keep=limits.max_safe,
+        effective_keep=limits.effective,
+        tail_tokens=(table.tail_tokens(index) + sum(table.tokens_at(i) for i in pinned))
+        if n
+        else 0,
+        tail_text_messages=table.tail_text(index) if n else 0,
+        protected_head=head_end,
+        steps=steps,
+        ok=ok,
+        reason=reason,
+    )
+
+
+def _keep_limits(
+    context_window: int,
+    cfg: SummarizerConfig,
+    keep_recent_tokens: int | None,
+    max_tail_tokens: int | None,
+    steps: list[str],
+) -> _KeepLimits:
+    """Steps 1-2: the tail the gates must reach (``effective``) and the ``ceiling``.
+
+    ``keep_recent_tokens`` (§4.3) replaces both steps and is its own ceiling;
+    otherwise the ceiling is ``max_safe``, and ``max_tail_tokens`` caps both.
+    """
+    if keep_recent_tokens is not None and keep_recent_tokens < 0:
+        raise ValueError(f"keep_recent_tokens must be >= 0, got {keep_recent_tokens!r}")
+    if max_tail_tokens is not None and max_tail_tokens < 0:
+        raise ValueError(f"max_tail_tokens must be >= 0, got {max_tail_tokens!r}")
+    desired, max_safe, effective = keep_budget(context_window, cfg)
+    if keep_recent_tokens is not None:
+        effective = ceiling = int(keep_recent_tokens)
+        steps.append(f"1-2:override keep_recent_tokens={effective}")
+    else:
+        steps.append(f"1:desired={desired}")
+        steps.append(f"2:max_safe={max_safe} effective={effective}")
+        ceiling = max_safe
+        if max_tail_tokens is not None:
+            ceiling = min(ceiling, max_tail_tokens)
+            if effective > max_tail_tokens:
+                effective = max_tail_tokens
+                steps.append(f"2:capped by max_tail_tokens={max_tail_tokens}")
+    return _KeepLimits(desired, max_safe, effective, ceiling)
+
+
+def _protected_head(table: FactsTable, protect_first_n: int, steps: list[str]) -> int:
+    """Step 5's head: ``protect_first_n`` messages, extended until no tool group is split.
+
+    Computed first, because every later step needs it.
+    """
+    n, forbid = len(table), table.forbid
+    head_end = min(protect_first_n, n)
+    while head_end < n and forbid[head_end]:
+        head_end += 1
+    if head_end > min(protect_first_n, n):
+        steps.append(f"5:head extended to {head_end} to keep a tool group whole")
+    return head_end
+
+
+def _last_meeting(table: FactsTable, head_end: int, min_tokens: int, min_text: int) -> int | None:
+    """The last index in ``[head_end, n)`` whose tail holds both gates, or ``None``.
+
+    Suffix sums are monotone, so a bisection finds it.
+    """
+    lo, hi = head_end, len(table)  # bisect for the first index where the gates fail
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if table.tail_tokens(mid) >= min_tokens and table.tail_text(mid) >= min_text:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo - 1 if lo > head_end else None
+
+
+def _gate_cut(
+    table: FactsTable, head_end: int, limits: _KeepLimits, keep_min_messages: int, steps: list[str]
+) -> int | None:
+    """Step 3: the last index where the gates hold; ``None`` when even the token gate never does.
+
+    Both gates first; when the text gate cannot be met within the ceiling (an
+    autonomous run of tool calls has no text), the token gate alone decides, so
+    that such a run can still be compacted.
+    """
+    token_gate = _last_meeting(table, head_end, limits.effective, 0)
+    if token_gate is None:
+        steps.append("3:gates never met: everything after the head fits the keep budget")
+        return None
+    gate = _last_meeting(table, head_end, limits.effective, keep_min_messages)
+    if gate is not None and (gate == token_gate or table.tail_tokens(gate) <= limits.ceiling):
+        steps.append(
+            f"3:gates met at {gate} (tokens={table.tail_tokens(gate)}, text={table.tail_text(gate)})"
+        )
+        return gate
+    steps.append(
+        f"3:text gate relaxed ({keep_min_messages} text messages do not fit the ceiling "
+        f"{limits.ceiling}); token gate met at {token_gate} (tokens={table.tail_tokens(token_gate)})"
+    )
+    return token_gate
+
+
+def _tail_floor(table: FactsTable, protect_last_n: int, ceiling: int, steps: list[str]) -> int:
+    """Step 4: the ``protect_last_n`` floor, moved later while its tail exceeds the ceiling."""
+    n = len(table)
+    floor = max(0, n - protect_last_n)
+    if table.tail_tokens(floor) > ceiling:
+        lo, hi = floor, n  # first index whose suffix fits the ceiling
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if table.tail_tokens(mid) > ceiling:
+                lo = mid + 1
+            else:
+                hi = mid
+        steps.append(f"4:protect_last_n floor {floor} moved to {lo}: tail over ceiling {ceiling}")
+        floor = lo
+    return floor
+
+
+def _clamp_cut(cut: int, floor: int, head_end: int, steps: list[str]) -> int:
+    """Steps 4-5 on the gates' cut: no later than the floor, no earlier than the head."""
+    if cut > floor:
+        steps.append(f"4:cut {cut} -> {floor} (protect_last_n)")
+        cut = floor
+    if cut < head_end:
+        steps.append(f"5:cut {cut} -> {head_end} (protected head)")
+        cut = head_end
+    return cut
+
+
+def _snap(
+    table: FactsTable, cut: int, head_end: int, floor: int, limits: _KeepLimits, steps: list[str]
+) -> tuple[int | None, tuple[int, ...]]:
+    """Step 6: the boundary the kept tail starts at, and the pinned request, if any.
+
+    The tail should start with a user request (spec), but the cut never moves past
+    the floor or the latest user request (SPEC-NOTES defect), and a backward snap
+    that would blow the tail past the ceiling is a last resort, not the default.
+    In order: (a) forward to a user request, (b) back to one within the ceiling,
+    or pin the latest request when that folds more than twice as much, (c) the
+    nearest tool-group boundary, (d) back to a request over the ceiling.
+    ``None`` when none of them is found.
+    """
+    users = table.users
+    last_user = users[-1] if users else None
+    if last_user is not None and last_user >= head_end:
+        upper = min(max(floor, head_end), last_user)
+    else:
+        upper = min(max(floor, head_end), len(table) - 1)
+    limit = max(limits.ceiling, limits.effective)
+    chosen = _forward_to_request(table, cut, upper, steps)
+    backward_user: int | None = None
+    if chosen is None:
+        backward_user = _earlier_request(table, cut, upper, head_end)
+        # (b) backward: the nearest earlier user request, if the tail still fits the ceiling
+        if backward_user is not None and table.tail_tokens(backward_user) <= limit:
+            chosen = backward_user
+            steps.append(
+                f"6:snapped backward {cut} -> {chosen} (forward would cross the floor or the latest user request)"
+            )
+    if last_user is not None and (chosen is None or chosen == backward_user):
+        # the gates cut past the latest request: snap back to it (b) only if that
+        # still folds at least half of what pinning it would
+        pin = _pin_latest_request(table, head_end, cut, floor, last_user, chosen)
+        if pin is not None:
+            pin_cut, folded_back, folded_pinned = pin
+            steps.append(
+                f"6:latest user request {last_user} pinned after the summary; cut at {pin_cut} "
+                f"(snapping back would fold {folded_back} tokens, pinning folds {folded_pinned})"
+            )
+            return pin_cut, (last_user,)
+    if chosen is None:
+        chosen = _tool_group_boundary(table, cut, upper, head_end, limit, steps)
+    if chosen is None and backward_user is not None:
+        # (d) last resort: the earlier user request even though the tail exceeds the ceiling
+        chosen = backward_user
+        steps.append(
+            f"6:snapped backward {cut} -> {chosen}; tail {table.tail_tokens(chosen)} exceeds ceiling {limit}"
+        )
+    return chosen, ()
+
+
+def _forward_to_request(table: FactsTable, cut: int, upper: int, steps: list[str]) -> int | None:
+    """Step 6 (a): the first user request in ``[cut, upper]`` at a valid boundary."""
+    users, forbid = table.users, table.forbid
+    for b in users[bisect.bisect_left(users, cut) : bisect.bisect_right(users, upper)]:
+        if not forbid[b]:
+            if b != cut:
+                steps.append(f"6:snapped forward {cut} -> {b}")
+            return b
+    return None
+
+
+def _earlier_request(table: FactsTable, cut: int, upper: int, head_end: int) -> int | None:
+    """The candidate of step 6 (b) and (d): the nearest valid user request before the cut.
+
+    After the head and no later than ``upper``; whether it is taken depends on its tail.
+    """
+    users, forbid = table.users, table.forbid
+    hi_user = bisect.bisect_right(users, min(cut - 1, upper))
+    lo_user = bisect.bisect_right(users, head_end)
+    return next((b for b in reversed(users[lo_user:hi_user]) if not forbid[b]), None)
+
+
+def _tool_group_boundary(
+    table: FactsTable, cut: int, upper: int, head_end: int, limit: int, steps: list[str]
+) -> int | None:
+    """Step 6 (c), when no user request fits: the nearest boundary keeping tool groups whole.
+
+    Forward first (a smaller tail), then backward within the ceiling ``limit``.
+    """
+    forbid, tail_tokens = table.forbid, table.tail_tokens
+    start = min(cut, upper)
+    found = next((b for b in range(start, upper + 1) if not forbid[b]), None)
+    if found is None or found <= head_end:
+        found = None
+        for b in range(start - 1, head_end, -1):
+            if tail_tokens(b) > limit:
+                break
+            if not forbid[b]:
+                found = b
+                break
+    if found is not None and found > head_end:
+        steps.append(f"6:no user request fits; cut at tool-group boundary {found}")
+        return found
+    return None
+
+
+def _nothing_to_fold(
+    table: FactsTable, limits: _KeepLimits, steps: list[str], head_end: int
+) -> CutPoint:
+    """Decline: the head, the latest request and the kept tail leave nothing to fold."""
+    reason = (
+        "nothing can be folded: the protected head, the latest user request and the "
+        f"kept tail cover the whole history ({len(table)} messages, head {head_end})"
+    )
+    return _cut_point(table, limits, steps, head_end, False, reason, head_end)
+
+
+def _pin_latest_request(
+    table: Any, head_end: int, cut: int, floor: int, last_user: int, snapped: int | None
+) -> tuple[int, int, int] | None:
+    """``(cut, tokens folded by snapping back, tokens folded by pinning)`` when pinning wins.
+
+    ``snapped`` is the backward snap of step 6 (b), or ``None`` when it was refused
+    (its tail would exceed the ceiling).
+
+    Pinning the latest request ``u`` means folding ``[head_end, pin_cut)`` minus ``u``
+    and keeping ``u`` verbatim after the summary. It needs ``u`` to stand alone (no
+    tool exchange runs across it) and a tool-group boundary after it near the gates'
+    cut: forward up to the floor, else backward down to ``u + 2``.
+    """
+    forbid, prefix = table.forbid, table.prefix_tokens
+    n = len(table)
+    if not head_end < last_user < cut or forbid[last_user] or forbid[last_user + 1]:
+        return None
+    bound = max(floor, last_user + 2)
+    pin_cut = next((b for b in range(cut, min(bound, n - 1) + 1) if not forbid[b]), None)
+    if pin_cut is None:
+        pin_cut = next((b for b in range(cut - 1, last_user + 1, -1) if not forbid[b]), None)
+    if pin_cut is None:
+        return None
+    folded_back = prefix[snapped] - prefix[head_end] if snapped is not None else 0
+    folded_pinned = prefix[pin_cut] - prefix[head_end] - table.tokens_at(last_user)
+    if folded_pinned <= 0 or 2 * folded_back >= folded_pinned:
+        return None
+    return pin_cut, folded_back, folded_pinned

@@ -1,0 +1,286 @@
+"""Full-text search of the store: what a node is indexed under, and how a query runs.
+
+* Index side: :func:`fts_text` is the searchable text of a node (output, tool
+  calls, content blocks, input without an llm node's system prompt; at most
+  ``FTS_TEXT_LIMIT`` characters), :func:`search_text` flattens structured values
+  and JSON strings into ``key: value`` lines, ``_segment_cjk`` puts a zero-width
+  space after every CJK character.
+* Query side: :func:`literal_fts_query` quotes user text into FTS5 phrases;
+  ``_search`` runs a query (literal or raw) over one session or the whole
+  database, with the rank window, and returns :class:`SearchHit` best first.
+
+The choices ("FTS text", "CJK", "Search", "Rank window") are explained in the
+``opctx.dag.store`` docstring; ``GraphStore.search`` and
+``search_across_sessions`` are the public entries.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from ._errors import StoreError
+from .messages import as_text
+from .nodes import Call
+
+__all__ = [
+    "SearchHit",
+    "search_text",
+    "fts_text",
+    "literal_fts_query",
+    "FTS_TEXT_LIMIT",
+    "SEARCH_RANK_WINDOW",
+]
+
+FTS_TEXT_LIMIT = 65536
+SEARCH_RANK_WINDOW = 2000
+SNIPPET_OPEN, SNIPPET_CLOSE, SNIPPET_ELLIPSIS = "«", "»", "…"
+SNIPPET_TOKENS = 16
+_ZWSP = "\u200b"
+
+
+@dataclass
+class SearchHit:
+    """One full-text hit. ``rank`` is bm25 (lower is better); ``snippet`` marks terms «so»."""
+
+    session_id: str
+    node_id: str
+    role: str
+    name: str
+    snippet: str
+    rank: float
+    seq: int
+
+
+# A run of Han / Kana / Hangul characters (see "CJK" in the module doc).
+_CJK_RUN = re.compile(
+    "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\U00020000-\U0002fa1f]+"
+)
+_HAS_TOKEN = re.compile(r"[^\W_]")
+
+
+def _zwsp_after_each(match: re.Match[str]) -> str:
+    return _ZWSP.join(match.group()) + _ZWSP
+
+
+def _segment_cjk(text: str) -> str:
+    """``text`` with a zero-width space after every CJK character.
+
+    Why this shape: a template replacement per character (``sub(r"\\1" + ZWSP)``)
+    cost ~6 µs a character, half of an import of a CJK transcript. Matching whole
+    runs and joining each run in C is ~25x faster; ASCII text (most text) is
+    returned after one C-level ``isascii`` check. The result is the same string.
+    """
+    if text.isascii():
+        return text
+    return _CJK_RUN.sub(_zwsp_after_each, text)
+
+
+# Strings longer than this are indexed as they are, never parsed as JSON: the index
+# keeps only the first FTS_TEXT_LIMIT characters, and parsing a megabyte of tool output
+# on every append would cost more than the whole rest of the write.
+_JSON_PARSE_LIMIT = 4 * FTS_TEXT_LIMIT
+
+
+def search_text(value: Any) -> str:
+    r"""The text of a stored value as the index should see it (see module doc).
+
+    A string is itself, unless it is a JSON object or array (tool arguments as the
+    OpenAI wire format keeps them); structures are flattened into their keys and
+    values, one ``key: value`` per line, so the words of a multi-line argument are
+    separate tokens instead of one token glued to an escape (``\nmake``). Text
+    blocks give their text; base64 payloads (images) give nothing.
+
+    >>> print(search_text('{"command": "cd repo\\nmake test", "timeout": 30}'))
+    command: cd repo
+    make test
+    timeout: 30
+    >>> print(search_text([{"type": "text", "text": "2 passed"}]))
+    2 passed
+    """
+    if isinstance(value, str):
+        parsed = _parse_json_text(value)
+        if parsed is None:
+            return value
+        value = parsed
+    if value is None:
+        return ""
+    out: list[str] = []
+    # an explicit stack, not recursion: nesting depth is the transcript's to choose
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, label = stack.pop()
+        if isinstance(item, dict):
+            kind = item.get("type")
+            if kind == "text" and isinstance(item.get("text"), str):
+                out.append(label + item["text"])
+            elif kind != "base64":
+                stack.extend((v, f"{k}: ") for k, v in reversed(item.items()))
+        elif isinstance(item, list | tuple):
+            stack.extend((v, label) for v in reversed(item))
+        elif isinstance(item, str):
+            parsed = _parse_json_text(item)
+            if parsed is None:
+                out.append(label + item)
+            else:
+                stack.append((parsed, label))
+        elif item is not None:
+            out.append(label + (json.dumps(item) if isinstance(item, bool) else str(item)))
+    return "\n".join(out)
+
+
+_LEADING_SPACE = re.compile(r"\s*")
+
+
+def _parse_json_text(text: str) -> Any:
+    # most text is no JSON: its first non-space character says so before the whole
+    # (possibly megabytes of) tool output is copied by strip()
+    start = _LEADING_SPACE.match(text).end()
+    if text[start : start + 1] not in ("{", "["):
+        return None
+    stripped = text.strip()
+    if len(stripped) < 2 or len(stripped) > _JSON_PARSE_LIMIT:
+        return None
+    if (stripped[0], stripped[-1]) not in (("{", "}"), ("[", "]")):
+        return None
+    try:
+        return json.loads(stripped)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _blocks_text(blocks: Any) -> list[str]:
+    parts: list[str] = []
+    if not isinstance(blocks, list):
+        return parts
+    for b in blocks:
+        if not isinstance(b, dict):
+            continue
+        kind = b.get("type")
+        if kind == "text":
+            parts.append(as_text(b.get("text")))
+        elif kind == "tool_use":
+            parts.append(as_text(b.get("name")))
+            parts.append(search_text(b.get("input")))
+        elif kind == "tool_result":
+            parts.append(search_text(b.get("content")))
+    return parts
+
+
+def fts_text(node: Call, limit: int = FTS_TEXT_LIMIT) -> str:
+    """The searchable text of a node, at most ``limit`` characters (see module doc)."""
+    # Output first so that snippets open on the content; the name (model, tool,
+    # "user") goes last but keeps its room, so it stays searchable on huge outputs.
+    name = node.name[:256]
+    parts = [search_text(node.output)]
+    meta = node.metadata
+    if meta:
+        for tc in meta.get("tool_calls") or ():
+            if isinstance(tc, dict):
+                parts.append(as_text(tc.get("name")))
+                parts.append(search_text(tc.get("arguments")))
+        extra = meta.get("extra")
+        if isinstance(extra, dict):
+            parts.extend(_blocks_text(extra.get("blocks")))
+    inp = node.input
+    if node.role == "llm" and isinstance(inp, dict):
+        inp = {k: v for k, v in inp.items() if k != "system" and v is not None} or None
+    parts.append(search_text(inp))
+    out: list[str] = []
+    budget = limit - len(name) - 1
+    for part in parts:
+        if budget <= 0:
+            break
+        if not part:
+            continue
+        if len(part) > budget:
+            part = part[:budget]
+        out.append(part)
+        budget -= len(part) + 1
+    if name:
+        out.append(name)
+    return _segment_cjk("\n".join(out))
+
+
+def literal_fts_query(text: str) -> str:
+    """User text as an FTS5 query that means exactly the words typed (see module doc).
+
+    Returns ``""`` when nothing in ``text`` is searchable.
+    """
+    phrases = []
+    for piece in str(text).split():
+        if not _HAS_TOKEN.search(piece):
+            continue
+        phrases.append('"' + _segment_cjk(piece).replace('"', '""') + '"')
+    return " ".join(phrases)
+
+
+def _search(
+    conn: sqlite3.Connection,
+    query: str,
+    limit: int,
+    raw: bool,
+    session_id: str | None,
+    rank_window: int | None = SEARCH_RANK_WINDOW,
+) -> list[SearchHit]:
+    if limit is None or limit <= 0:
+        return []
+    fts_query = _segment_cjk(query) if raw else literal_fts_query(query)
+    if not fts_query.strip():
+        return []
+    scope = " AND nodes_fts.session_id = ?" if session_id is not None else ""
+    scope_params: list[Any] = [session_id] if session_id is not None else []
+    sql = (
+        "SELECT n.session_id, n.id, n.type, json_extract(n.data_json, '$.name'), "
+        f"snippet(nodes_fts, 0, '{SNIPPET_OPEN}', '{SNIPPET_CLOSE}', '{SNIPPET_ELLIPSIS}', "
+        f"{SNIPPET_TOKENS}), nodes_fts.rank, n.seq "
+        "FROM nodes_fts JOIN nodes n ON n.pk = nodes_fts.rowid "
+        f"WHERE nodes_fts MATCH ?{scope}"
+    )
+    ranked = " ORDER BY nodes_fts.rank LIMIT ?"
+    with conn.opctx_lock:  # type: ignore[attr-defined]
+        try:
+            boundary = None
+            if rank_window is not None and rank_window > 0:
+                # The rowid of the rank_window-th newest match of the whole
+                # database (no session filter: that one costs a lookup per row).
+                row = conn.execute(
+                    "SELECT rowid FROM nodes_fts WHERE nodes_fts MATCH ? "
+                    "ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+                    (fts_query, max(int(rank_window), int(limit)) - 1),
+                ).fetchone()
+                boundary = row[0] if row is not None else None
+            rows: list = []
+            if boundary is not None:
+                rows = conn.execute(
+                    sql + " AND nodes_fts.rowid >= ?" + ranked,
+                    [fts_query, *scope_params, boundary, int(limit)],
+                ).fetchall()
+            if boundary is None or len(rows) < limit:
+                # Few matches, or this session has too few of them among the
+                # newest: rank every match.
+                rows = conn.execute(sql + ranked, [fts_query, *scope_params, int(limit)]).fetchall()
+        except sqlite3.OperationalError as e:
+            msg = str(e)
+            if raw and not any(w in msg for w in ("locked", "busy", "disk", "malformed", "no such table")):
+                raise StoreError(f"invalid FTS5 query {query!r}: {msg}") from None
+            path = getattr(conn, "opctx_path", "?")
+            raise StoreError(f"{path}: search for {query!r} failed: {msg}") from e
+        except sqlite3.Error as e:
+            path = getattr(conn, "opctx_path", "?")
+            raise StoreError(f"{path}: search for {query!r} failed: {e}") from e
+    return [
+        SearchHit(
+            session_id=r[0],
+            node_id=r[1],
+            role=r[2],
+            name=r[3] or "",
+            snippet=(r[4] or "").replace(_ZWSP, ""),
+            rank=float(r[5]),
+            seq=r[6],
+        )
+        for r in rows
+    ]
