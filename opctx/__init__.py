@@ -41,7 +41,7 @@ _export(
 _export("opctx.dag.messages", "message_to_call", "call_to_message")
 _export("opctx.dag.store", "GraphStore", "StoreError", "SearchHit", "search_across_sessions")
 _export("opctx.dag.session", "DagSession", "DagSessionManager", "SessionMeta")
-_export("opctx.dag.session_db", "DagSessionDB", "SessionDB")
+_export("opctx.dag.session_db", "DagSessionDB", "SessionDB", "HeadMoved")
 _export(
     "opctx.dag.providers",
     "Reply", "Usage", "ToolCall", "ScriptedProvider", "ReplayProvider",
@@ -65,7 +65,11 @@ _export("opctx.context.budget", "BudgetAllocator")
 _export("opctx.context.usage", "UsageTracker")
 _export("opctx.context.references", "ReferenceTracker")
 _export("opctx.context.aging", "TurnAger")
-_export("opctx.context.system_prompt", "build_system_prompt", "AgentSpec")
+_export(
+    "opctx.context.system_prompt", "build_system_prompt", "build_system_prompt_report",
+    "PromptReport", "AgentSpec",
+)
+_export("opctx.context.fit", "fit_request", "ContextOverflowError")
 _export("opctx.context.summarize", "Summarizer", "find_cut_index")
 _export("opctx.context.persistence", "Persister")
 _export(
