@@ -461,7 +461,8 @@ def test_compiled_scanner_refuses_a_nested_add():
     hook = Reentrant()
     scanner = hook.scanner = references._refscan.Scanner(MAX_DISTINCTIVE, frozenset({hook, "x" * 20}))
     assert scanner.add("`parse` and `other`") == []
-    assert [type(e) for e in hook.outcome] == [RuntimeError]
+    # (a set lookup may call __eq__ more than once: every nested call is refused)
+    assert hook.outcome and all(isinstance(e, RuntimeError) for e in hook.outcome)
     assert scanner.message_count == 1 and scanner.strings(0) == ["parse", "other"]
     assert scanner.add("parse it") == [(0, ["parse"])]
 

@@ -119,6 +119,12 @@ _settings = settings(max_examples=250, deadline=None, suppress_health_check=list
 # ------------------------------------------------------------------ properties
 
 
+def test_the_compiled_core_is_among_the_compared():
+    if not HAVE_COMPILED_CORE:
+        pytest.skip("compiled core not built: only the pure-Python path is compared with the quadratic scan here")
+    assert "compiled" in _trackers(32)
+
+
 @_settings
 @given(_histories, _limits)
 def test_every_tracker_equals_the_quadratic_scan(history, limit):
