@@ -94,7 +94,9 @@ candidates, each verified with ``s in text``.
    distinct word of the texts with the key words inside it (found through one
    three-character gram of each key word) and indexes the known words by their grams, so
    a word seen before costs a set lookup and a new key word finds the known words holding
-   it; the remembered words are a cache, dropped past 200,000 words.
+   it. A key word dropped (its string cited) stays listed by those words, so filing it
+   again (a string that recurs) only checks the words met since. The remembered words
+   are a cache, dropped past 200,000 words or 4,000,000 characters.
 3. **Character table**: a string with no such word (``配置文件``, ``ab cd``) is filed under
    its character with the fewest strings on file (not an ASCII letter, digit or white
    space when it has another): a text containing the string contains that character.
