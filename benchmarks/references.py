@@ -4,18 +4,21 @@ Prints, on the synthetic coding-agent history of ``opctx.lab.synthetic_history``
 
 * build time of ``ReferenceTracker`` over N messages (median of ``--repeat`` runs) for
   N in ``--sizes`` (default up to 10,000; target < 0.5 s at 10,000), with the compiled
-  core (the default where it is built) and the pure-Python fallback side by side;
+  core (the default where it is built) and the pure-Python path side by side;
 * ``_quadratic_reference_scan`` timed beside them where affordable (``--quadratic-max``,
   default 3,000 messages) and the ratios quadratic / tracker;
 * agreement with the quadratic scan: cited messages found by both / by the scan, and
-  whether the compiled core's map is identical (cited ids, tool ids, snippets);
+  whether each core's map is identical (cited ids, tool ids, snippets): both are exact;
 * the CPU time beside the wall time (the machine is shared: CPU time is the steadier
   figure when other jobs run), and, at the largest size, how the compiled build's time
   splits between assembling the texts, the compiled core and the Python around it;
 * one incremental ``add`` after a 10,000-message build (median and p95 over 200 new
   messages; target < 5 ms), both cores;
 * adversarial texts: 200,000 characters of capitals, hex, one word... (each must stay
-  linear: the seed's CamelCase regex and hex-run lookup keys were quadratic there);
+  linear: the seed's CamelCase regex and hex-run lookup keys were quadratic there), and an
+  adversarial history for the pure-Python word-substring table: a snippet that recurs in
+  every message inside 50 new words holding it (time per 1,000 messages at two sizes:
+  flat when linear);
 * the same on the real corpus (every Claude Code / Codex session with provider usage,
   read at run time through the reader of ``estimator_accuracy.py``, concatenated), where
   far fewer messages are cited than in the synthetic history, which is the case where
@@ -73,6 +76,16 @@ ADVERSARIAL = {
 
 
 CORES = (["compiled"] if HAVE_COMPILED_CORE else []) + ["python"]
+
+
+def recurring_snippet_history(n: int) -> list[dict]:
+    """30 snippets nobody cites (past the word table's direct checks), then ``abcq`` in every
+    message beside 50 new words holding it: each message cites the previous one."""
+    history = [{"id": "s", "role": "user", "content": " ".join(f"`zzq{i}`" for i in range(30))}]
+    for j in range(n):
+        words = " ".join(f"xabcq{j}_{k}" for k in range(50))
+        history.append({"id": f"m{j}", "role": "user", "content": f"`abcq` {words}"})
+    return history
 
 
 def tracker(core: str) -> ReferenceTracker:
@@ -145,6 +158,13 @@ def main(argv: list[str] | None = None) -> int:
         pair = [{"id": "a", "role": "user", "content": text}, {"id": "b", "role": "user", "content": text}]
         walls = [timed(lambda p=pair, c=core: tracker(c).build(p), 1)[0] for core in CORES]
         print(f"adversarial {name} ({len(text):,} chars, twice): " + ", ".join(f"{c} {w:.3f} s" for c, w in zip(CORES, walls, strict=True)))
+    for n_msgs in (1000, 4000):
+        recurring = recurring_snippet_history(n_msgs)
+        cpus = [timed_both(lambda c=core, h=recurring: tracker(c).build(h), 1)[1] for core in CORES]
+        print(
+            f"adversarial recurring snippet, {n_msgs} messages, CPU per 1,000: "
+            + ", ".join(f"{c} {1000 * w / n_msgs:.3f} s" for c, w in zip(CORES, cpus, strict=True))
+        )
     corpus = ROOT.parent / "shared" / "corpus"
     if (corpus / "manifest.json").is_file():
         from estimator_accuracy import load_sessions
@@ -161,11 +181,11 @@ def main(argv: list[str] | None = None) -> int:
         chars = sum(len(message_text(m)) for m in real) / len(real)
         slow_s, slow = timed(lambda: _quadratic_reference_scan(real), 1)
         for core in CORES:
-            fast_s, fast = timed(lambda c=core: tracker(c).build(real), args.repeat)
+            fast_s, fast_cpu, fast = timed_both(lambda c=core: tracker(c).build(real), args.repeat)
             print(
-                f"real corpus, {len(real)} messages ({chars:.0f} chars each), {core}: tracker {fast_s:.3f} s, "
-                f"quadratic {slow_s:.3f} s, ratio {slow_s / fast_s:.1f}, cited {len(fast.cited_message_ids)}/"
-                f"{len(slow.cited_message_ids)}, agreement {agreement(fast, slow)}"
+                f"real corpus, {len(real)} messages ({chars:.0f} chars each), {core}: tracker {fast_s:.3f} s "
+                f"(cpu {fast_cpu:.3f} s), quadratic {slow_s:.3f} s, ratio {slow_s / fast_s:.1f}, cited "
+                f"{len(fast.cited_message_ids)}/{len(slow.cited_message_ids)}, agreement {agreement(fast, slow)}"
             )
     for core in CORES:
         incremental = tracker(core)

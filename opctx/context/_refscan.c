@@ -410,7 +410,9 @@ extract(PyObject *module, PyObject *args)
         Py_INCREF(stop);
         Py_XSETREF(cached_stop_set, stop);
     }
-    return extract_strings(text, limit, &cached_stop);
+    /* a copy: a stop-word's __eq__ may call extract() with another set meanwhile */
+    StopWords sw = cached_stop;
+    return extract_strings(text, limit, &sw);
 }
 
 /* ------------------------------------------------------------------ Scanner */
@@ -464,6 +466,7 @@ typedef struct {
     uint64_t scans, comparisons;
     int32_t *found, *cited; /* scratch, room for ``live`` entries each */
     int32_t cap_scratch;
+    int busy; /* inside add(): a stop-word's __eq__ or a finalizer may call add() again */
 } Scanner;
 
 static void
@@ -515,7 +518,7 @@ Scanner_init(Scanner *self, PyObject *args, PyObject *kwds)
     Py_ssize_t limit;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "nO!:Scanner", kwlist, &limit, &PyFrozenSet_Type, &stop))
         return -1;
-    if (self->heads != NULL) {
+    if (self->stop_set != NULL) { /* also after a failed first call: nothing is set twice */
         PyErr_SetString(PyExc_RuntimeError, "Scanner is initialised once");
         return -1;
     }
@@ -685,6 +688,8 @@ file_string(Scanner *self, PyObject *s, Py_ssize_t m)
     return 0;
 }
 
+static PyObject *scanner_add(Scanner *self, PyObject *text);
+
 static PyObject *
 Scanner_add(Scanner *self, PyObject *text)
 {
@@ -696,6 +701,22 @@ Scanner_add(Scanner *self, PyObject *text)
         PyErr_SetString(PyExc_RuntimeError, "Scanner is not initialised");
         return NULL;
     }
+    /* Python code can run inside add() (the stop-word set's __eq__, a finalizer run by an
+     * allocation): a nested add() would change the table, the message array and the
+     * scratch arrays under the running one */
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "Scanner.add() called again while it runs");
+        return NULL;
+    }
+    self->busy = 1;
+    PyObject *result = scanner_add(self, text);
+    self->busy = 0;
+    return result;
+}
+
+static PyObject *
+scanner_add(Scanner *self, PyObject *text)
+{
     if (self->n_messages == self->cap_messages) {
         Py_ssize_t cap = self->cap_messages ? self->cap_messages * 2 : 1024;
         Message *grown = PyMem_Realloc(self->messages, cap * sizeof *grown);

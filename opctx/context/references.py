@@ -37,89 +37,109 @@ The specification's scan checks every pair (i, j): O(n^2 * 32) substring searche
 strings of the messages not cited yet. When a message is cited, all of its strings leave
 the table (the specification's early exit: a cited message is not checked again), so the
 table holds only strings that have not recurred (2,400 after 10,000 synthetic messages).
-There are two implementations of that table; both never cite falsely.
+A string has one holder: a later message holding it too contains it, so it cites the
+first holder before filing its own strings. There are two implementations of that table,
+and both are exact: for any input they give the quadratic scan's map (cited ids, tool ids,
+snippets), and each other's strings on file, through ``build``, ``add``, ``update`` and a
+pickle round trip (``tests/test_references_equivalence.py`` compares all three over random
+and adversarial text, ``tests/test_references.py`` on synthetic histories and the real
+corpus). Where a message id repeats, the map keeps the snippets of the highest-index cited
+message holding it, as the scan does.
 
-**The compiled core** (``_refscan.c``, built by ``setup.py``; used by default, exact). Every
+**The compiled core** (``_refscan.c``, built by ``setup.py``; used by default). Every
 distinctive string has three characters or more. Each is filed under one of its
 three-character windows, its *anchor*; the scan of a new text computes the window at each
 position, and a window that anchors a string has that string compared in place. So every
-occurrence is found, as in the quadratic scan (the tests compare the whole map, cited ids,
-tool ids and snippets, on synthetic histories, random text of mixed widths and the real
-corpus). A string is anchored at its window seen least often so far in all the texts
-(not under ``src`` or ``the`` when it has a rarer window), which keeps comparisons to
-about 60 per message. Extraction is compiled too: one branch-free pass over the code points replaces
-the four regexes (equal results, checked by property tests against ``_extract_python``).
+occurrence is found. A string is anchored at its window seen least often so far in all the
+texts (not under ``src`` or ``the`` when it has a rarer window), which keeps comparisons to
+about 60 per message. Extraction is compiled too: one branch-free pass over the code points
+replaces the four regexes (equal results, checked by property tests against
+``_extract_python``). ``tests/test_refscan_sanitizers.py`` runs it under AddressSanitizer
+and UndefinedBehaviorSanitizer.
 
-**The pure-Python fallback** (``compiled=False``, or where no C compiler was available at
-install time). Each string is filed under one **anchor**: a short key that is certain
-to be among the *lookup keys* of any later text in which the string occurs. A new text is
-tokenised once (the regexes above, which also give its own distinctive strings, plus its
-words); the anchors among its lookup keys give the candidate strings, and each candidate
-is verified with ``s in text``. "Words" are maximal runs of ASCII ``[A-Za-z0-9_]``. The
-anchor of a string is chosen by tier:
+**The pure-Python path** (``compiled=False``, or where no C compiler was available at
+install time). A new text is tokenised once: the regexes above (which also give its own
+distinctive strings) and its *words*, the maximal runs of ASCII ``[A-Za-z0-9_]``. Each
+string is filed in one of three tables under a key that any later text containing the
+string is certain to yield from those tokens; the strings under the keys a text yields are
+candidates, each verified with ``s in text``.
 
-1. **An interior word** of ``s`` (bounded inside ``s`` by non-word characters on both
-   sides; a snake_case word is preferred, then the longest). Wherever ``s`` occurs, that
-   word occurs as a *complete* word, because the characters around it belong to ``s``.
-   Lookup keys: the words of the new text. When ``s`` has no interior word but holds a
-   snake_case part between two underscores, the anchor is that part, the underscore and
-   the next character (``list_r`` for ``one_list_request``); lookup keys: the same
-   pattern at every underscore of the new text. **Exact.**
-2. **The first camel hump** of a string that starts with a capital, lower-case letters
-   and a capital or digit, with the next hump when a third follows (``("Parse",
-   "Config")`` for ``ParseConfigError``), else with the next character (``("Behavior",
-   "M")`` for ``BehaviorMatch``). Such a string can only occur inside a CamelCase match of
-   the later text (the regex starts at the first capital of every alphanumeric run and
-   runs to its end, and the string satisfies its look-aheads), where a capital followed
-   by lower-case letters always starts a hump. Lookup keys: each hump of the new text's
-   CamelCase matches with the next hump and with the next character. **Exact.**
-3. **A six-character window** (the last) of a hex id with a digit: it occurs inside a
-   maximal ``[a-f0-9]`` run of the later text, which the hex regex returns. Lookup keys:
-   every six-character window of those runs. **Exact** (a short commit id anywhere inside
-   a full one is found).
-4. **The longest word** of anything else (a one-word backtick snippet such as
-   ``parse_config``, ``HTTPServer``). Lookup key: the complete words of the new text.
-   *Misses* the string when that word is glued to more word characters in the later text
-   (``parse_config`` inside ``parse_configuration``). The fallback's only approximation:
-   on the real-transcript corpus (all sessions with provider usage, concatenated, 2,364
-   messages) it cites 1,416 of the scan's 1,418 messages.
+1. **Token table**: a key that is one of the later text's tokens.
 
-A string with no ASCII word character at all (a Chinese backtick snippet) is filed under
-its rarest character, looked up in the set of the new text's characters (exact).
+   * An *interior word* of ``s``, bounded inside ``s`` by non-word characters on both
+     sides (a snake_case word preferred, then the longest): wherever ``s`` occurs, that
+     word is a complete word of the text, because the characters around it belong to
+     ``s``. Tokens: the text's words.
+   * Else a snake_case part between two underscores, the second underscore and the next
+     character (``list_r`` for ``one_list_request``). Tokens: the same at every
+     underscore of the text.
+   * Else, for a string that starts with a capital, lower-case letters and a capital or
+     digit, its first camel hump with the next hump when a third follows (``("Parse",
+     "Config")`` for ``ParseConfigError``), else with the next character (``("Behavior",
+     "M")`` for ``BehaviorMatch``). Such a string only occurs inside a CamelCase match of
+     the later text (the regex starts at the first capital of every alphanumeric run and
+     runs to its end, and the string satisfies its look-aheads), where a capital followed
+     by lower-case letters always starts a hump. Tokens: each hump of the text's
+     CamelCase matches with the next hump and with the next character.
+   * Else, for a hex id with a digit, its last six characters: it occurs inside a maximal
+     ``[a-f0-9]`` run of the later text, which the hex regex returns. Tokens: every
+     six-character window of those runs (a short commit id inside a full one is found).
+
+2. **Word-substring table**: any other string with an ASCII word of three characters or
+   more (``parse_config``, ``HTTPServer``, ``request/response``: words that touch the
+   string's ends) is filed under its longest word, its *key word*. A later text holding
+   the string has a word holding the key word, maybe glued to more word characters
+   (``parse_config`` inside ``parse_configuration``). With up to ``_DIRECT_KEYS`` (24) key
+   words on file each is looked for in the text. Past that the table remembers every
+   distinct word of the texts with the key words inside it (found through one
+   three-character gram of each key word) and indexes the known words by their grams, so
+   a word seen before costs a set lookup and a new key word finds the known words holding
+   it. A key word dropped (its string cited) stays listed by those words, so filing it
+   again (a string that recurs) only checks the words met since. The remembered words
+   are a cache, dropped past 200,000 words or 4,000,000 characters.
+3. **Character table**: a string with no such word (``配置文件``, ``ab cd``) is filed under
+   its character with the fewest strings on file (not an ASCII letter, digit or white
+   space when it has another): a text containing the string contains that character.
 
 Adversarial text
 ================
 Every step is linear in the text, in both implementations. The spec's CamelCase regex
 retries every capital of a run and scans to the run's end each time: quadratic on a long
-run of capitals ("T" * 8,000 took 0.9 s); the fallback uses an equivalent
+run of capitals ("T" * 8,000 took 0.9 s); the pure-Python path uses an equivalent
 one-attempt-per-run form for a text with a word of 64 characters or more, and takes the
-windows of a hex run as its lookup keys, not its prefixes and suffixes (which were
-quadratic). Two messages of 200,000 characters each of capitals, hex, a single word, a
-path or a CamelCase word take 2-10 ms compiled, 0.02-0.22 s in Python
-(``tests/test_references.py`` runs them; ``benchmarks/references.py`` times them).
+windows of a hex run as its tokens, not its prefixes and suffixes (which were quadratic).
+Two messages of 200,000 characters each of capitals, hex, a single word, a path or a
+CamelCase word take 1-20 ms compiled, 0.01-0.44 s in Python (``tests/test_references.py``
+runs them; ``benchmarks/references.py`` times them). A snippet that recurs in every
+message beside 50 new words holding it (each message cites the previous one, the
+word-substring table files the key word again each time) costs the same per message at
+1,000 and 4,000 messages: 0.35-0.45 s of CPU per 1,000 in Python, 0.008-0.013 s compiled.
 
 Cost
 ====
 Measured with ``benchmarks/references.py`` on ``make_history`` (580 text characters per
-message, 5.8 MB of text for 10,000) on the shared 2-core machine, medians of 5 (two runs):
+message, 5.8 MB of text for 10,000) and on the real corpus (every session with provider
+usage, concatenated), two runs interleaved with runs of the previous version, on the
+shared 2-core machine under a load average of 7-12: CPU time, the steadier figure there
+(wall times were 2-4 times longer), medians of 5:
 
-=======================  ===============  ===========  ===============
-messages                 compiled         pure Python  quadratic scan
-=======================  ===============  ===========  ===============
-1,000                    0.027-0.033 s    0.22 s       0.42-0.48 s
-3,000                    0.077-0.10 s     0.69-0.70 s  2.35-2.5 s
-10,000                   0.32-0.36 s      2.2 s        (not run)
-real corpus, 2,364       0.09-0.11 s      0.85-0.87 s  0.56-0.64 s
-incremental ``add``      0.026-0.028 ms   0.15 ms
-=======================  ===============  ===========  ===============
+=============================  ==============  ===========  ================
+messages                       compiled        pure Python  quadratic (wall)
+=============================  ==============  ===========  ================
+1,000                          0.014-0.017 s   0.11-0.14 s  0.72-1.05 s
+3,000                          0.051-0.059 s   0.36-0.46 s  4.6-5.1 s
+10,000                         0.17-0.21 s     1.34-1.46 s  (not run)
+real corpus, 5,019 (2,815 ch)  0.17-0.24 s     1.52-2.09 s  6.2-8.8 s
+incremental ``add`` (wall)     0.010-0.012 ms  0.06 ms
+=============================  ==============  ===========  ================
 
-The compiled build of 10,000 messages splits into assembling the texts (0.05-0.07 s), the
-core (0.14-0.17 s: extraction, window scan, filing, citing) and the Python around it
-(0.11-0.14 s: message keys, tool ids, the map). Its cost per 1,000 messages is flat
-(0.027-0.035 s).
-The fallback spends about 0.7 s of its 2.2 s in the tokenising regex passes, each near
-the floor of CPython's ``re`` over 5.8 MB, and the rest in Python bookkeeping: that is
-why the table moved to C rather than to a cleverer index in Python.
+The compiled build of 10,000 messages splits into assembling the texts (0.03-0.05 s), the
+core (0.10-0.11 s: extraction, window scan, filing, citing) and the Python around it
+(0.02-0.08 s: message keys, tool ids, the map); its cost per 1,000 messages is flat
+(0.014-0.021 s). The pure-Python path spends about 0.4 s of its 1.3-1.5 s in the
+tokenising regex passes, each near the floor of CPython's ``re`` over 5.8 MB, and the
+rest in Python bookkeeping: that is why the table moved to C rather than to a cleverer
+index in Python.
 
 ``quoted_snippets_by_msg[id]`` holds the strings of message ``id`` found in the *first*
 message that cited it (the citing check stops there, as in the specification).
@@ -186,18 +206,21 @@ _CAMEL_LINEAR = re.compile(
     r"(?<![A-Za-z0-9])[a-z0-9]*+([A-Z](?=[A-Za-z0-9]*?[a-z])(?=[A-Za-z0-9]*?[A-Z0-9])[A-Za-z0-9]{3,})"
 )
 _LONG_WORD = 64
+_DIGITS = "0123456789"
 
 # lookup vocabulary: "words" are maximal runs of ASCII [A-Za-z0-9_]
 _WORD = re.compile(r"[A-Za-z0-9_]+")
 _WORD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 _NON_WORD_TO_SPACE = str.maketrans({chr(i): " " for i in range(128) if chr(i) not in _WORD_CHARS})
-# tier 2: a capital, its lower-case run and the next character, which is a capital or digit
+_NON_WORD_BYTES_TO_SPACE = bytes(b if chr(b) in _WORD_CHARS else 32 for b in range(256))
+# token anchor of CamelCase: a capital, its lower-case run and the next character, which is
+# a capital or digit
 _HUMP_START = re.compile(r"([A-Z][a-z]++)([A-Z0-9])[A-Za-z0-9]*")
 # camel humps: "ParseHTTPConfig2" -> Parse|HTTP|Config|2 (each hump is scanned once from
 # the hump before it: linear)
 _HUMP = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _HUMP_PAIRS = re.compile(r"([A-Z][a-z]++)(?=([A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+))")
-# tier 1 inside a snake_case word: an alphanumeric part between two underscores, the
+# token anchor inside a snake_case word: an alphanumeric part between two underscores, the
 # second underscore and the next character ("one_list_request" -> "list_r")
 _SNAKE_KEYS = re.compile(r"_(?=([A-Za-z0-9]+_[A-Za-z0-9]))")
 _HEX_FULL = re.compile(r"[a-f0-9]{6,}")
@@ -219,10 +242,11 @@ STOP_WORDS = frozenset(
 
 
 def _words(text: str) -> list[str]:
-    """The maximal ASCII ``[A-Za-z0-9_]`` runs of ``text``, in order (C speed for ASCII)."""
+    """The maximal ASCII ``[A-Za-z0-9_]`` runs of ``text``, in order (C speed throughout)."""
     if text.isascii():
         return text.translate(_NON_WORD_TO_SPACE).split()
-    return _WORD.findall(text)
+    # every other character (lone surrogates too) becomes "?", a separator like the rest
+    return text.encode("ascii", "replace").translate(_NON_WORD_BYTES_TO_SPACE).decode("ascii").split()
 
 
 class _Tokens:
@@ -233,7 +257,8 @@ class _Tokens:
     def __init__(self, text: str):
         self.words = words = _words(text)
         self.paths = _PATH.findall(text) if "/" in text else []
-        self.hexes = _HEX_ID.findall(text)
+        # an id needs a digit (a run of hex letters is looked at for nothing else)
+        self.hexes = _HEX_ID.findall(text) if any(map(text.__contains__, _DIGITS)) else []
         self.snippets = _BACKTICK.findall(text) if "`" in text else []
         long_word = bool(words) and max(map(len, words)) >= _LONG_WORD
         self.camels = [] if not words else (_CAMEL_LINEAR if long_word else _CAMEL).findall(text)
@@ -295,11 +320,17 @@ def _extract_python(text: str, limit: int = MAX_DISTINCTIVE) -> list[str]:
 
 # ------------------------------------------------------------------------------ anchors
 
-# An anchor is a word (tiers 1 and 4), a (hump, next character) pair (tier 2), a
-# six-character window (tier 3) or a single character (strings without an ASCII word).
-# All live in one table: a window or a character that happens to equal a word only costs
-# an extra ``s in text`` check, never a wrong citation.
+# Where the pure-Python path files a string (module docstring): under a token of any text
+# holding it, under a word of its own that any such text has inside one of its words, or
+# under one of its characters.
+_TOKEN, _WITHIN, _CHAR = 0, 1, 2
+
+# A token anchor is a word, a snake_case part ("list_r"), a (hump, next hump or character)
+# pair or a six-character hex window; all live in one table: a window that happens to
+# equal a word only costs an extra ``s in text`` check, never a wrong citation.
 Anchor = str | tuple[str, str]
+
+_GRAM = 3  # every key word of the word-substring table has at least this many characters
 
 
 def _interior(s: str, words: list[str]) -> list[str]:
@@ -311,47 +342,64 @@ def _interior(s: str, words: list[str]) -> list[str]:
 
 
 def _hump_keys(camels: list[str]) -> set[tuple[str, str]]:
-    """Tier 2 lookup keys: each hump with the next hump, and with the next character."""
+    """Token lookup keys of CamelCase: each hump with the next hump, and with the next character."""
     pairs = _HUMP_PAIRS.findall(" ".join(camels))
     return set(pairs).union([(first, second[0]) for first, second in pairs])
 
 
-def _anchor(s: str, rarity: Callable[[Anchor], int]) -> Anchor:
-    """The key a string is filed under (module docstring, tiers 1-4).
+def _grams(word: str) -> set[str]:
+    return {word[i : i + _GRAM] for i in range(len(word) - _GRAM + 1)}
 
-    Tier 1 takes the longest interior word: a long word (``build_as_graph``) occurs in far
-    fewer texts than a short one (``src``), so its bucket is touched less often.
+
+def _char_rank(c: str) -> int:
+    """How common a character is in texts (ASCII letters and digits, then white space, are
+    the worst keys of the character table: nearly every text holds them)."""
+    if c.isascii() and c.isspace():
+        return 2
+    return 1 if c.isascii() and c.isalnum() else 0
+
+
+def _anchor(s: str, char_rarity: Callable[[str], int]) -> tuple[int, Anchor]:
+    """``(table, key)`` a string is filed under (module docstring).
+
+    A token anchor takes the longest interior word: a long word (``build_as_graph``) occurs
+    in far fewer texts than a short one (``src``), so its bucket is touched less often.
     """
     if s.isalnum() and s.isascii():
         # one alphanumeric word (every id, every CamelCase string): no interior word and no
-        # "_", so tiers 2-4 decide; skips splitting the string into words
-        return _single_word_anchor(s)
+        # "_"; skips splitting the string into words
+        return _edge_word_anchor(s, [s], char_rarity)
     words = _words(s)
-    if not words:  # no ASCII word character: filed under its rarest character
-        return min(sorted(set(s)), key=rarity)
-    interior = _interior(s, words)
-    if interior:  # tier 1: a snake_case word if any (rarer than a directory name), longest
-        return max([w for w in interior if "_" in w] or interior, key=len)
-    if "_" in s:  # tier 1 inside a snake_case word: "one_list_request" -> "list_r"
-        inner = _SNAKE_KEYS.findall(s)
-        if inner:
-            return max(inner, key=len)
-    return _single_word_anchor(s, words)
+    if words:
+        interior = _interior(s, words)
+        if interior:  # a snake_case word if any (rarer than a directory name), longest
+            return _TOKEN, max([w for w in interior if "_" in w] or interior, key=len)
+        if "_" in s:  # inside a snake_case word: "one_list_request" -> "list_r"
+            inner = _SNAKE_KEYS.findall(s)
+            if inner:
+                return _TOKEN, max(inner, key=len)
+        return _edge_word_anchor(s, words, char_rarity)
+    return _CHAR, _rarest_char(s, char_rarity)
 
 
-def _single_word_anchor(s: str, words: list[str] | None = None) -> Anchor:
-    """Tiers 2-4 for a string without an interior word (``words``: its words if known)."""
+def _edge_word_anchor(s: str, words: list[str], char_rarity: Callable[[str], int]) -> tuple[int, Anchor]:
+    """The anchor of a string whose words all touch its ends (one word, or two)."""
     hump = _HUMP_START.match(s)
-    if hump and hump.end() >= 4:  # tier 2: the run is long enough to be a CamelCase match
+    if hump and hump.end() >= 4:  # the run is long enough to be a CamelCase match
         second = _HUMP.match(s, len(hump[1]))
         if second.end() < len(s):  # the second hump is interior: the pair is exact
-            return (hump[1], second[0])
-        return (hump[1], hump[2])
-    if _HEX_FULL.fullmatch(s) and not s.isalpha():  # tier 3: a hex id with a digit
-        return s[-_WINDOW:]  # the last window: numbers that share a prefix differ at the end
-    if words is None:
-        return s
-    return max(words, key=len)  # tier 4: the longest (edge) word
+            return _TOKEN, (hump[1], second[0])
+        return _TOKEN, (hump[1], hump[2])
+    if _HEX_FULL.fullmatch(s) and not s.isalpha():  # a hex id with a digit
+        return _TOKEN, s[-_WINDOW:]  # the last window: numbers that share a prefix differ at the end
+    key = max(words, key=len)
+    if len(key) >= _GRAM:  # any text holding s has a word holding key
+        return _WITHIN, key
+    return _CHAR, _rarest_char(s, char_rarity)
+
+
+def _rarest_char(s: str, char_rarity: Callable[[str], int]) -> str:
+    return min(sorted(set(s)), key=lambda c: (_char_rank(c), char_rarity(c)))
 
 
 def _message_key(msg: Any, index: int) -> str:
@@ -372,9 +420,10 @@ def _as_dict(msg: Any) -> dict:
 class _Source:
     """A message holding distinctive strings, not cited yet."""
 
-    __slots__ = ("key", "tool_use_ids", "strings")
+    __slots__ = ("index", "key", "tool_use_ids", "strings")
 
-    def __init__(self, key: str, tool_use_ids: list[str], strings: list[str]):
+    def __init__(self, index: int, key: str, tool_use_ids: list[str], strings: list[str]):
+        self.index = index
         self.key = key
         self.tool_use_ids = tool_use_ids
         self.strings = strings
@@ -383,13 +432,20 @@ class _Source:
 class ReferenceTracker:
     """Incremental ``ReferenceMap`` builder (module docstring). ``clock`` stamps the map.
 
-    ``compiled``: use the compiled core (exact, fast); ``None`` (the default) uses it when
-    it is built, ``False`` forces the pure-Python path, ``True`` requires the core.
+    ``compiled``: use the compiled core; ``None`` (the default) uses it when it is built,
+    ``False`` forces the pure-Python path, ``True`` requires the core. Both give the same map.
     """
 
     # anchors are remembered per string: most strings recur, and are filed again after
     # each citation. The memo is dropped past this many strings (it only saves work).
     _ANCHOR_MEMO_MAX = 500_000
+    # the word-substring table checks up to this many key words against each text
+    # directly; past it, it remembers the text words it has seen and the key words each
+    # holds (a cache, dropped past _KNOWN_WORDS_MAX words of _KNOWN_CHARS_MAX characters
+    # in all, or below _DIRECT_KEYS / 2 key words)
+    _DIRECT_KEYS = 24
+    _KNOWN_WORDS_MAX = 200_000
+    _KNOWN_CHARS_MAX = 4_000_000
 
     def __init__(
         self,
@@ -409,29 +465,56 @@ class ReferenceTracker:
         # name the tool_use ids of the ones it reports cited
         self._core = _refscan.Scanner(self.limit, STOP_WORDS) if self.compiled else None
         self._messages: list[dict] = []
-        # anchor -> the strings filed under it
-        self._table: dict[Anchor, set[str]] = {}
-        # string -> (its anchor, the uncited messages holding it, oldest first)
-        self._filed: dict[str, tuple[Anchor, list[_Source]]] = {}
-        self._anchor_memo: dict[str, Anchor] = {}
-        self._has_char_anchors = False
+        # pure-Python tables (module docstring): token anchor -> strings; key word -> strings
+        # and one three-character gram of each key word -> key words; character -> strings
+        self._tokens: dict[Anchor, set[str]] = {}
+        self._within: dict[str, set[str]] = {}
+        self._within_grams: dict[str, set[str]] = {}
+        self._gram_of: dict[str, str] = {}
+        self._chars: dict[str, set[str]] = {}
+        self._word_cache = False
+        self._forget_words()
+        # string -> (its table, its anchor, the uncited message holding it). One holder: a
+        # later message holding the string too contains it, so it cites the first holder
+        # before filing its own strings.
+        self._filed: dict[str, tuple[int, Anchor, _Source]] = {}
+        self._anchor_memo: dict[str, tuple[int, Anchor]] = {}
         self._keys: list[str] = []
         self._seen: list[Any] = []  # the messages as given, for update's prefix check
+        # message key -> index of the message whose snippets the map holds: with repeated
+        # ids the highest index wins, as in the quadratic scan
+        self._snippets_from: dict[str, int] = {}
         self.map = ReferenceMap(last_built_at=self.clock())
 
+    def _forget_words(self) -> None:
+        """Drop the text words the word-substring table has seen (a cache: nothing is lost)."""
+        self._known_words: set[str] = set()
+        self._known_chars = 0  # in the known words with grams on file
+        self._word_log: list[str] = []  # the known words with grams on file, in order
+        self._word_grams: dict[str, list[str]] = {}  # gram -> the known words holding it
+        # known word -> the key words inside it (filed then; some may have been dropped since)
+        self._word_keys: dict[str, set[str]] = {}
+        self._dropped: dict[str, int] = {}  # a key word dropped -> len(_word_log) then
+
     # The compiled table cannot be pickled; it is rebuilt from the messages on unpickling
-    # (where the core is not built, the pure-Python tables are built instead).
+    # (where the core is not built, the pure-Python tables are built instead). The seen
+    # words of the word-substring table are left out.
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_core": None}
+        state = {**self.__dict__, "_core": None}
+        for name in ("_known_words", "_known_chars", "_word_log", "_word_grams", "_word_keys", "_dropped"):
+            del state[name]
+        return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
+        self._forget_words()
         if not self.compiled:
             return
         if _refscan is None:
             stamp = self.map.last_built_at
             self.compiled = False
-            self.build(self._messages)
+            seen = self._seen
+            self.build(seen)
             self.map.last_built_at = stamp
             return
         self._core = _refscan.Scanner(self.limit, STOP_WORDS)
@@ -480,7 +563,7 @@ class ReferenceTracker:
         if self._core is not None:
             self._messages.append(msg)
             for cited, found in self._core.add(text):
-                self._cite_compiled(cited, found)
+                self._cite(cited, self._keys[cited], tool_result_ids(self._messages[cited]), found)
             return
         if not text:
             return
@@ -488,104 +571,211 @@ class ReferenceTracker:
         if self._filed:
             self._scan(text, tok)
         strings = _select(tok, self.limit)
-        if not strings:
-            return
-        source = _Source(key, tool_result_ids(msg), strings)
+        if strings:
+            self._file(_Source(index, key, tool_result_ids(msg), strings))
+
+    def _file(self, source: _Source) -> None:
         filed = self._filed
         memo = self._anchor_memo
-        table = self._table
-        for s in strings:
-            entry = filed.get(s)
-            if entry is not None:
-                entry[1].append(source)
-                continue
+        for s in source.strings:
             anchor = memo.get(s)
             if anchor is None:
-                anchor = self._new_anchor(s)
-            filed[s] = (anchor, [source])
-            bucket = table.get(anchor)
-            if bucket is None:
-                table[anchor] = {s}
+                if len(memo) >= self._ANCHOR_MEMO_MAX:
+                    memo.clear()
+                anchor = memo[s] = _anchor(s, self._char_rarity)
+            table, key = anchor
+            filed[s] = (table, key, source)
+            if table == _TOKEN:
+                bucket = self._tokens.get(key)
+                if bucket is None:
+                    self._tokens[key] = {s}
+                else:
+                    bucket.add(s)
+            elif table == _WITHIN:
+                bucket = self._within.get(key)
+                if bucket is None:
+                    self._within[key] = {s}
+                    self._file_key_word(key)
+                else:
+                    bucket.add(s)
             else:
-                bucket.add(s)
+                self._chars.setdefault(key, set()).add(s)
 
-    def _cite_compiled(self, index: int, found: list[str]) -> None:
-        m = self.map
-        key = self._keys[index]
-        m.cited_message_ids.add(key)
-        tool_use_ids = tool_result_ids(self._messages[index])
-        if tool_use_ids:
-            m.cited_tool_use_ids.update(tool_use_ids)
-        m.quoted_snippets_by_msg[key] = set(found)
+    def _file_key_word(self, key: str) -> None:
+        """A new key word: index it by one of its grams, find the known words holding it."""
+        if not self._word_cache:
+            if len(self._within) <= self._DIRECT_KEYS:
+                return
+            self._word_cache = True  # every key word is filed; every word is new
+            self._forget_words()
+            for k in self._within:
+                self._index_key_word(k)
+            return
+        gram = self._index_key_word(key)
+        words = self._word_grams.get(gram, ())
+        dropped_at = self._dropped.pop(key, None)
+        if dropped_at is not None and len(self._word_log) - dropped_at < len(words):
+            # filed again (a recurring string): the words that held it still list it, only
+            # the words met since it was dropped are left to check
+            words = self._word_log[dropped_at:]
+        word_keys = self._word_keys
+        for word in words:
+            if key in word:
+                keys = word_keys.get(word)
+                if keys is None:
+                    word_keys[word] = {key}
+                else:
+                    keys.add(key)
 
-    def _new_anchor(self, s: str) -> Anchor:
-        memo = self._anchor_memo
-        if len(memo) >= self._ANCHOR_MEMO_MAX:
-            memo.clear()
-        anchor = memo[s] = _anchor(s, self._bucket_size)
-        if len(anchor) == 1 and anchor not in _WORD_CHARS:
-            self._has_char_anchors = True
-        return anchor
+    def _index_key_word(self, key: str) -> str:
+        word_grams = self._word_grams
+        # the gram fewest known words hold: those are the ones checked for it
+        gram = self._gram_of[key] = min(sorted(_grams(key)), key=lambda g: len(word_grams.get(g, ())))
+        self._within_grams.setdefault(gram, set()).add(key)
+        return gram
 
-    def _bucket_size(self, anchor: Anchor) -> int:
-        return len(self._table.get(anchor, ()))
+    def _drop_key_word(self, key: str) -> None:
+        if not self._word_cache:
+            return
+        # the known words holding it keep listing it (a lookup checks the key is on file):
+        # a string that recurs files it again without touching them
+        _discard(self._within_grams, self._gram_of.pop(key), key)
+        if len(self._dropped) > self._KNOWN_WORDS_MAX:
+            self._dropped.clear()
+        self._dropped[key] = len(self._word_log)
+        if len(self._within) < self._DIRECT_KEYS // 2:
+            self._word_cache = False
+            self._within_grams.clear()
+            self._gram_of.clear()
+            self._forget_words()
+
+    def _char_rarity(self, c: str) -> int:
+        return len(self._chars.get(c, ()))
 
     def _scan(self, text: str, tok: _Tokens) -> None:
         """Cite every uncited message with a string that occurs in ``text``."""
-        table = self._table
-        anchors = table.keys()
-        touched = anchors & tok.words
-        if "_" in text:
-            touched.update(anchors & _SNAKE_KEYS.findall(text))
-        if tok.camels:
-            touched.update(anchors & _hump_keys(tok.camels))
-        if tok.hexes:
-            windows = [run[i : i + _WINDOW] for run in tok.hexes if not run.isalpha() for i in range(len(run) - _WINDOW + 1)]
-            touched.update(anchors & windows)
-        if self._has_char_anchors:
-            touched.update(anchors & set(text))
-        if not touched:
-            return
-        hits = [s for anchor in touched for s in table[anchor] if s in text]
+        hits: list[str] = []
+        table = self._tokens
+        if table:
+            anchors = table.keys()
+            touched = anchors & tok.words
+            if "_" in text:
+                touched.update(anchors & _SNAKE_KEYS.findall(text))
+            if tok.camels:
+                touched.update(anchors & _hump_keys(tok.camels))
+            if tok.hexes:
+                windows = [run[i : i + _WINDOW] for run in tok.hexes if not run.isalpha() for i in range(len(run) - _WINDOW + 1)]
+                touched.update(anchors & windows)
+            hits = [s for anchor in touched for s in table[anchor] if s in text]
+        if self._within:
+            within = self._within
+            hits += [s for key in self._key_words_in(text, tok.words) for s in within[key] if s in text]
+        if self._chars:
+            chars = self._chars
+            # a few characters: each found in the text at C speed; many: the text's set
+            present = [c for c in chars if c in text] if len(chars) <= 32 else chars.keys() & set(text)
+            hits += [s for c in present for s in chars[c] if s in text]
         if not hits:
             return
         found: dict[int, tuple[_Source, list[str]]] = {}
         filed = self._filed
         for s in hits:
-            for src in filed[s][1]:
-                entry = found.get(id(src))
-                if entry is None:
-                    found[id(src)] = (src, [s])
-                else:
-                    entry[1].append(s)
-        for src, strings in found.values():
-            self._cite(src, strings)
-
-    def _cite(self, source: _Source, found: list[str]) -> None:
-        """Mark ``source`` cited and take all its strings out of the table (early exit)."""
-        m = self.map
-        m.cited_message_ids.add(source.key)
-        if source.tool_use_ids:
-            m.cited_tool_use_ids.update(source.tool_use_ids)
-        m.quoted_snippets_by_msg[source.key] = set(found)
-        filed = self._filed
-        table = self._table
-        for s in source.strings:
-            # every string of an uncited source is filed, with the source among its holders
-            anchor, holders = filed[s]
-            if len(holders) > 1:
-                holders.remove(source)
-                continue
-            del filed[s]
-            bucket = table[anchor]
-            if len(bucket) == 1:
-                del table[anchor]
+            src = filed[s][2]
+            entry = found.get(src.index)
+            if entry is None:
+                found[src.index] = (src, [s])
             else:
-                bucket.discard(s)
+                entry[1].append(s)
+        for src, strings in found.values():
+            self._cite(src.index, src.key, src.tool_use_ids, strings)
+            self._unfile(src)
+
+    def _key_words_in(self, text: str, text_words: list[str]) -> Iterable[str]:
+        """The key words of the word-substring table that some word of the text holds.
+
+        A few key words: those the text contains. Else a word seen for the first time has
+        its grams indexed and is matched against the grams of the key words (then ``key in
+        word``); a word seen before has its key words on file (``_file_key_word`` adds a new
+        key word to the known words holding it).
+        """
+        if not self._word_cache:
+            return [k for k in self._within if k in text]
+        words = set(text_words)
+        known = self._known_words
+        if len(known) > self._KNOWN_WORDS_MAX or self._known_chars > self._KNOWN_CHARS_MAX:
+            self._forget_words()
+            known = self._known_words
+        new = words - known
+        if new:
+            known |= new
+            key_grams = self._within_grams
+            word_grams = self._word_grams
+            word_keys = self._word_keys
+            for word in new:
+                if len(word) < _GRAM:
+                    continue
+                self._known_chars += len(word)
+                self._word_log.append(word)
+                grams = _grams(word)
+                for g in grams:
+                    holders = word_grams.get(g)
+                    if holders is None:
+                        word_grams[g] = [word]
+                    else:
+                        holders.append(word)
+                inside = [k for g in key_grams.keys() & grams for k in key_grams[g] if k in word]
+                if inside:
+                    word_keys[word] = set(inside)
+        word_keys = self._word_keys
+        return {k for word in word_keys.keys() & words for k in word_keys[word]} & self._within.keys()
+
+    def _cite(self, index: int, key: str, tool_use_ids: list[str], found: list[str]) -> None:
+        """Record message ``index`` (``key``) as cited, with the strings ``found`` in the citing text."""
+        m = self.map
+        m.cited_message_ids.add(key)
+        if tool_use_ids:
+            m.cited_tool_use_ids.update(tool_use_ids)
+        # the quadratic scan visits sources in order: with a repeated key the highest index
+        # wins, whichever citing text came first
+        if self._snippets_from.get(key, -1) < index:
+            self._snippets_from[key] = index
+            m.quoted_snippets_by_msg[key] = set(found)
+
+    def _unfile(self, source: _Source) -> None:
+        """Take all the strings of a cited message out of the tables (the early exit)."""
+        filed = self._filed
+        for s in source.strings:
+            table, key, _ = filed.pop(s)
+            if table == _TOKEN:
+                _discard(self._tokens, key, s)
+            elif table == _WITHIN:
+                if _discard(self._within, key, s):
+                    self._drop_key_word(key)
+            else:
+                _discard(self._chars, key, s)
+
+    def _uncited_strings(self) -> list[list[str]]:
+        """The strings each message still has on file, in extraction order ([] once cited)."""
+        if self._core is not None:
+            return [self._core.strings(i) for i in range(self.message_count)]
+        held: list[list[str]] = [[] for _ in range(self.message_count)]
+        for _, _, source in self._filed.values():
+            held[source.index] = list(source.strings)
+        return held
 
     # ------------------------------------------------------------------ queries
     def is_cited(self, msg_id: str | None = None, tool_use_id: str | None = None) -> bool:
         return self.map.is_cited(msg_id, tool_use_id)
+
+
+def _discard(table: dict, key: Any, value: Any) -> bool:
+    """Remove ``value`` from ``table[key]``, and the key when its set empties (then True)."""
+    bucket = table[key]
+    if len(bucket) == 1:
+        del table[key]
+        return True
+    bucket.discard(value)
+    return False
 
 
 def build_reference_map(history: Iterable[Any], clock: Callable[[], float] = time.time) -> ReferenceMap:
