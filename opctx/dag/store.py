@@ -126,6 +126,7 @@ __all__ = [
     "SearchHit",
     "GraphStore",
     "connect",
+    "connect_readonly",
     "search_across_sessions",
     "transaction",
     "literal_fts_query",
@@ -247,6 +248,46 @@ def connect(db_path: str | os.PathLike) -> sqlite3.Connection:
                 raise StoreError(f"{path}: could not switch the database to WAL (got {mode!r})")
         conn.execute("PRAGMA synchronous = NORMAL")
         _migrate(conn)
+    except sqlite3.DatabaseError as e:
+        conn.close()
+        raise StoreError(f"{path}: not a usable SQLite database ({e})") from e
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def connect_readonly(db_path: str | os.PathLike) -> sqlite3.Connection:
+    """Open an existing opctx database for reading only (SQLite ``mode=ro``).
+
+    Nothing is created, migrated or switched to WAL, so reading never changes a
+    file. Usable with ``GraphStore(conn, sid, create=False)`` and
+    ``search_across_sessions``. Raises ``StoreError`` naming the path when the file
+    is missing, is not SQLite, has no opctx tables, or has another schema version.
+    """
+    from pathlib import Path
+
+    path = os.fspath(db_path)
+    if not os.path.isfile(path):
+        problem = "not a regular file" if os.path.exists(path) else "no such database file"
+        raise StoreError(f"{path}: {problem}")
+    _check_header(path)
+    try:
+        conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True,
+                               isolation_level=None, check_same_thread=False,
+                               timeout=BUSY_TIMEOUT_MS / 1000, factory=_Connection)
+    except sqlite3.Error as e:
+        raise StoreError(f"{path}: cannot open database ({e})") from e
+    conn.opctx_path, conn.opctx_lock, conn.opctx_depth, conn.opctx_undo = path, threading.RLock(), 0, []
+    conn.opctx_index_text = True
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not {"sessions", "nodes", "schema_migrations"} <= tables:
+            raise StoreError(f"{path}: not an opctx database (it has no opctx tables)")
+        version = _applied_version(conn)
+        if version != SCHEMA_VERSION:
+            raise StoreError(f"{path}: opctx schema version {version}, this opctx reads "
+                             f"{SCHEMA_VERSION} (opening it for writing migrates it)")
     except sqlite3.DatabaseError as e:
         conn.close()
         raise StoreError(f"{path}: not a usable SQLite database ({e})") from e
@@ -882,6 +923,7 @@ def _search(
 ) -> list[SearchHit]:
     if limit is None or limit <= 0:
         return []
+    query = query.replace("\x00", " ")  # SQLite ends a query's text at a NUL: a separator
     fts_query = _segment_cjk(query) if raw else literal_fts_query(query)
     if not fts_query.strip():
         return []
