@@ -153,3 +153,17 @@ def test_streamed_rows_with_failures_first(specs, tmp_path):
     only_bad = sweep(specs, grid[:1], progress=False, out=tmp_path / "bad.parquet")
     bad = pd.read_parquet(only_bad)
     assert len(bad) == 2 and bad["error"].str.contains("unknown preset").all()
+
+
+def test_scenario_specs_are_generated_on_the_worker():
+    from concurrent.futures import ProcessPoolExecutor
+
+    from opctx.lab.scenarios import ScenarioSpec
+
+    grid = [{"preset": "none"}, {"preset": "observation-masking"}]
+    by_messages = sweep([generate_session(5, n_turns=4).messages], grid, progress=False)
+    with ProcessPoolExecutor(1) as pool:
+        by_spec = sweep([ScenarioSpec(5, n_turns=4)], grid, executor=pool, progress=False)
+    assert list(by_spec["session"].astype(str)) == ["scenario-0005"] * 2
+    metrics = [c for c in by_messages.columns if c != "session"]
+    pd.testing.assert_frame_equal(by_spec[metrics], by_messages[metrics])

@@ -3,8 +3,9 @@
 ``sweep(sessions, grid, executor=None, progress=True) -> DataFrame``
 
 * ``sessions``: picklable session specs - ``SessionSpec(db_path, session_id)``,
-  ``(db_path, session_id)`` tuples, message lists, or ``RecordedHistory``
-  objects. Specs are what travels to workers: a worker opens the database
+  ``(db_path, session_id)`` tuples, message lists, ``RecordedHistory``
+  objects, or any recipe with a ``load()`` returning a history (and a ``label``),
+  such as ``opctx.lab.scenarios.ScenarioSpec``. Specs are what travels to workers: a worker opens the database
   read-only itself, so nothing large is pickled and nothing is shared.
 * ``grid``: a list of configuration dicts, or a dict of lists whose cartesian
   product is taken (keys in the given order, values in the given order). A
@@ -89,6 +90,8 @@ def session_label(session: Any, index: int) -> str:
         return SessionSpec(str(session[0]), str(session[1])).label
     if isinstance(session, RecordedHistory):
         return session.session_id or f"history-{index}"
+    if isinstance(getattr(session, "label", None), str):
+        return session.label
     return f"messages-{index}"
 
 
@@ -123,7 +126,8 @@ def _load_history(session: Any) -> RecordedHistory:
     if isinstance(session, tuple) and len(session) == 2 and isinstance(session[1], str):
         session = SessionSpec(str(session[0]), session[1])
     if not isinstance(session, SessionSpec):
-        return as_history(session)
+        load = getattr(session, "load", None)
+        return load() if callable(load) and not isinstance(session, list) else as_history(session)
     path = os.path.abspath(session.db_path)
     key = (path, session.session_id, _file_state(path))
     with _HISTORY_CACHE_LOCK:
