@@ -602,7 +602,8 @@ def cmd_build_samples(args: argparse.Namespace) -> int:
 
 
 # The toolkit's optional packages (pyproject extras), named as pip knows them.
-_TOOLKIT_PACKAGES = ("pandas", "numpy", "networkx", "pyvis", "matplotlib", "ipywidgets", "distributed")
+_TOOLKIT_PACKAGES = ("pandas", "numpy", "pyarrow", "networkx", "pyvis", "matplotlib", "ipywidgets",
+                     "distributed")
 
 
 def environment_info() -> dict[str, Any]:
