@@ -18,9 +18,11 @@ What it measures (issue 16, "Corpora of 10,000 sessions"):
    per-session cost of one core, and the speed-up of the cluster over it
    (ideal: 2.0 with two workers on two free cores; a shared machine shows less).
 
-Timings are wall clock (what a user waits) and CPU seconds of this process
-(serial part only); the load average is printed, since other processes on a
-shared machine inflate the wall clock. Run:
+Timings are wall clock (what a user waits) and CPU seconds (of this process for
+the baseline, of the worker processes for the cluster run, through
+``client.run``): other processes on a shared machine inflate the wall clock, not
+the CPU time, so the CPU cost per session and the rate it allows on free cores are
+printed too, with the load average. Run:
 
     .venv/bin/python benchmarks/sweep_scale.py                    # 10,000 sessions
     .venv/bin/python benchmarks/sweep_scale.py --sessions 400     # a quick run
@@ -55,22 +57,29 @@ def _peak_rss_bytes() -> int:
     return peak if sys.platform == "darwin" else peak * 1024
 
 
+def _cpu_seconds() -> float:
+    return time.process_time()
+
+
 def run_cluster(specs: list[ScenarioSpec], out: Path, workers: int) -> dict:
     import distributed
 
+    logging.getLogger("distributed").setLevel(logging.ERROR)
     grid = {"preset": preset_names()}
     with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                   dashboard_address=None, memory_limit=0,
                                   silence_logs=logging.ERROR) as cluster, \
             distributed.Client(cluster) as client:
+        cpu_before = client.run(_cpu_seconds)
         started = time.perf_counter()
         sweep(specs, grid, executor=client.get_executor(), progress=sys.stderr.isatty(), out=out)
         seconds = time.perf_counter() - started
         peaks = client.run(_peak_rss_bytes)
+        cpu = sum(after - cpu_before[w] for w, after in client.run(_cpu_seconds).items())
     import pyarrow.parquet as pq
 
     rows = pq.ParquetFile(out).metadata.num_rows
-    return {"seconds": seconds, "peaks": peaks, "rows": rows, "configs": len(grid["preset"])}
+    return {"seconds": seconds, "cpu": cpu, "peaks": peaks, "rows": rows, "configs": len(grid["preset"])}
 
 
 def run_serial(specs: list[ScenarioSpec]) -> dict:
@@ -108,6 +117,9 @@ def main() -> int:
         print(f"cluster: {args.workers} dask workers (processes, 1 thread each), {len(specs)} sessions x "
               f"{result['configs']} presets, rows streamed to Parquet: {result['seconds']:.1f} s wall, "
               f"{rate:.2f} sessions/s, {rate * result['configs']:.1f} replays/s")
+        print(f"  CPU of the workers: {result['cpu']:.1f} s, {result['cpu'] / len(specs) * 1000:.0f} ms/session "
+              f"(baseline {base['cpu'] / len(base_specs) * 1000:.0f} ms/session in one process); "
+              f"on {args.workers} free cores: {args.workers * len(specs) / result['cpu']:.2f} sessions/s")
         print(f"rows in {out.name}: {result['rows']} (expected {len(specs) * result['configs']})")
         for address, peak in sorted(result["peaks"].items()):
             print(f"  worker {address}: peak RSS {peak / 2**20:.0f} MiB")
