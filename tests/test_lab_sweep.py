@@ -167,3 +167,32 @@ def test_scenario_specs_are_generated_on_the_worker():
     assert list(by_spec["session"].astype(str)) == ["scenario-0005"] * 2
     metrics = [c for c in by_messages.columns if c != "session"]
     pd.testing.assert_frame_equal(by_spec[metrics], by_messages[metrics])
+
+
+def test_finished_futures_are_released_as_rows_are_read():
+    # a dask worker keeps a task's result while any future names it: the sweep must not
+    # hold every future until the end of a 10,000-session run
+    import gc
+    import weakref
+    from concurrent.futures import Future
+
+    from opctx.lab import sweep as sweep_module
+
+    refs: list[weakref.ref] = []
+
+    class Immediate:
+        """An executor whose futures are finished when submitted."""
+
+        def submit(self, fn, *args):
+            future = Future()
+            future.set_result(fn(*args))
+            refs.append(weakref.ref(future))
+            return future
+
+    sessions = [generate_session(seed, n_turns=1).messages for seed in range(6)]
+    tasks = [(si, [(0, {"preset": "none"})]) for si in range(len(sessions))]
+    rows = sweep_module._finished_tasks(sessions, tasks, Immediate(), False)
+    for done, _ in enumerate(rows, start=1):
+        gc.collect()
+        alive = sum(ref() is not None for ref in refs)
+        assert alive <= len(tasks) - done + 1, (done, alive)

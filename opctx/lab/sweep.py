@@ -221,7 +221,9 @@ def _finished_tasks(
     futures = {executor.submit(run_task, sessions[si], chunk, timings): (si, len(chunk)) for si, chunk in tasks}
     try:
         for future in as_completed(futures):
-            si, n = futures[future]
+            # dropped once read: a dask worker keeps a result while a future names it,
+            # so holding every future would keep a whole corpus's rows in memory
+            si, n = futures.pop(future)
             yield si, n, future.result()
     finally:
         for future in futures:  # a raised error or an interrupt: drop what has not started
