@@ -1,16 +1,35 @@
-"""``opctx``: the command line (import recordings, list, show, search, export, samples, info).
+"""``opctx``: the command line (import recordings, list, show, search, export, frames, samples, info).
 
-Commands (every one has ``--help``)::
+Commands (every one has ``--help``, with examples)::
 
     opctx import PATH... --db FILE [--format F] [--on-error stop|skip] [--replace] [--quiet] [-v]
-    opctx sessions --db FILE [--json]
-    opctx show SESSION --db FILE [--all] [--width N] [--json]
-    opctx search QUERY --db FILE [--limit N] [--raw] [--json]
-    opctx export SESSION --db FILE --format openai|jsonl [-o OUT]
-    opctx build-samples --db FILE [--samples DIR] [--no-scenarios]
+    opctx sessions [--db FILE] [--sort KEY] [--reverse] [--format F] [--model TEXT]
+                   [--min-nodes N] [--max-nodes N] [--since WHEN] [--until WHEN] [--limit N] [--json]
+    opctx show SESSION [--db FILE] [--all] [--width N] [--json]
+    opctx search QUERY [--db FILE] [--session SESSION] [--format F] [--limit N] [--raw] [--json]
+    opctx export SESSION [--db FILE] --format openai|jsonl [-o OUT]
+    opctx export-frames [--db FILE] --out DIR [--batch N] [--no-tokens]
+    opctx build-samples [--db FILE] [--samples DIR] [--no-scenarios]
     opctx info [--json]
+    opctx --version
 
 ``SESSION`` may be any unique prefix of a session id.
+
+Which database
+==============
+``--db FILE`` names an opctx database. Without it, every command but ``import`` and
+``build-samples`` uses ``$OPCTX_DB`` - a database, one transcript file or a folder of
+transcripts (imported once into a cache, see ``opctx.lab.sources.open_database``) -
+else the project's ``data/sample.db``. ``build-samples`` rebuilds its target from
+scratch, so it never defaults to ``$OPCTX_DB`` (that could be a user's own
+database); it defaults to the checkout's ``data/sample.db``.
+
+The reading commands (``sessions``, ``show``, ``search``, ``export``,
+``export-frames``) open the database read-only (SQLite ``mode=ro``): they never add
+tables, migrate or switch the journal mode, and a file that is not an opctx database
+is refused (exit 3) unless ``--init`` asks to create opctx's tables in it. A FIFO,
+device or socket named as a database or an output is refused before anything opens
+it (opening a FIFO would wait forever for a writer).
 
 Exit codes
 ==========
@@ -19,27 +38,37 @@ Exit codes
 1     input problems: a file could not be imported (``--on-error stop`` stops
       there; sessions already written stay), or with ``--on-error skip`` something
       was skipped (every skipped line or file is listed on stderr)
-2     usage error (bad arguments; argparse's own code)
-3     database error (not an SQLite file, damaged, not writable)
+2     usage error (bad arguments, argparse's own code; an output path that cannot
+      be written: a missing folder, a directory, a FIFO or device)
+3     database error (not an SQLite file, not an opctx database, damaged, not
+      writable, not a regular file)
 4     not found: no such session (or an ambiguous prefix)
 ====  ===========================================================================
 
 Output: results on stdout, progress (a tqdm bar, only on a terminal) and errors on
-stderr. Transcript text printed by ``show`` and ``search`` has control characters made
-visible (``\\x1b`` ...), so a recorded ANSI sequence cannot rewrite the terminal.
+stderr. Every field that comes from a transcript - session ids, titles, model and
+tool names, message text, error messages - goes through ``opctx.terminal.printable``
+(``--json`` through ``printable_json``), so a recorded ANSI sequence, a newline in an
+id or a bidi override cannot rewrite the terminal or forge a line of output.
+Dates are UTC.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
-import re
 import shutil
+import sqlite3
+import stat
 import sys
 import tempfile
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from opctx.terminal import printable, printable_json, printable_json_text
 
 __all__ = [
     "main",
@@ -56,8 +85,9 @@ __all__ = [
 ]
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_DB, EXIT_NOT_FOUND = 0, 1, 2, 3, 4
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 DEFAULT_SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples"
+DEFAULT_SAMPLE_DB = DEFAULT_SAMPLES.parent / "sample.db"
+_MAX_COUNT = 2**63 - 1  # SQLite's integers: a larger --limit cannot be bound
 
 
 class CliError(Exception):
@@ -66,33 +96,84 @@ class CliError(Exception):
         self.code = code
 
 
-def _visible(text: str) -> str:
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+_visible = printable  # the import command's name for it
 
 
 def _one_line(text: Any, width: int) -> str:
     from opctx.dag.messages import as_text
 
-    s = _visible(" ".join(as_text(text).split()))
+    s = printable(" ".join(as_text(text).split()))
     return s if width <= 0 or len(s) <= width else s[: max(width - 1, 1)] + "…"
 
 
 def _err(msg: str) -> None:
-    print(f"opctx: {msg}", file=sys.stderr)
+    print(f"opctx: {printable(msg)}", file=sys.stderr)
 
 
-# -- database helpers ---------------------------------------------------------------------
+# -- paths and databases ------------------------------------------------------------------
+
+
+def _refuse_special(path: str | os.PathLike, what: str, code: int) -> None:
+    """A FIFO, device or socket at ``path`` is refused before anything opens it:
+    opening a FIFO waits forever for the other end, a device streams without end."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # missing (or unreadable): the caller's own check words it
+    if stat.S_ISDIR(mode):
+        raise CliError(f"{what} {path} is a directory", code)
+    if not stat.S_ISREG(mode):
+        raise CliError(f"{what} {path} is not a regular file (a FIFO, device or socket)", code)
 
 
 def _connect(db: str, *, must_exist: bool):
+    """A read-write connection (creating and migrating the database if needed)."""
     from opctx.dag.store import StoreError, connect
 
+    if db != ":memory:":
+        _refuse_special(db, "database", EXIT_DB)
     if must_exist and db != ":memory:" and not os.path.exists(db):
         raise CliError(f"database {db} does not exist", EXIT_DB)
     try:
         return connect(db)
     except StoreError as exc:
         raise CliError(str(exc), EXIT_DB) from None
+
+
+def _database(args: argparse.Namespace) -> str:
+    """The database a reading command works on: ``--db``, else ``$OPCTX_DB`` (a database,
+    transcript file or folder), else ``data/sample.db`` (``opctx.lab.sources``)."""
+    if args.db is not None:
+        return args.db
+    from opctx.lab.sources import ENV_VAR, default_database
+
+    try:
+        return str(default_database())
+    except (OSError, ValueError) as exc:
+        chosen = os.environ.get(ENV_VAR, "").strip()
+        where = f"{ENV_VAR}={chosen}: " if chosen else ""
+        raise CliError(f"{where}{exc} (or pass --db FILE)", EXIT_DB) from None
+
+
+def _reader(args: argparse.Namespace):
+    """A read-only connection to the command's database (``--init``: read-write, with
+    opctx's tables created or migrated). Remembers the path in ``args.db_path``."""
+    from opctx.dag.store import StoreError, connect_readonly
+
+    db = args.db_path = _database(args)
+    if args.init:
+        return _connect(db, must_exist=False)
+    _refuse_special(db, "database", EXIT_DB)
+    if not os.path.exists(db):
+        raise CliError(f"database {db} does not exist", EXIT_DB)
+    try:
+        return connect_readonly(db)
+    except StoreError as exc:
+        from opctx.lab.sources import is_sqlite_file
+
+        hint = (" (--init creates or upgrades opctx's tables in it; the file is then written)"
+                if is_sqlite_file(db) else "")
+        raise CliError(f"{exc}{hint}", EXIT_DB) from None
 
 
 def _resolve_session(conn, ref: str) -> str:
@@ -107,6 +188,17 @@ def _resolve_session(conn, ref: str) -> str:
         shown = ", ".join(rows[:5]) + (" ..." if len(rows) > 5 else "")
         raise CliError(f"session prefix {ref!r} is ambiguous: {shown}", EXIT_NOT_FOUND)
     return rows[0]
+
+
+def _session_format(source: str | None) -> str:
+    """The transcript format of a session: ``import:codex`` -> ``codex``; opctx's own
+    sessions keep their source (``scenario``, ...)."""
+    source = source or ""
+    return source[len("import:"):] if source.startswith("import:") else source
+
+
+def _print_json(value: Any) -> None:
+    print(printable_json(value, indent=1))
 
 
 # -- commands -----------------------------------------------------------------------------------
@@ -159,35 +251,102 @@ def cmd_import(args: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_INPUT
 
 
-def cmd_sessions(args: argparse.Namespace) -> int:
-    conn = _connect(args.db, must_exist=True)
-    try:
-        rows = conn.execute(
-            "SELECT s.id, s.title, s.model, s.source, s.updated_at, s.extra_json, "
-            "(SELECT COUNT(*) FROM nodes n WHERE n.session_id = s.id) "
-            "FROM sessions s ORDER BY s.updated_at DESC, s.id").fetchall()
-    finally:
-        conn.close()
+# `sessions --sort KEY`: each key in its natural direction (newest, largest first; names
+# A-Z), as `ls -t` / `ls -S` do; --reverse flips it. Sessions without nodes sort last.
+_SORT_KEYS: dict[str, tuple[str, bool]] = {
+    "start": ("started_at", True), "end": ("ended_at", True), "nodes": ("nodes", True),
+    "format": ("format", False), "model": ("model", False), "id": ("session_id", False),
+    "title": ("title", False),
+}
+
+
+def _iso(ts: float | None) -> str | None:
+    return None if ts is None else datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _short_date(ts: float | None) -> str:
+    return "-" if ts is None else datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def _session_rows(conn) -> list[dict[str, Any]]:
+    """Every session with its node count and the recording's first and last node time.
+
+    The importers store 0 (the epoch) for a record whose transcript has no time at all
+    (an OpenAI message list, a SWE-agent trajectory): that is "unknown", not 1970.
+    """
+    rows = conn.execute(
+        "SELECT s.id, s.title, s.model, s.source, s.updated_at, s.extra_json, "
+        "COALESCE(a.n, 0), a.first_at, a.last_at FROM sessions s LEFT JOIN "
+        "(SELECT session_id, count(*) AS n, min(NULLIF(created_at, 0)) AS first_at, "
+        " max(NULLIF(created_at, 0)) AS last_at FROM nodes GROUP BY session_id) a "
+        "ON a.session_id = s.id ORDER BY s.id").fetchall()
     out = []
-    for sid, title, model, source, updated, extra_json, n in rows:
+    for sid, title, model, source, updated, extra_json, n, first_at, last_at in rows:
         try:
             extra = json.loads(extra_json or "{}")
         except ValueError:
             extra = {}
         out.append({"session_id": sid, "title": title, "model": model, "source": source,
-                    "updated_at": updated, "nodes": n,
-                    "incomplete": extra.get("_import_state") == "incomplete"})
+                    "format": _session_format(source), "nodes": n,
+                    "started_at": first_at, "ended_at": last_at, "updated_at": updated,
+                    "incomplete": isinstance(extra, dict)
+                    and extra.get("_import_state") == "incomplete"})
+    return out
+
+
+def _keep_session(r: dict[str, Any], args: argparse.Namespace) -> bool:
+    if args.format and r["format"].lower() not in {f.lower() for f in args.format}:
+        return False
+    if args.model and args.model.lower() not in (r["model"] or "").lower():
+        return False
+    if args.min_nodes is not None and r["nodes"] < args.min_nodes:
+        return False
+    if args.max_nodes is not None and r["nodes"] > args.max_nodes:
+        return False
+    # a session is kept when its recording overlaps [since, until]
+    if args.since is not None and (r["ended_at"] is None or r["ended_at"] < args.since):
+        return False
+    if args.until is not None and (r["started_at"] is None or r["started_at"] > args.until):
+        return False
+    return True
+
+
+def _sorted_sessions(rows: list[dict[str, Any]], key: str, reverse: bool) -> list[dict[str, Any]]:
+    field, descending = _SORT_KEYS[key]
+    present = [r for r in rows if r[field] is not None]
+    missing = [r for r in rows if r[field] is None]
+    text = isinstance(present[0][field], str) if present else False
+    present.sort(key=lambda r: (r[field].lower() if text else r[field], r["session_id"]),
+                 reverse=descending != reverse)
+    return present + missing
+
+
+def cmd_sessions(args: argparse.Namespace) -> int:
+    conn = _reader(args)
+    try:
+        rows = _session_rows(conn)
+    finally:
+        conn.close()
+    rows = _sorted_sessions([r for r in rows if _keep_session(r, args)], args.sort, args.reverse)
+    if args.limit is not None:
+        rows = rows[: args.limit]
     if args.json:
-        print(json.dumps(out, ensure_ascii=False, indent=1))
+        _print_json([{**r, "started_at": _iso(r["started_at"]), "ended_at": _iso(r["ended_at"])}
+                     for r in rows])
         return EXIT_OK
-    if not out:
+    if not rows:
         print("(no sessions)")
         return EXIT_OK
-    width = max(len(r["session_id"]) for r in out)
-    for r in out:
-        flag = " [incomplete import]" if r["incomplete"] else ""
-        print(f"{r['session_id']:<{width}}  {r['nodes']:>6} nodes  {r['source'] or '-':<22} "
-              f"{_one_line(r['model'] or '-', 28):<28}  {_one_line(r['title'], 60)}{flag}")
+    table = [(printable(r["session_id"]), str(r["nodes"]), printable(r["format"] or "-"),
+              _one_line(r["model"] or "-", 28), _short_date(r["started_at"]),
+              _short_date(r["ended_at"]),
+              _one_line(r["title"], 60) + (" [incomplete import]" if r["incomplete"] else ""))
+             for r in rows]
+    header = ("SESSION", "NODES", "FORMAT", "MODEL", "STARTED (UTC)", "ENDED (UTC)", "TITLE")
+    widths = [max(len(h), *(len(t[i]) for t in table)) for i, h in enumerate(header[:-1])]
+    for line in [header, *table]:
+        cells = [c.rjust(w) if i == 1 else c.ljust(w) for i, (c, w) in enumerate(zip(line, widths, strict=False))]
+        print("  ".join([*cells, line[-1]]).rstrip())
     return EXIT_OK
 
 
@@ -195,7 +354,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     from opctx.dag.store import GraphStore
     from opctx.importers.export import active_branch, session_info
 
-    conn = _connect(args.db, must_exist=True)
+    conn = _reader(args)
     try:
         sid = _resolve_session(conn, args.session)
         info = session_info(conn, sid)
@@ -206,11 +365,11 @@ def cmd_show(args: argparse.Namespace) -> int:
         conn.close()
     nodes = calls if args.all else active_branch(calls, head)
     if args.json:
-        print(json.dumps({"session": {k: v for k, v in info.items() if k != "meta"},
-                          "nodes": [c.to_dict() for c in nodes]}, ensure_ascii=False, indent=1))
+        _print_json({"session": {k: v for k, v in info.items() if k != "meta"},
+                     "nodes": [c.to_dict() for c in nodes]})
         return EXIT_OK
-    print(f"session {sid}: {_one_line(info['title'], 100)}")
-    print(f"  source {info['source'] or '-'}  model {info['model'] or '-'}  "
+    print(f"session {printable(sid)}: {_one_line(info['title'], 100)}")
+    print(f"  source {_one_line(info['source'] or '-', 40)}  model {_one_line(info['model'] or '-', 60)}  "
           f"{len(calls)} nodes, {len(nodes)} shown ({'all' if args.all else 'active branch'})")
     for c in nodes:
         meta = c.metadata
@@ -220,7 +379,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                                                        len(comp.get("folded_ids") or [])))
         calls_txt = ""
         if meta.get("tool_calls"):
-            calls_txt = " -> " + ", ".join(str(tc.get("name")) for tc in meta["tool_calls"])
+            calls_txt = " -> " + ", ".join(_one_line(tc.get("name"), 40) for tc in meta["tool_calls"])
         print(f"[{c.seq:>4}] {label}: {_one_line(c.output, args.width)}{calls_txt}")
     return EXIT_OK
 
@@ -271,45 +430,117 @@ def _hit_labels(conn, hits) -> list[str]:
     return labels
 
 
-def cmd_search(args: argparse.Namespace) -> int:
-    from opctx.dag.store import StoreError, search_across_sessions
+def _search_hits(conn, args: argparse.Namespace) -> list:
+    """The best ``--limit`` hits, within ``--session`` and of the ``--format`` sessions.
 
-    conn = _connect(args.db, must_exist=True)
+    A format filter cannot go into the store's ranked query, so hits are fetched in
+    growing batches (x4) and filtered until there are enough or the matches run out:
+    the result is the same as filtering the complete ranking.
+    """
+    from opctx.dag.store import GraphStore, search_across_sessions
+
+    if args.session is not None:
+        sid = _resolve_session(conn, args.session)
+        with GraphStore(conn, sid, create=False) as store:
+            hits = store.search(args.query, args.limit, raw=args.raw)
+    else:
+        hits = None
+    if not args.format:
+        return hits if hits is not None else search_across_sessions(conn, args.query, args.limit,
+                                                                    raw=args.raw)
+    wanted = {f.lower() for f in args.format}
+    formats = {sid: _session_format(source).lower()
+               for sid, source in conn.execute("SELECT id, source FROM sessions")}
+    if hits is not None:
+        return [h for h in hits if formats.get(h.session_id) in wanted]
+    fetch = args.limit
+    while True:
+        hits = search_across_sessions(conn, args.query, fetch, raw=args.raw)
+        kept = [h for h in hits if formats.get(h.session_id) in wanted]
+        if len(kept) >= args.limit or len(hits) < fetch or fetch >= _MAX_COUNT:
+            return kept[: args.limit]
+        fetch = min(fetch * 4, _MAX_COUNT)
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from opctx.dag.store import StoreError
+
+    conn = _reader(args)
     try:
-        hits = search_across_sessions(conn, args.query, args.limit, raw=args.raw)
+        hits = _search_hits(conn, args)
         labels = [] if args.json else _hit_labels(conn, hits)
     except StoreError as exc:
+        if isinstance(exc, KeyError):
+            raise
         raise CliError(str(exc), EXIT_INPUT if args.raw else EXIT_DB) from None
     finally:
         conn.close()
     if args.json:
-        print(json.dumps([h.__dict__ for h in hits], ensure_ascii=False, indent=1))
+        _print_json([h.__dict__ for h in hits])
         return EXIT_OK
     for h, label in zip(hits, labels, strict=True):
-        print(f"{h.session_id}  [{h.seq:>4}] {label}: {_one_line(_snippet_text(h), 120)}")
+        print(f"{printable(h.session_id)}  [{h.seq:>4}] {label}: {_one_line(_snippet_text(h), 120)}")
     if not hits:
         print("(no matches)", file=sys.stderr)
     return EXIT_OK
 
 
+def _output_path(path: str) -> Path:
+    """``-o``/``--out`` checked before any work: its folder exists, and it is not a
+    directory, FIFO or device (nothing is created or truncated here)."""
+    out = Path(path)
+    _refuse_special(out, "output", EXIT_USAGE)
+    folder = out.parent
+    if not folder.is_dir():
+        raise CliError(f"cannot write {path}: folder {folder} does not exist", EXIT_USAGE)
+    return out
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from opctx.importers.export import export_jsonl, session_to_openai
 
-    conn = _connect(args.db, must_exist=True)
+    target = _output_path(args.output) if args.output else None
+    conn = _reader(args)
     try:
         sid = _resolve_session(conn, args.session)
-        out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
-        try:
-            if args.format == "openai":
-                json.dump(session_to_openai(conn, sid), out, ensure_ascii=False, indent=1)
-                out.write("\n")
-            else:
-                export_jsonl(conn, sid, out)
-        finally:
-            if out is not sys.stdout:
-                out.close()
+        # rendered whole before the output is opened: a database error leaves no
+        # truncated file behind (the session is loaded whole either way). The JSON keeps
+        # C1 controls and bidi marks as \u escapes: it decodes to the same values.
+        if args.format == "openai":
+            text = printable_json(session_to_openai(conn, sid), indent=1) + "\n"
+        else:
+            buffer = io.StringIO()
+            export_jsonl(conn, sid, buffer)
+            text = printable_json_text(buffer.getvalue())
     finally:
         conn.close()
+    if target is None:
+        sys.stdout.write(text)
+        return EXIT_OK
+    try:
+        target.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise CliError(f"cannot write {target}: {exc.strerror or exc}", EXIT_USAGE) from None
+    return EXIT_OK
+
+
+def cmd_export_frames(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise CliError(f"--out {out} exists and is not a folder", EXIT_USAGE)
+    if not out.parent.is_dir():
+        raise CliError(f"cannot write {out}: folder {out.parent} does not exist", EXIT_USAGE)
+    _reader(args).close()  # the checks and messages of every reading command
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise CliError("export-frames needs pyarrow: pip install 'opctx[lab]'", EXIT_USAGE) from None
+    from opctx.lab.frames import write_parquet
+
+    written = write_parquet(args.db_path, out, batch_sessions=args.batch,
+                            estimate_tokens=not args.no_tokens, progress=not args.quiet)
+    for name, (path, rows) in written.items():
+        print(f"{name:<12} {rows:>9} rows  {path}")
     return EXIT_OK
 
 
@@ -320,15 +551,34 @@ def build_samples(db: str, samples_dir: str | os.PathLike = DEFAULT_SAMPLES, *,
     The database is rebuilt from scratch (written beside and moved into place), so the
     result depends only on the samples. ``opctx.lab.scenarios`` is optional: its
     ``build_scenario_sessions(db)`` is used when present, else ``write_scenarios(dir)``
-    whose files are imported; neither being there is not an error.
+    whose files are imported; neither being there is not an error. A failed build
+    removes its partial ``DB.building`` file and leaves ``db`` as it was.
     """
-    from opctx.importers.api import import_paths
-
     db_path = Path(db)
     db_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = db_path.with_name(db_path.name + ".building")
-    for suffix in ("", "-wal", "-shm"):
+
+    def remove_partial() -> None:
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(tmp) + suffix).unlink(missing_ok=True)
+
+    remove_partial()
+    try:
+        result = _build_into(tmp, samples_dir, scenarios)
+    except BaseException:
+        remove_partial()
+        raise
+    for suffix in ("-wal", "-shm"):
+        Path(str(db_path) + suffix).unlink(missing_ok=True)
         Path(str(tmp) + suffix).unlink(missing_ok=True)
+    shutil.move(str(tmp), str(db_path))
+    return result
+
+
+def _build_into(tmp: Path, samples_dir: str | os.PathLike, scenarios: bool) -> dict[str, Any]:
+    from opctx.dag.store import connect
+    from opctx.importers.api import import_paths
+
     report = import_paths([str(samples_dir)], str(tmp), on_error="stop")
     if not report.ok:
         problems = [m for _, m in report.failed] + [str(i) for i in report.issues]
@@ -346,26 +596,22 @@ def build_samples(db: str, samples_dir: str | os.PathLike = DEFAULT_SAMPLES, *,
                 lab_scenarios.write_scenarios(d)
                 sc = import_paths([d], str(tmp), on_error="stop")
                 result["scenarios"] = len(sc.written)
-    from opctx.dag.store import connect
-
     conn = connect(str(tmp))
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
-    for suffix in ("-wal", "-shm"):
-        Path(str(db_path) + suffix).unlink(missing_ok=True)
-        Path(str(tmp) + suffix).unlink(missing_ok=True)
-    shutil.move(str(tmp), str(db_path))
     return result
 
 
 def cmd_build_samples(args: argparse.Namespace) -> int:
+    _refuse_special(args.db, "database", EXIT_DB)
     result = build_samples(args.db, args.samples, scenarios=not args.no_scenarios)
     print(f"{args.db}: {result['sessions']} sample session(s), {result['scenarios']} scenario session(s)")
     return EXIT_OK
 
 
 # The toolkit's optional packages (pyproject extras), named as pip knows them.
-_TOOLKIT_PACKAGES = ("pandas", "numpy", "networkx", "pyvis", "matplotlib", "ipywidgets", "distributed")
+_TOOLKIT_PACKAGES = ("pandas", "numpy", "pyarrow", "networkx", "pyvis", "matplotlib", "ipywidgets",
+                     "distributed")
 
 
 def environment_info() -> dict[str, Any]:
@@ -446,20 +692,100 @@ def _encodings_line(info: dict[str, Any]) -> str:
 
 # -- parser -----------------------------------------------------------------------------------
 
+# `opctx COMMAND --help` ends with these (an argparse epilog, kept as written).
+_EXAMPLES: dict[str, str] = {
+    "import": """\
+examples:
+  opctx import ~/.claude/projects --db mine.db --on-error skip
+  opctx import run.traj.json --db mine.db --format swe_agent --replace""",
+    "sessions": """\
+examples:
+  opctx sessions                                  # $OPCTX_DB, else data/sample.db
+  opctx sessions --db mine.db --sort nodes --limit 10
+  opctx sessions --format claude_code --model opus --since 2026-01-01
+  opctx sessions --min-nodes 150 --until 2026-03-31T12:00 --sort start --reverse
+  opctx sessions --json | jq '.[].session_id'""",
+    "show": """\
+examples:
+  opctx show cc-7f3c                               # a unique prefix is enough
+  opctx show cc-7f3c --all --width 0               # every branch, lines not cut
+  opctx show cc-7f3c --json""",
+    "search": """\
+examples:
+  opctx search "context window"
+  opctx search TODO --format codex --limit 50
+  opctx search 'pytest NEAR(failed, 5)' --raw --session cc-7f3c""",
+    "export": """\
+examples:
+  opctx export cc-7f3c --format openai -o messages.json
+  opctx export cc-7f3c --format jsonl > session.jsonl   # re-importable""",
+    "export-frames": """\
+examples:
+  opctx export-frames --db mine.db --out frames/
+  python -c "import pandas as pd; print(pd.read_parquet('frames/turns.parquet').describe())"
+  duckdb -c "SELECT format, count(*) FROM 'frames/sessions.parquet' GROUP BY 1\"""",
+    "build-samples": """\
+examples:
+  opctx build-samples                              # data/sample.db of this checkout
+  opctx build-samples --db /tmp/samples.db --no-scenarios""",
+    "info": """\
+examples:
+  opctx info
+  opctx info --json""",
+}
+
+
+def _count(text: str) -> int:
+    """A non-negative count that SQLite can bind (argparse ``type``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 0 <= value <= _MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"{text} is out of range (0 to {_MAX_COUNT})")
+    return value
+
+
+def _when(text: str, *, end_of_day: bool) -> float:
+    """A date (``2026-03-01``) or date and time (``2026-03-01T14:30``, ``...Z``,
+    ``...+02:00``) as epoch seconds; UTC unless an offset is given. A bare date given
+    as an end (``--until``) means the end of that day."""
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a date: {text!r} (use 2026-03-01 or 2026-03-01T14:30)") from None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    if end_of_day and len(text.strip()) == 10:  # YYYY-MM-DD
+        value += timedelta(days=1) - timedelta(microseconds=1)
+    return value.timestamp()
+
 
 def build_parser() -> argparse.ArgumentParser:
+    from opctx import __version__
     from opctx.importers.api import FORMATS
 
     p = argparse.ArgumentParser(
         prog="opctx",
         description="Import recorded agent histories into an opctx database and look at them.",
-        epilog="Exit codes: 0 ok, 1 input errors (or something skipped), 2 usage, "
+        epilog="Without --db, reading commands use $OPCTX_DB (a database, a transcript file or a "
+               "folder of transcripts), else data/sample.db. "
+               "Exit codes: 0 ok, 1 input errors (or something skipped), 2 usage, "
                "3 database error, 4 session not found.",
     )
+    p.add_argument("--version", action="version", version=f"opctx {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def db_arg(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--db", required=True, metavar="FILE", help="the SQLite database file")
+
+    def reader_args(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--db", metavar="FILE",
+                        help="the opctx database (default: $OPCTX_DB, else data/sample.db)")
+        sp.add_argument("--init", action="store_true",
+                        help="create (or upgrade) opctx's tables if the database lacks them; "
+                             "without it the database is opened read-only")
 
     sp = sub.add_parser("import", help="import transcripts (files or folders)",
                         description="Import recorded transcripts. The format is detected from "
@@ -475,14 +801,31 @@ def build_parser() -> argparse.ArgumentParser:
                     help="list the warnings (unknown record types kept in metadata, unpaired tool results, ...)")
     sp.set_defaults(func=cmd_import)
 
-    sp = sub.add_parser("sessions", help="list the sessions of a database")
-    db_arg(sp)
+    sp = sub.add_parser("sessions", help="list the sessions of a database",
+                        description="List the sessions: id, nodes, format, model, the recording's "
+                                    "first and last node time (UTC) and title. Filters combine; a "
+                                    "date filter keeps the sessions whose recording overlaps it.")
+    reader_args(sp)
+    sp.add_argument("--sort", choices=tuple(_SORT_KEYS), default="start",
+                    help="start (default) / end: newest first; nodes: largest first; "
+                         "format, model, id, title: A-Z")
+    sp.add_argument("--reverse", "-r", action="store_true", help="reverse the sort order")
+    sp.add_argument("--format", action="append", metavar="F",
+                    help="only sessions of this transcript format (claude_code, codex, ...; repeatable)")
+    sp.add_argument("--model", metavar="TEXT", help="only sessions whose model contains TEXT (any case)")
+    sp.add_argument("--min-nodes", type=_count, metavar="N", help="only sessions of at least N nodes")
+    sp.add_argument("--max-nodes", type=_count, metavar="N", help="only sessions of at most N nodes")
+    sp.add_argument("--since", type=lambda t: _when(t, end_of_day=False), metavar="WHEN",
+                    help="only sessions active at or after WHEN (2026-03-01 or 2026-03-01T14:30, UTC)")
+    sp.add_argument("--until", type=lambda t: _when(t, end_of_day=True), metavar="WHEN",
+                    help="only sessions started at or before WHEN (a bare date: that whole day)")
+    sp.add_argument("--limit", type=_count, metavar="N", help="at most N sessions")
     sp.add_argument("--json", action="store_true", help="print JSON")
     sp.set_defaults(func=cmd_sessions)
 
     sp = sub.add_parser("show", help="print a session's conversation")
     sp.add_argument("session", metavar="SESSION", help="session id (or a unique prefix)")
-    db_arg(sp)
+    reader_args(sp)
     sp.add_argument("--all", action="store_true", help="every node, not only the active branch")
     sp.add_argument("--width", type=int, default=160, help="truncate each line to N characters (0: never)")
     sp.add_argument("--json", action="store_true", help="print the nodes as JSON")
@@ -490,25 +833,45 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("search", help="full-text search over every session")
     sp.add_argument("query", metavar="QUERY", help="text to find (literal unless --raw)")
-    db_arg(sp)
-    sp.add_argument("--limit", type=int, default=20, help="at most N hits (default 20)")
+    reader_args(sp)
+    sp.add_argument("--session", metavar="SESSION", help="only this session (id or unique prefix)")
+    sp.add_argument("--format", action="append", metavar="F",
+                    help="only sessions of this transcript format (repeatable)")
+    sp.add_argument("--limit", type=_count, default=20, help="at most N hits (default 20)")
     sp.add_argument("--raw", action="store_true", help="pass FTS5 query syntax through")
     sp.add_argument("--json", action="store_true", help="print JSON")
     sp.set_defaults(func=cmd_search)
 
     sp = sub.add_parser("export", help="export a session as OpenAI messages or opctx JSONL")
     sp.add_argument("session", metavar="SESSION", help="session id (or a unique prefix)")
-    db_arg(sp)
+    reader_args(sp)
     sp.add_argument("--format", choices=("openai", "jsonl"), default="openai",
                     help="openai: the active branch as chat-completions messages; "
                          "jsonl: every node, lossless (re-importable)")
     sp.add_argument("-o", "--output", metavar="OUT", help="write to OUT instead of stdout")
     sp.set_defaults(func=cmd_export)
 
+    sp = sub.add_parser("export-frames", help="write the lab's frames as Parquet files",
+                        description="Write the sessions, nodes, edges, turns and compactions frames "
+                                    "(opctx.lab.frames) as DIR/<frame>.parquet, a batch of sessions "
+                                    "at a time, so a corpus of any size is never loaded whole. "
+                                    "Readable with pandas, DuckDB or any Parquet reader.")
+    reader_args(sp)
+    sp.add_argument("--out", required=True, metavar="DIR", help="the folder to write (created if missing)")
+    sp.add_argument("--batch", type=_count, default=500, metavar="N",
+                    help="sessions per batch (default 500): memory grows with it")
+    sp.add_argument("--no-tokens", action="store_true",
+                    help="leave out the token estimates (nodes.tokens, turns.estimated_tokens): "
+                         "they parse every node in Python, the slow part")
+    sp.add_argument("--quiet", action="store_true", help="no progress bar")
+    sp.set_defaults(func=cmd_export_frames)
+
     sp = sub.add_parser("build-samples", help="(re)build the sample database from data/samples",
                         description="Build the sample database from the files in data/samples "
-                                    "and the lab's synthetic scenarios.")
-    db_arg(sp)
+                                    "and the lab's synthetic scenarios (from scratch: the target "
+                                    "is replaced, so it never defaults to $OPCTX_DB).")
+    sp.add_argument("--db", default=str(DEFAULT_SAMPLE_DB), metavar="FILE",
+                    help=f"the database to (re)build (default {DEFAULT_SAMPLE_DB})")
     sp.add_argument("--samples", default=str(DEFAULT_SAMPLES), metavar="DIR",
                     help=f"sample folder (default {DEFAULT_SAMPLES})")
     sp.add_argument("--no-scenarios", action="store_true", help="leave out the lab's synthetic scenarios")
@@ -520,6 +883,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "and the toolkit's optional packages.")
     sp.add_argument("--json", action="store_true", help="print JSON")
     sp.set_defaults(func=cmd_info)
+    for name, examples in _EXAMPLES.items():
+        sub.choices[name].epilog = examples
+        sub.choices[name].formatter_class = argparse.RawDescriptionHelpFormatter
     return p
 
 
@@ -536,6 +902,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return EXIT_OK
+    except sqlite3.DatabaseError as exc:  # damage met while reading (a page, an index)
+        db = getattr(args, "db_path", None) or getattr(args, "db", None) or "database"
+        _err(f"{db}: database error: {exc}")
+        return EXIT_DB
     except Exception as exc:
         from opctx.dag.store import StoreError
 

@@ -91,7 +91,7 @@ def test_database_errors_exit_3(tmp_path, capsys):
 def test_sessions_list(db, capsys):
     code, out, _ = run(capsys, "sessions", "--db", db)
     assert code == EXIT_OK
-    assert CC_ID in out and "import:codex" in out and "hermes-20260301_090000_abc123" in out
+    assert CC_ID in out and "  codex  " in out and "hermes-20260301_090000_abc123" in out
     code, out, _ = run(capsys, "sessions", "--db", db, "--json")
     rows = json.loads(out)
     assert len(rows) == 15 and {r["session_id"] for r in rows} >= {CC_ID}

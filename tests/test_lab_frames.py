@@ -188,3 +188,111 @@ def test_ten_thousand_sessions_stay_quick_typed_and_lazy(tmp_path):
     nodes = frames.nodes_df(path, columns=["session_id", "kind", "text"], session_ids=some)
     assert set(nodes["session_id"]) == set(some) and nodes["kind"].dtype == "category"
     assert (nodes["kind"] == "summary").sum() == 1
+
+
+# -- Parquet -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mixed_db(db, tmp_path_factory):
+    """The scenario sessions plus every sample transcript (all formats, recorded compactions)."""
+    import shutil
+    from pathlib import Path
+
+    from opctx.importers import import_paths
+
+    path = tmp_path_factory.mktemp("parquet") / "mixed.db"
+    shutil.copy(db, path)
+    for suffix in ("-wal", "-shm"):
+        if Path(str(db) + suffix).exists():
+            shutil.copy(str(db) + suffix, str(path) + suffix)
+    report = import_paths([Path(__file__).resolve().parents[1] / "data" / "samples"], path)
+    assert report.ok
+    return path
+
+
+def _comparable(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    out = df.copy()
+    for col in out.columns:
+        if isinstance(out[col].dtype, pd.CategoricalDtype) or pd.api.types.is_string_dtype(out[col]):
+            out[col] = out[col].astype(object).where(out[col].notna(), None)
+    return out.sort_values(keys).reset_index(drop=True)
+
+
+def test_write_parquet_streams_batches_and_reads_back_as_the_frames(mixed_db, tmp_path, monkeypatch):
+    pytest.importorskip("pyarrow")
+    seen_batches = []
+    real_nodes_df = frames.nodes_df
+
+    def recording_nodes_df(db, **kw):
+        seen_batches.append(len(kw["session_ids"]))
+        return real_nodes_df(db, **kw)
+
+    monkeypatch.setattr(frames, "nodes_df", recording_nodes_df)
+    written = frames.write_parquet(mixed_db, tmp_path / "out", batch_sessions=4)
+    monkeypatch.setattr(frames, "nodes_df", real_nodes_df)
+    n_sessions = len(frames.sessions_df(mixed_db))
+    # one empty call for the schema, then batches of at most 4 sessions: never the whole corpus
+    assert seen_batches[0] == 0 and max(seen_batches) == 4 and sum(seen_batches) == n_sessions
+    expected = {
+        "sessions": (frames.sessions_df(mixed_db), ["session_id"]),
+        "nodes": (frames.nodes_df(mixed_db, columns=[*frames._NODE_ORDER, "tokens"]), ["session_id", "seq"]),
+        "edges": (frames.edges_df(mixed_db), ["session_id", "source", "kind", "target"]),
+        "turns": (frames.turns_df(mixed_db), ["session_id", "turn"]),
+        "compactions": (frames.compactions_df(mixed_db), ["session_id", "seq"]),
+    }
+    assert list(written) == list(frames.FRAMES)
+    for name, (frame, keys) in expected.items():
+        path, rows = written[name]
+        assert path == tmp_path / "out" / f"{name}.parquet" and rows == len(frame) > 0
+        back = pd.read_parquet(path)
+        assert list(back.columns) == list(frame.columns)
+        pd.testing.assert_frame_equal(_comparable(back, keys), _comparable(frame, keys), check_dtype=False)
+        for col in frame.columns:  # the dtypes come back as the frame has them
+            kinds = [isinstance(f[col].dtype, pd.CategoricalDtype) for f in (frame, back)]
+            assert kinds[0] == kinds[1], (name, col)
+            assert str(frame[col].dtype) == str(back[col].dtype) or kinds[0] or \
+                pd.api.types.is_string_dtype(frame[col]) and pd.api.types.is_string_dtype(back[col]), (name, col)
+    assert not list((tmp_path / "out").glob("*.partial"))
+
+
+def test_write_parquet_is_readable_by_duckdb(mixed_db, tmp_path):
+    pytest.importorskip("pyarrow")
+    duckdb = pytest.importorskip("duckdb")
+    frames.write_parquet(mixed_db, tmp_path, batch_sessions=3, estimate_tokens=False)
+    nodes = tmp_path / "nodes.parquet"
+    [(count,)] = duckdb.sql(f"SELECT count(*) FROM '{nodes}'").fetchall()
+    assert count == len(frames.nodes_df(mixed_db))
+    kinds = dict(duckdb.sql(f"SELECT kind, count(*) FROM '{nodes}' GROUP BY 1").fetchall())
+    assert kinds["summary"] >= 1 and "tokens" not in pd.read_parquet(nodes).columns
+
+
+def test_a_failed_write_parquet_leaves_no_file(mixed_db, tmp_path, monkeypatch):
+    pytest.importorskip("pyarrow")
+    real = frames._batch_frames
+    calls = []
+
+    def failing(db, ids, estimate_tokens):
+        calls.append(len(ids))
+        if len(calls) == 3:
+            raise RuntimeError("disk on fire")
+        return real(db, ids, estimate_tokens)
+
+    monkeypatch.setattr(frames, "_batch_frames", failing)
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        frames.write_parquet(mixed_db, tmp_path, batch_sessions=2)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_export_frames_command(mixed_db, tmp_path, capsys):
+    pytest.importorskip("pyarrow")
+    from opctx.cli import EXIT_OK, EXIT_USAGE, main
+
+    assert main(["export-frames", "--db", str(mixed_db), "--out", str(tmp_path / "f"), "--batch", "5",
+                 "--quiet"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert [line.split()[0] for line in out.splitlines()] == list(frames.FRAMES)
+    assert len(pd.read_parquet(tmp_path / "f" / "sessions.parquet")) == len(frames.sessions_df(mixed_db))
+    (tmp_path / "file").write_text("x")
+    assert main(["export-frames", "--db", str(mixed_db), "--out", str(tmp_path / "file")]) == EXIT_USAGE
+    assert "not a folder" in capsys.readouterr().err

@@ -99,3 +99,100 @@ def test_process_pool_matches_serial_when_summaries_chain(caplog):
     sweep_warnings = [r for r in records if r.name == "opctx.lab.sweep"]
     assert len(sweep_warnings) == 1 and "hermes(context_window=32000) (1)" in sweep_warnings[0].getMessage()
     assert not [r for r in records if r.name in ("opctx.context.engine", "opctx.lab.replay")]
+
+
+# -- rows streamed to Parquet ------------------------------------------------------------------
+
+
+def _sorted_like(back: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
+    back = back.sort_values(["session_index", "config_index"]).reset_index(drop=True)
+    back = back[list(frame.columns)]
+    for col in ("session", "config", "preset"):
+        back[col] = back[col].astype("category")
+    return _none_for_missing_errors(back)
+
+
+def _none_for_missing_errors(df: pd.DataFrame) -> pd.DataFrame:
+    df = df.copy()
+    df["error"] = df["error"].astype(object).where(df["error"].notna(), None)
+    return df
+
+
+@pytest.mark.parametrize("executor_kind", ["serial", "threads", "processes"])
+def test_rows_streamed_to_parquet_equal_the_frame(specs, serial, tmp_path, executor_kind):
+    pytest.importorskip("pyarrow")
+    from concurrent.futures import ProcessPoolExecutor
+
+    out = tmp_path / "rows.parquet"
+    if executor_kind == "serial":
+        path = sweep(specs, GRID, progress=False, configs_per_task=2, out=out, flush_rows=2)
+    else:
+        pool_type = ThreadPoolExecutor if executor_kind == "threads" else ProcessPoolExecutor
+        with pool_type(2) as pool:
+            path = sweep(specs, GRID, executor=pool, progress=False, configs_per_task=1, out=out, flush_rows=4)
+    assert path == out
+    back = pd.read_parquet(out)
+    assert len(back) == len(serial) and set(back.columns) == set(serial.columns)
+    pd.testing.assert_frame_equal(_sorted_like(back, serial), _none_for_missing_errors(serial),
+                                  check_dtype=False, check_categorical=False)
+
+
+def test_streamed_rows_with_failures_first(specs, tmp_path):
+    pytest.importorskip("pyarrow")
+    grid = [{"preset": "no-such-preset"}, {"preset": "none", "context_window": 30_000}]
+    frame = sweep(specs, grid, progress=False, configs_per_task=1)
+    out = sweep(specs, grid, progress=False, configs_per_task=1, out=tmp_path / "r.parquet", flush_rows=1)
+    back = pd.read_parquet(out)
+    # the failing first task did not decide the schema: the metrics are all there
+    assert {"tokens_saved", "compactions", "error"} <= set(back.columns)
+    pd.testing.assert_frame_equal(_sorted_like(back, frame), _none_for_missing_errors(frame),
+                                  check_dtype=False, check_categorical=False)
+    with pytest.raises(RuntimeError, match="no-such-preset"):
+        sweep(specs, grid, progress=False, out=tmp_path / "raise.parquet", errors="raise")
+    # every replay failed: a valid file of the identifying columns and the errors
+    only_bad = sweep(specs, grid[:1], progress=False, out=tmp_path / "bad.parquet")
+    bad = pd.read_parquet(only_bad)
+    assert len(bad) == 2 and bad["error"].str.contains("unknown preset").all()
+
+
+def test_scenario_specs_are_generated_on_the_worker():
+    from concurrent.futures import ProcessPoolExecutor
+
+    from opctx.lab.scenarios import ScenarioSpec
+
+    grid = [{"preset": "none"}, {"preset": "observation-masking"}]
+    by_messages = sweep([generate_session(5, n_turns=4).messages], grid, progress=False)
+    with ProcessPoolExecutor(1) as pool:
+        by_spec = sweep([ScenarioSpec(5, n_turns=4)], grid, executor=pool, progress=False)
+    assert list(by_spec["session"].astype(str)) == ["scenario-0005"] * 2
+    metrics = [c for c in by_messages.columns if c != "session"]
+    pd.testing.assert_frame_equal(by_spec[metrics], by_messages[metrics])
+
+
+def test_finished_futures_are_released_as_rows_are_read():
+    # a dask worker keeps a task's result while any future names it: the sweep must not
+    # hold every future until the end of a 10,000-session run
+    import gc
+    import weakref
+    from concurrent.futures import Future
+
+    from opctx.lab import sweep as sweep_module
+
+    refs: list[weakref.ref] = []
+
+    class Immediate:
+        """An executor whose futures are finished when submitted."""
+
+        def submit(self, fn, *args):
+            future = Future()
+            future.set_result(fn(*args))
+            refs.append(weakref.ref(future))
+            return future
+
+    sessions = [generate_session(seed, n_turns=1).messages for seed in range(6)]
+    tasks = [(si, [(0, {"preset": "none"})]) for si in range(len(sessions))]
+    rows = sweep_module._finished_tasks(sessions, tasks, Immediate(), False)
+    for done, _ in enumerate(rows, start=1):
+        gc.collect()
+        alive = sum(ref() is not None for ref in refs)
+        assert alive <= len(tasks) - done + 1, (done, alive)

@@ -228,6 +228,7 @@ def _search(
 ) -> list[SearchHit]:
     if limit is None or limit <= 0:
         return []
+    query = query.replace("\x00", " ")  # SQLite ends a query's text at a NUL: a separator
     fts_query = _segment_cjk(query) if raw else literal_fts_query(query)
     if not fts_query.strip():
         return []

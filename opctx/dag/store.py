@@ -140,6 +140,7 @@ import gc
 import json
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -147,6 +148,7 @@ from typing import Any
 
 from ._connection import BUSY_TIMEOUT_MS as BUSY_TIMEOUT_MS
 from ._connection import (
+    _check_header,
     _Connection,
     _guard,
     _on_rollback,
@@ -165,7 +167,7 @@ from ._rows import (
     _row_to_call,
     _row_to_lazy_call,
 )
-from ._schema import MIGRATIONS, SCHEMA_VERSION, _migrate
+from ._schema import MIGRATIONS, SCHEMA_VERSION, _applied_version, _migrate
 from ._search import (
     FTS_TEXT_LIMIT,
     SEARCH_RANK_WINDOW,
@@ -185,6 +187,7 @@ __all__ = [
     "SearchHit",
     "GraphStore",
     "connect",
+    "connect_readonly",
     "search_across_sessions",
     "transaction",
     "literal_fts_query",
@@ -212,6 +215,46 @@ def connect(db_path: str | os.PathLike) -> sqlite3.Connection:
     # MIGRATIONS is looked up here at each call, so that it is this module's list
     # that a database is brought up to (a test appends a failing one to it).
     return _open(db_path, lambda conn: _migrate(conn, MIGRATIONS))
+
+
+def connect_readonly(db_path: str | os.PathLike) -> sqlite3.Connection:
+    """Open an existing opctx database for reading only (SQLite ``mode=ro``).
+
+    Nothing is created, migrated or switched to WAL, so reading never changes a
+    file. Usable with ``GraphStore(conn, sid, create=False)`` and
+    ``search_across_sessions``. Raises ``StoreError`` naming the path when the file
+    is missing, is not SQLite, has no opctx tables, or has another schema version.
+    """
+    from pathlib import Path
+
+    path = os.fspath(db_path)
+    if not os.path.isfile(path):
+        problem = "not a regular file" if os.path.exists(path) else "no such database file"
+        raise StoreError(f"{path}: {problem}")
+    _check_header(path)
+    try:
+        conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True,
+                               isolation_level=None, check_same_thread=False,
+                               timeout=BUSY_TIMEOUT_MS / 1000, factory=_Connection)
+    except sqlite3.Error as e:
+        raise StoreError(f"{path}: cannot open database ({e})") from e
+    conn.opctx_path, conn.opctx_lock, conn.opctx_depth, conn.opctx_undo = path, threading.RLock(), 0, []
+    conn.opctx_index_text = True
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not {"sessions", "nodes", "schema_migrations"} <= tables:
+            raise StoreError(f"{path}: not an opctx database (it has no opctx tables)")
+        version = _applied_version(conn)
+        if version != SCHEMA_VERSION:
+            raise StoreError(f"{path}: opctx schema version {version}, this opctx reads "
+                             f"{SCHEMA_VERSION} (opening it for writing migrates it)")
+    except sqlite3.DatabaseError as e:
+        conn.close()
+        raise StoreError(f"{path}: not a usable SQLite database ({e})") from e
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 def _extends_head(node: Call, head: str | None) -> bool:

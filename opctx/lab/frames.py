@@ -84,6 +84,8 @@ __all__ = [
     "edges_df",
     "turns_df",
     "compactions_df",
+    "write_parquet",
+    "FRAMES",
 ]
 
 ROLES = ("user", "llm", "code")
@@ -625,3 +627,166 @@ def compactions_df(
         df["reason"] = df["reason"].astype(pd.CategoricalDtype(["auto", "manual", "recovered", "recorded"]))
         frames.append(df)
     return _concat(frames, paths, multi, cols)
+
+
+# -- Parquet, a batch of sessions at a time ----------------------------------------------------
+
+FRAMES = ("sessions", "nodes", "edges", "turns", "compactions")
+
+# The Arrow type of every column a frame can have: one schema for every batch (a batch
+# with no compaction, or no value in a column, must not change the file's types).
+_TS = "timestamp"
+_ARROW_TYPES: dict[str, str] = {
+    **dict.fromkeys(("session_id", "id", "title", "agent_id", "head", "name", "predecessor",
+                     "caller", "tool_call_id", "copied_from", "text", "target",
+                     "start_id", "trigger", "first_folded", "last_folded", "summary_text"), "string"),
+    **dict.fromkeys(("created_at", "updated_at", "first_at", "last_at", "started_at", "ended_at"), _TS),
+    **dict.fromkeys(("model", "source", "format", "role", "kind", "reason"), "dictionary"),
+    **dict.fromkeys(("is_error", "recorded", "fell_back_to_structural"), "bool"),
+}
+# everything else is a count: int64 (nullable in Arrow; pandas' Int64 where the frame has it)
+_FRAME_ARROW_TYPES = {("edges", "source"): "string"}  # there a node id, not a session's source
+
+
+def _arrow_kind(frame: str, column: str) -> str:
+    return _FRAME_ARROW_TYPES.get((frame, column)) or _ARROW_TYPES.get(column, "int64")
+
+
+def _arrow_type(frame: str, column: str) -> Any:
+    import pyarrow as pa
+
+    kind = _arrow_kind(frame, column)
+    return {
+        "string": pa.string(), _TS: pa.timestamp("ns", tz="UTC"), "bool": pa.bool_(),
+        "dictionary": pa.dictionary(pa.int32(), pa.string()), "int64": pa.int64(),
+    }[kind]
+
+
+def _as_text(value: Any) -> Any:
+    """A JSON value in a text column (``$.name`` may be anything): text, or JSON text."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, float) and value != value:
+        return None
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _arrow_ready(frame: str, df: pd.DataFrame) -> pd.DataFrame:
+    """Text in the text and categorical columns (values from JSON may be numbers)."""
+    for col in df.columns:
+        kind = _arrow_kind(frame, col)
+        if kind == "string" and pd.api.types.infer_dtype(df[col], skipna=True) not in ("string", "empty"):
+            df[col] = df[col].map(_as_text)
+        elif kind == "dictionary" and isinstance(df[col].dtype, pd.CategoricalDtype):
+            cats = df[col].cat.categories
+            if pd.api.types.infer_dtype(cats, skipna=True) not in ("string", "empty"):
+                df[col] = df[col].cat.rename_categories([_as_text(c) for c in cats])
+    return df
+
+
+class _FrameWriter:
+    """One Parquet file written batch by batch with a fixed schema (``path.partial``
+    until ``finish``: a failed export leaves no file that looks complete)."""
+
+    def __init__(self, frame: str, path: os.PathLike, empty: pd.DataFrame) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        self.frame = frame
+        self.path = os.fspath(path)
+        self.rows = 0
+        schema = pa.schema([pa.field(c, _arrow_type(frame, c)) for c in empty.columns])
+        # the pandas metadata of the typed empty frame: readers get Int64 / category back
+        empty = _arrow_ready(frame, empty)
+        self.schema = pa.Table.from_pandas(empty, schema=schema, preserve_index=False).schema
+        self._writer = pq.ParquetWriter(self.path + ".partial", self.schema)
+
+    def write(self, df: pd.DataFrame) -> None:
+        import pyarrow as pa
+
+        if len(df):
+            ready = _arrow_ready(self.frame, df)
+            table = pa.Table.from_pandas(ready, schema=self.schema, preserve_index=False)
+            self._writer.write_table(table)
+            self.rows += len(df)
+
+    def finish(self) -> None:
+        self._writer.close()
+        os.replace(self.path + ".partial", self.path)
+
+    def abandon(self) -> None:
+        self._writer.close()
+        if os.path.exists(self.path + ".partial"):
+            os.unlink(self.path + ".partial")
+
+
+def _batch_frames(db: str | os.PathLike, ids: list[str], estimate_tokens: bool) -> dict[str, pd.DataFrame]:
+    """The five frames of the sessions ``ids``; the nodes are read once for nodes and turns."""
+    node_cols = list(_NODE_ORDER) + (["tokens"] if estimate_tokens else [])
+    nodes = nodes_df(db, columns=node_cols, session_ids=ids)
+    return {
+        "sessions": sessions_df(db, session_ids=ids),
+        "nodes": nodes,
+        "edges": edges_df(db, session_ids=ids),
+        "turns": _turns_from_nodes(nodes, estimate_tokens),
+        "compactions": compactions_df(db, session_ids=ids),
+    }
+
+
+def write_parquet(
+    db: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    batch_sessions: int = 500,
+    estimate_tokens: bool = True,
+    progress: bool = False,
+) -> dict[str, tuple[Any, int]]:
+    """Write ``sessions, nodes, edges, turns, compactions`` of ``db`` as
+    ``out_dir/<frame>.parquet``, ``batch_sessions`` sessions at a time.
+
+    Memory is that of one batch, whatever the database's size. Every file has one
+    schema for all batches (``_ARROW_TYPES``: text, ``timestamp[ns, UTC]``,
+    dictionary-encoded categoricals, int64 counts, nullable where the frame's are),
+    and pandas' metadata, so ``pd.read_parquet`` gives the frame's dtypes back; DuckDB
+    and any other Parquet reader read the same files. The nodes frame has every SQL
+    column (``NODE_COLUMNS`` but ``data``/``text``) plus ``tokens`` unless
+    ``estimate_tokens=False`` (the one Python-side pass over each node; the turns
+    frame's ``estimated_tokens`` goes with it). Returns ``{frame: (path, rows)}``.
+
+    >>> write_parquet("data/sample.db", "/tmp/frames")  # doctest: +SKIP
+    {'sessions': (PosixPath('/tmp/frames/sessions.parquet'), 13), ...}
+    """
+    from pathlib import Path
+
+    if batch_sessions < 1:
+        raise ValueError(f"batch_sessions must be >= 1, got {batch_sessions}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with closing(open_readonly(db)) as conn:
+        ids = [r[0] for r in conn.execute("SELECT id FROM sessions ORDER BY created_at, id")]
+    empty = _batch_frames(db, [], estimate_tokens)
+    writers: dict[str, _FrameWriter] = {}
+    bar = None
+    try:
+        for name in FRAMES:
+            writers[name] = _FrameWriter(name, out / f"{name}.parquet", empty[name])
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(ids), desc="export-frames", unit="session")
+        for start in range(0, len(ids), batch_sessions):
+            batch = ids[start:start + batch_sessions]
+            for name, df in _batch_frames(db, batch, estimate_tokens).items():
+                writers[name].write(df)
+            if bar is not None:
+                bar.update(len(batch))
+    except BaseException:
+        for writer in writers.values():
+            writer.abandon()
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    for writer in writers.values():
+        writer.finish()
+    return {name: (Path(w.path), w.rows) for name, w in writers.items()}

@@ -53,7 +53,10 @@ message list per scenario, one message per line, plus ``<name>.meta.json``),
 ``load_scenario(path) -> Scenario`` and
 ``build_scenario_sessions(db_path, n=..., ...) -> list[str]`` (sessions in a
 ``DagSessionDB``; the planted metadata goes into the session's extra meta under
-``"scenario"``).
+``"scenario"``) and ``ScenarioSpec(seed, n_turns)``, the picklable recipe a sweep
+sends to a worker, which generates the session itself (``sweep`` calls its
+``load()``): a 10,000-session sweep needs no database and pickles a few bytes per
+session instead of its messages.
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ __all__ = [
     "write_scenarios",
     "load_scenario",
     "build_scenario_sessions",
+    "ScenarioSpec",
 ]
 
 SCENARIO_EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z: fixed so runs are reproducible
@@ -670,3 +674,23 @@ def build_scenario_sessions(
         if callable(close):
             close()
     return ids
+
+
+@dataclass(frozen=True)
+class ScenarioSpec:
+    """A generated session by its recipe: ``load()`` is ``generate_session(seed,
+    n_turns)`` as a ``RecordedHistory`` (what ``opctx.lab.sweep`` replays)."""
+
+    seed: int
+    n_turns: int = 40
+
+    @property
+    def label(self) -> str:
+        return f"scenario-{self.seed:04d}"
+
+    def load(self) -> Any:
+        from .history import RecordedHistory
+
+        scenario = generate_session(self.seed, n_turns=self.n_turns)
+        return RecordedHistory.from_messages(scenario.messages, model=scenario.model,
+                                             session_id=self.label, fmt="scenario")

@@ -37,7 +37,9 @@ import logging
 import os
 from pathlib import Path
 
-__all__ = ["open_database", "default_database", "sample_database", "cache_dir", "ENV_VAR"]
+__all__ = [
+    "open_database", "default_database", "sample_database", "cache_dir", "is_sqlite_file", "ENV_VAR",
+]
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +54,11 @@ def cache_dir() -> Path:
     return Path(os.environ.get("OPCTX_CACHE_DIR") or Path.home() / ".cache" / "opctx")
 
 
-def _is_sqlite(path: Path) -> bool:
+def is_sqlite_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a regular file with SQLite's header (never opens a FIFO)."""
+    path = Path(path)
+    if not path.is_file():
+        return False
     try:
         with path.open("rb") as fh:
             return fh.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC
@@ -82,7 +88,10 @@ def open_database(path: str | os.PathLike, *, cache: str | os.PathLike | None = 
     source = Path(path).expanduser().resolve()
     if not source.exists():
         raise FileNotFoundError(f"{source}: no such file or folder")
-    if source.is_file() and _is_sqlite(source):
+    if not (source.is_file() or source.is_dir()):
+        # a FIFO or device: opening it would wait for a writer, or never end
+        raise ValueError(f"{source}: not a regular file or folder")
+    if is_sqlite_file(source):
         return source
     key, count = _fingerprint(source)
     if count == 0:

@@ -3,8 +3,9 @@
 ``sweep(sessions, grid, executor=None, progress=True) -> DataFrame``
 
 * ``sessions``: picklable session specs - ``SessionSpec(db_path, session_id)``,
-  ``(db_path, session_id)`` tuples, message lists, or ``RecordedHistory``
-  objects. Specs are what travels to workers: a worker opens the database
+  ``(db_path, session_id)`` tuples, message lists, ``RecordedHistory``
+  objects, or any recipe with a ``load()`` returning a history (and a ``label``),
+  such as ``opctx.lab.scenarios.ScenarioSpec``. Specs are what travels to workers: a worker opens the database
   read-only itself, so nothing large is pickled and nothing is shared.
 * ``grid``: a list of configuration dicts, or a dict of lists whose cartesian
   product is taken (keys in the given order, values in the given order). A
@@ -45,7 +46,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .history import RecordedHistory, SessionSpec
@@ -89,6 +90,8 @@ def session_label(session: Any, index: int) -> str:
         return SessionSpec(str(session[0]), str(session[1])).label
     if isinstance(session, RecordedHistory):
         return session.session_id or f"history-{index}"
+    if isinstance(getattr(session, "label", None), str):
+        return session.label
     return f"messages-{index}"
 
 
@@ -123,7 +126,8 @@ def _load_history(session: Any) -> RecordedHistory:
     if isinstance(session, tuple) and len(session) == 2 and isinstance(session[1], str):
         session = SessionSpec(str(session[0]), session[1])
     if not isinstance(session, SessionSpec):
-        return as_history(session)
+        load = getattr(session, "load", None)
+        return load() if callable(load) and not isinstance(session, list) else as_history(session)
     path = os.path.abspath(session.db_path)
     key = (path, session.session_id, _file_state(path))
     with _HISTORY_CACHE_LOCK:
@@ -184,23 +188,163 @@ def run_task(session: Any, configs: Sequence[tuple[int, dict[str, Any]]], timing
     return rows
 
 
-def _log_guard_summary(df: Any) -> None:
-    """One warning for every replay of the sweep whose engine disabled auto-compaction."""
-    if "auto_compaction_disabled" not in df.columns:
+def _log_guard_summary(disabled: Mapping[str, int], total: int) -> None:
+    """One warning for every replay of the sweep whose engine disabled auto-compaction.
+
+    ``disabled``: per configuration label, the replays where it happened.
+    """
+    hits = sum(disabled.values())
+    if not hits:
         return
-    hit = df[df["auto_compaction_disabled"].fillna(0) > 0]
-    if hit.empty:
-        return
-    configs = hit.groupby("config", sort=False, observed=True).size()
-    listed = ", ".join(f"{name} ({n})" for name, n in configs.head(5).items())
+    configs = sorted(disabled.items(), key=lambda kv: -kv[1])
+    listed = ", ".join(f"{name} ({n})" for name, n in configs[:5])
     more = f" and {len(configs) - 5} more" if len(configs) > 5 else ""
     logger.warning(
         "sweep: in %d of %d replays auto-compaction was disabled after compactions that did not "
         "shrink the request enough - the strategy keeps too much verbatim to get below its trigger on "
         "these sessions. Configurations (replays): %s%s. Per row: columns compactions_failed and "
         "auto_compaction_disabled; a larger context_window or smaller protect_last_n / keep_* helps.",
-        len(hit), len(df), listed, more,
+        hits, total, listed, more,
     )
+
+
+def _finished_tasks(
+    sessions: list[Any], tasks: list[tuple[int, list]], executor: Any, timings: bool
+) -> Iterator[tuple[int, int, list[dict[str, Any]]]]:
+    """``(session index, configurations run, rows)`` of each task as it finishes."""
+    if executor is None:
+        for si, chunk in tasks:
+            yield si, len(chunk), run_task(sessions[si], chunk, timings)
+        return
+    from concurrent.futures import as_completed
+
+    futures = {executor.submit(run_task, sessions[si], chunk, timings): (si, len(chunk)) for si, chunk in tasks}
+    try:
+        for future in as_completed(futures):
+            # dropped once read: a dask worker keeps a result while a future names it,
+            # so holding every future would keep a whole corpus's rows in memory
+            si, n = futures.pop(future)
+            yield si, n, future.result()
+    finally:
+        for future in futures:  # a raised error or an interrupt: drop what has not started
+            future.cancel()
+
+
+class _Records:
+    """Turns task rows into output records (the frame's columns) and keeps the tallies."""
+
+    def __init__(self, configs: list[dict[str, Any]], labels: list[str]) -> None:
+        self.configs = configs
+        self.labels = labels
+        self.config_labels = [_config_label(c) for c in configs]
+        self.grid_keys: list[str] = []
+        for config in configs:
+            for key in config:
+                if key not in self.grid_keys and key != "label":
+                    self.grid_keys.append(key)
+        self.disabled: dict[str, int] = {}
+        self.total = 0
+
+    def param_columns(self) -> dict[str, list[Any]]:
+        """Each grid column with the values the configurations give it."""
+        return {
+            (f"param_{key}" if key in ("context_window", "model") else key): [c.get(key) for c in self.configs]
+            for key in self.grid_keys if key != "preset"
+        }
+
+    def record(self, si: int, row: dict[str, Any]) -> dict[str, Any]:
+        config = self.configs[row["config_index"]]
+        out = {
+            "session": self.labels[si],
+            "session_index": si,
+            "config_index": row["config_index"],
+            "config": self.config_labels[row["config_index"]],
+            "preset": config.get("preset", "default"),
+        }
+        for key in self.grid_keys:
+            if key != "preset":
+                out[f"param_{key}" if key in ("context_window", "model") else key] = config.get(key)
+        out.update({k: v for k, v in row.items() if k != "config_index"})
+        self.total += 1
+        if (out.get("auto_compaction_disabled") or 0) > 0:
+            self.disabled[out["config"]] = self.disabled.get(out["config"], 0) + 1
+        return out
+
+    def failure(self, si: int, row: dict[str, Any]) -> RuntimeError:
+        return RuntimeError(
+            f"replay of {self.labels[si]} under {self.config_labels[row['config_index']]} failed: {row['error']}"
+        )
+
+
+class _ParquetRows:
+    """Sweep rows appended to a Parquet file as tasks finish (``sweep(out=...)``).
+
+    The schema is fixed before the first write: the identifying columns, the grid's
+    columns (typed from every configuration's values), then the columns of the first
+    replay that succeeded (rows are held until one has, so a failing first task does
+    not decide the schema), ``error`` and ``elapsed_s``. Rows are written in row
+    groups of ``flush_rows``; memory holds at most that many.
+    """
+
+    def __init__(self, path: str | os.PathLike, records: _Records, timings: bool, flush_rows: int) -> None:
+        self.path = os.fspath(path)
+        self.records = records
+        self.timings = timings
+        self.flush_rows = flush_rows
+        self.pending: list[dict[str, Any]] = []
+        self.schema: Any = None
+        self.writer: Any = None
+        self.rows = 0
+
+    def add(self, record: dict[str, Any]) -> None:
+        self.pending.append(record)
+        if self.schema is None and not record.get("error"):
+            self._open(record)
+        if self.schema is not None and len(self.pending) >= self.flush_rows:
+            self._flush()
+
+    def _open(self, example: dict[str, Any]) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        fields = [pa.field("session", pa.string()), pa.field("session_index", pa.int64()),
+                  pa.field("config_index", pa.int64()), pa.field("config", pa.string()),
+                  pa.field("preset", pa.string())]
+        for name, values in self.records.param_columns().items():
+            kind = pa.array(values).type
+            fields.append(pa.field(name, pa.string() if pa.types.is_null(kind) else kind))
+        known = {f.name for f in fields} | {"error", "elapsed_s"}
+        for name, value in example.items():
+            if name not in known:
+                kind = pa.array([value]).type
+                fields.append(pa.field(name, pa.float64() if pa.types.is_null(kind) else kind))
+        fields.append(pa.field("error", pa.string()))
+        if self.timings:
+            fields.append(pa.field("elapsed_s", pa.float64()))
+        self.schema = pa.schema(fields)
+        self.writer = pq.ParquetWriter(self.path, self.schema)
+
+    def _flush(self) -> None:
+        import pyarrow as pa
+
+        if not self.pending:
+            return
+        names = set(self.schema.names)
+        for record in self.pending:
+            unknown = set(record) - names
+            if unknown:
+                raise ValueError(f"sweep row has columns the Parquet schema lacks: {sorted(unknown)}")
+        self.writer.write_table(pa.Table.from_pylist(self.pending, schema=self.schema))
+        self.rows += len(self.pending)
+        self.pending = []
+
+    def close(self) -> None:
+        """Write what is held and finish the file (also after an error: the rows of
+        the tasks that finished stay readable)."""
+        if self.schema is None:  # no replay succeeded: identifying columns and ``error``
+            self._open({})
+        self._flush()
+        self.writer.close()
 
 
 def sweep(
@@ -212,10 +356,18 @@ def sweep(
     configs_per_task: int = 10,
     timings: bool = False,
     errors: str = "record",
+    out: str | os.PathLike | None = None,
+    flush_rows: int = 2000,
 ) -> Any:
-    """Replay every session under every configuration (see the module docstring)."""
-    import pandas as pd
+    """Replay every session under every configuration (see the module docstring).
 
+    With ``out`` (a ``.parquet`` path) the rows are written to that file as tasks
+    finish, in finishing order (sort by ``session_index, config_index`` to get the
+    frame's order), never all held in memory; the path is returned. The file has the
+    same rows and values as the frame ``sweep`` returns without ``out``; with
+    ``errors="raise"`` the first failure *seen* is raised, after the rows finished so
+    far are written.
+    """
     if errors not in ("record", "raise"):
         raise ValueError(f"errors must be 'record' or 'raise', got {errors!r}")
     if configs_per_task < 1:
@@ -224,7 +376,7 @@ def sweep(
     configs = expand_grid(grid)
     if not configs:
         raise ValueError("the grid has no configurations")
-    labels = [session_label(s, i) for i, s in enumerate(sessions)]
+    records = _Records(configs, [session_label(s, i) for i, s in enumerate(sessions)])
     tasks: list[tuple[int, list[tuple[int, dict[str, Any]]]]] = []
     for si in range(len(sessions)):
         indexed = list(enumerate(configs))
@@ -236,60 +388,44 @@ def sweep(
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(sessions) * len(configs), desc="sweep", unit="replay")
+    sink = _ParquetRows(out, records, timings, flush_rows) if out is not None else None
     collected: list[tuple[int, dict[str, Any]]] = []
     try:
-        if executor is None:
-            for si, chunk in tasks:
-                for row in run_task(sessions[si], chunk, timings):
+        for si, n, rows in _finished_tasks(sessions, tasks, executor, timings):
+            for row in rows:
+                if sink is None:
                     collected.append((si, row))
-                if bar is not None:
-                    bar.update(len(chunk))
-        else:
-            from concurrent.futures import as_completed
-
-            futures = {executor.submit(run_task, sessions[si], chunk, timings): (si, len(chunk)) for si, chunk in tasks}
-            for future in as_completed(futures):
-                si, n = futures[future]
-                for row in future.result():
-                    collected.append((si, row))
-                if bar is not None:
-                    bar.update(n)
+                    continue
+                if errors == "raise" and row.get("error"):
+                    raise records.failure(si, row)
+                sink.add(records.record(si, row))
+            if bar is not None:
+                bar.update(n)
     finally:
         if bar is not None:
             bar.close()
+        if sink is not None:
+            sink.close()
+    if sink is not None:
+        _log_guard_summary(records.disabled, records.total)
+        from pathlib import Path
+
+        return Path(sink.path)
+    return _frame(collected, records, errors)
+
+
+def _frame(collected: list[tuple[int, dict[str, Any]]], records: _Records, errors: str) -> Any:
+    import pandas as pd
 
     if errors == "raise":
         failed = [(si, r) for si, r in collected if r.get("error")]
         if failed:
-            si, r = min(failed, key=lambda x: (x[0], x[1]["config_index"]))
-            raise RuntimeError(
-                f"replay of {labels[si]} under {_config_label(configs[r['config_index']])} failed: {r['error']}"
-            )
+            raise records.failure(*min(failed, key=lambda x: (x[0], x[1]["config_index"])))
     collected.sort(key=lambda x: (x[0], x[1]["config_index"]))
-    grid_keys: list[str] = []
-    for config in configs:
-        for key in config:
-            if key not in grid_keys and key != "label":
-                grid_keys.append(key)
-    records = []
-    for si, row in collected:
-        config = configs[row["config_index"]]
-        record = {
-            "session": labels[si],
-            "session_index": si,
-            "config_index": row["config_index"],
-            "config": _config_label(config),
-            "preset": config.get("preset", "default"),
-        }
-        for key in grid_keys:
-            if key != "preset":
-                record[f"param_{key}" if key in ("context_window", "model") else key] = config.get(key)
-        record.update({k: v for k, v in row.items() if k != "config_index"})
-        records.append(record)
-    df = pd.DataFrame.from_records(records)
+    df = pd.DataFrame.from_records([records.record(si, row) for si, row in collected])
     if "error" not in df.columns:
         df["error"] = None
-    _log_guard_summary(df)
+    _log_guard_summary(records.disabled, records.total)
     for col in ("session", "config", "preset"):
         if col in df.columns:
             df[col] = df[col].astype("category")
