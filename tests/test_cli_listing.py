@@ -152,7 +152,10 @@ def test_sessions_filters(db, capsys):
     assert ids("--format", "hermes") == {"hermes-20260301_090000_abc123", "hermes-20260301_100000_def456"}
     assert ids("--format", "codex", "--format", "AIDER") == {CODEX_ID, "aider-2a8b1e0b8d1c851c-0"}
     assert ids("--model", "OPUS-4.6") == ids("--format", "hermes")
-    assert ids("--min-nodes", 11) == {CC_ID, CODEX_ID}
+    rows = sessions_json(capsys, "--db", db)
+    large = {r["session_id"] for r in rows if r["nodes"] >= 11}
+    assert {CC_ID, CODEX_ID} <= large < everything  # a real filter: some in, some out
+    assert ids("--min-nodes", 11) == large
     assert ids("--max-nodes", 4) == {r for r in everything if r.endswith("a5a3c0ffee1234567")} | {
         "hermes-20260301_100000_def456", "openhands-3333ffcc22aed5d8"}
     # dates: sessions whose recording overlaps the range; a bare --until date is the whole day
