@@ -161,7 +161,9 @@ def test_sessions_filters(db, capsys):
     # dates: sessions whose recording overlaps the range; a bare --until date is the whole day
     assert ids("--since", "2026-03-01", "--until", "2026-03-01") == ids("--format", "hermes")
     assert ids("--since", "2026-03-01T09:30") == ids("--format", "claude_code") | {"hermes-20260301_100000_def456"}
-    assert ids("--until", "2025-01-20T20:29:59+00:00") == {"openhands-3333ffcc22aed5d8"}
+    early = {r["session_id"] for r in rows if r["started_at"] and r["started_at"] <= "2025-01-20T20:29:59Z"}
+    assert "openhands-3333ffcc22aed5d8" in early and early < everything
+    assert ids("--until", "2025-01-20T20:29:59+00:00") == early
     assert ids("--since", "2026-03-15") == set()
     assert len(sessions_json(capsys, "--db", db, "--limit", 3)) == 3
     code, out, _ = run(capsys, "sessions", "--db", db, "--format", "nope")
