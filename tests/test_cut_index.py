@@ -11,9 +11,11 @@ from _compaction_fixtures import (
     call,
     char_tokens,
     chat_turns,
+    filler,
     latest_user_index,
     results,
     tool_turn,
+    uid,
     user,
 )
 
@@ -279,3 +281,16 @@ def test_no_pin_when_snapping_back_folds_enough() -> None:
         history += [c, *results(c, 1_000)]
     cut = find_cut_index(history, 32_000, SummarizerConfig(protect_last_n=5), estimate=char_tokens)
     assert cut.pinned == () and cut.index == latest_user_index(history)
+
+
+def test_display_only_lines_cost_the_kept_tail_nothing() -> None:
+    # a Claude Code hook line is shown, never sent: it must not make the tail look bigger
+    history = chat_turns(30, size=300)
+    noisy = []
+    for m in history:
+        noisy.append(m)
+        noisy.append({"id": uid("s"), "role": "system", "content": filler(2_000), "display_only": True})
+    plain = find_cut_index(history, 32_000, SummarizerConfig(protect_last_n=0), estimate=char_tokens)
+    cut = find_cut_index(noisy, 32_000, SummarizerConfig(protect_last_n=0), estimate=char_tokens)
+    assert cut.ok and cut.tail_tokens == plain.tail_tokens
+    assert noisy[cut.index]["id"] == history[plain.index]["id"]

@@ -1,7 +1,8 @@
 """The per-message facts the cut needs, and their two caches.
 
 A message's facts are ``(tokens, has a text block, is a user request, tool-call
-ids, tool-result ids)``. :class:`FactsTable` keeps them for one history in the
+ids, tool-result ids)``; a display-only line (never sent, see
+``provider_messages.is_display_only``) has none: 0 tokens, no text, no request. :class:`FactsTable` keeps them for one history in the
 columns ``find_cut_index`` reads (prefix sums, user positions, and for every
 boundary the number of tool call/result pairs it would split), growing by
 :meth:`FactsTable.append`. :class:`MessageFacts` caches the facts per message
@@ -18,6 +19,8 @@ from collections.abc import Callable, Sequence
 
 from opctx.dag.messages import has_text_block, is_tool_result, tool_result_ids, tool_use_ids
 
+from .provider_messages import is_display_only
+
 __all__ = ["MessageFacts", "FactsTable"]
 
 Estimate = Callable[[dict], int]
@@ -33,6 +36,9 @@ def _default_estimate(msg: dict) -> int:
 
 
 def _compute_facts(msg: dict, estimate: Estimate) -> Facts:
+    if is_display_only(msg):
+        # never sent (provider_messages): it costs the request nothing and asks nothing
+        return (0, False, False, (), ())
     is_user = msg.get("role") == "user" and not is_tool_result(msg)
     return (
         int(estimate(msg)),
