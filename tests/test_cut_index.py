@@ -20,6 +20,7 @@ from _compaction_fixtures import (
 )
 
 from opctx.context.summarize import MessageFacts, SummarizerConfig, find_cut_index, keep_budget
+from opctx.dag.messages import tool_result_ids, tool_use_ids
 
 # §4.2 table: window -> (desired_keep, max_safe_keep, effective_keep)
 WINDOW_TABLE = [
@@ -186,11 +187,10 @@ def test_nothing_can_be_cut_returns_a_reason() -> None:
     cut = find_cut_index(short, 32_000, estimate=char_tokens)
     assert not cut.ok
     assert "nothing to fold" in cut.reason
-    # one turn right after the head: the latest request cannot be folded
-    history = [user("a"), assistant("b"), user("c"), user("the real task")]
-    for _ in range(10):
-        c = call("x")
-        history += [c, *results(c, 3_000)]
+    # after the head, the latest request and one tool group larger than the keep budget:
+    # no boundary lies between them, so nothing can be folded
+    c = call("x", "y")
+    history = [user("a"), assistant("b"), user("c"), user("the real task"), c, *results(c, 6_000)]
     cut = find_cut_index(history, 8_000, SummarizerConfig(protect_first_n=3), estimate=char_tokens)
     assert not cut.ok
     assert "nothing can be folded" in cut.reason
@@ -294,3 +294,109 @@ def test_display_only_lines_cost_the_kept_tail_nothing() -> None:
     cut = find_cut_index(noisy, 32_000, SummarizerConfig(protect_last_n=0), estimate=char_tokens)
     assert cut.ok and cut.tail_tokens == plain.tail_tokens
     assert noisy[cut.index]["id"] == history[plain.index]["id"]
+
+
+def test_a_request_right_after_the_head_is_pinned_and_its_run_folded() -> None:
+    # issue 14 item 9: the latest request is the first message after the protected head and
+    # a long run follows it; snapping back to it folds nothing, so the cut used to decline
+    history = [user("a"), assistant("b"), user("c"), user("the real task")]
+    for _ in range(40):
+        c = call("x", text="next step")
+        history += [c, *results(c, 1_500)]
+    cfg = SummarizerConfig(protect_first_n=3)
+    cut = find_cut_index(history, 200_000, cfg, 8_000, estimate=char_tokens)
+    assert cut.ok, cut.reason
+    assert cut.protected_head == 3 and cut.pinned == (3,)
+    assert history[cut.index]["role"] == "assistant" and cut.index > 5
+    assert cut.tail_tokens <= 8_000 + 1_600 + char_tokens(history[3])
+    assert_pairs_intact(history[:3] + [history[3]] + history[cut.index :])
+
+
+def test_an_oversized_final_tool_group_is_kept_and_the_rest_folded() -> None:
+    # issue 14 item 9: the last tool group alone exceeds the ceiling; no boundary fits, and the
+    # cut used to decline although everything before that group could be folded
+    history = [user("start the migration"), assistant("ok")]
+    for _ in range(8):
+        c = call("step")
+        history += [c, *results(c, 2_000)]
+    final = call("dump", "dump_more")
+    history += [final, *results(final, 6_000)]  # 12K tokens in one group, over the 8K ceiling
+    cut = find_cut_index(history, 200_000, SummarizerConfig(protect_first_n=2), 8_000, estimate=char_tokens)
+    assert cut.ok, cut.reason
+    assert history[cut.index] is final  # the oversized group is the whole tail
+    assert cut.tail_tokens > 8_000
+    assert any("no boundary fits the ceiling" in s for s in cut.steps)
+    assert_pairs_intact(history[:2] + history[cut.index :])
+    # the same with a group straddling the floor: the nearest boundary before it is taken
+    history = [user("start"), assistant("ok")]
+    for size in (3_000, 3_000, 3_000, 2_500, 3_000):
+        c = call("step", "step2")
+        history += [c, *results(c, size // 2)]
+    cut = find_cut_index(history, 200_000, SummarizerConfig(protect_first_n=2), 8_000, estimate=char_tokens)
+    assert cut.ok and 2 < cut.index < len(history) and history[cut.index]["role"] == "assistant"
+    assert_pairs_intact(history[:2] + history[cut.index :])
+
+
+def _splits_a_pair(messages: list[dict], kept: set[int]) -> bool:
+    """Whether a call and its result (a recording may hold unanswered calls) end up on
+    different sides of the cut."""
+    side: dict[str, bool] = {}
+    for i, m in enumerate(messages):
+        for rid in tool_result_ids(m):
+            if rid in side and side[rid] != (i in kept):
+                return True
+        for cid in tool_use_ids(m):
+            side[cid] = i in kept
+    return False
+
+
+def _tail_start_exists(table, head_end: int) -> bool:
+    """Whether some boundary after the head could start the kept tail (the oracle of the sweep)."""
+    n = len(table)
+    last_user = table.users[-1] if table.users else None
+    pinnable = (
+        last_user is not None and last_user >= head_end
+        and not table.forbid[last_user] and not table.forbid[last_user + 1]
+    )
+    for b in range(head_end + 1, n):
+        if table.forbid[b]:
+            continue
+        if last_user is None or last_user < head_end or b <= last_user or (pinnable and b >= last_user + 2):
+            return True
+    return False
+
+
+@pytest.mark.corpus
+def test_corpus_cut_points_never_decline_when_something_can_be_folded(corpus_dir) -> None:
+    """Issue 14 item 9: every corpus prefix ending before an assistant message with at least
+    20K tokens, cut with a 200K window and an 8K keep: a decline only where nothing lies
+    between the head and the tail (or everything after the head fits the keep budget)."""
+    from opctx.importers.api import iter_transcript_files, parse_path
+    from opctx.lab.history import RecordedHistory
+
+    points = declined = 0
+    wrong = []
+    for path, _explicit in iter_transcript_files([corpus_dir]):
+        try:
+            sessions = parse_path(path)
+        except Exception:  # not a transcript (manifest.json), or one the importers refuse
+            continue
+        for session in sessions:
+            messages = RecordedHistory.from_calls(session.calls, session.head).messages
+            facts = MessageFacts()
+            prefix = facts.table(messages).prefix_tokens
+            for i, m in enumerate(messages):
+                if m.get("role") != "assistant" or prefix[i] < 20_000:
+                    continue
+                points += 1
+                cut = find_cut_index(messages[:i], 200_000, keep_recent_tokens=8_000, facts=facts)
+                if cut.ok:
+                    kept = [*range(cut.protected_head), *cut.pinned, *range(cut.index, i)]
+                    assert not _splits_a_pair(messages[:i], set(kept)), (path, i, cut.steps)
+                    continue
+                declined += 1
+                table = facts.table(messages[:i])
+                if cut.reason.startswith("nothing can be folded") and _tail_start_exists(table, cut.protected_head):
+                    wrong.append((path, i, cut.steps))
+    assert points > 500
+    assert not wrong, f"{len(wrong)} of {points} cut points declined with something to fold: {wrong[:3]}"
