@@ -2,6 +2,21 @@
 
 Modules: ``types``, ``tokens``, ``budget``, ``usage``, ``references``, ``aging``,
 ``system_prompt``, ``prompts``, ``summarize``, ``persistence``, ``provider_messages``,
-``engine``, ``turn``.
+``anthropic_messages``, ``fit``, ``engine``, ``turn``.
 Depends only on ``opctx.dag`` and the standard library (plus tiktoken).
+
+The request shapes are exported here: ``to_provider_messages`` (OpenAI chat messages)
+and ``to_anthropic_request`` (Anthropic Messages ``{"system", "messages"}``), both built
+from one assembly (display-only lines left out, tool results right after their calls).
 """
+
+from .anthropic_messages import anthropic_request_tokens, thinking_retention, to_anthropic_request
+from .provider_messages import is_display_only, to_provider_messages
+
+__all__ = [
+    "anthropic_request_tokens",
+    "is_display_only",
+    "thinking_retention",
+    "to_anthropic_request",
+    "to_provider_messages",
+]

@@ -296,10 +296,10 @@ def _snap(
 
 
 def _forward_to_request(table: FactsTable, cut: int, upper: int, steps: list[str]) -> int | None:
-    """Step 6 (a): the first user request in ``[cut, upper]`` at a valid boundary."""
-    users, forbid = table.users, table.forbid
+    """Step 6 (a): the first user request in ``[cut, upper]`` where the tail may start."""
+    starts, users = table.tail_may_start, table.users
     for b in users[bisect.bisect_left(users, cut) : bisect.bisect_right(users, upper)]:
-        if not forbid[b]:
+        if starts(b):
             if b != cut:
                 steps.append(f"6:snapped forward {cut} -> {b}")
             return b
@@ -311,10 +311,10 @@ def _earlier_request(table: FactsTable, cut: int, upper: int, head_end: int) -> 
 
     After the head and no later than ``upper``; whether it is taken depends on its tail.
     """
-    users, forbid = table.users, table.forbid
+    starts, users = table.tail_may_start, table.users
     hi_user = bisect.bisect_right(users, min(cut - 1, upper))
     lo_user = bisect.bisect_right(users, head_end)
-    return next((b for b in reversed(users[lo_user:hi_user]) if not forbid[b]), None)
+    return next((b for b in reversed(users[lo_user:hi_user]) if starts(b)), None)
 
 
 def _tool_group_boundary(
@@ -324,15 +324,15 @@ def _tool_group_boundary(
 
     Forward first (a smaller tail), then backward within the ceiling ``limit``.
     """
-    forbid, tail_tokens = table.forbid, table.tail_tokens
+    starts, tail_tokens = table.tail_may_start, table.tail_tokens
     start = min(cut, upper)
-    found = next((b for b in range(start, upper + 1) if not forbid[b]), None)
+    found = next((b for b in range(start, upper + 1) if starts(b)), None)
     if found is None or found <= head_end:
         found = None
         for b in range(start - 1, head_end, -1):
             if tail_tokens(b) > limit:
                 break
-            if not forbid[b]:
+            if starts(b):
                 found = b
                 break
     if found is not None and found > head_end:
@@ -359,13 +359,13 @@ def _any_boundary(
     over the ceiling), else forward past the floor, never past the latest user
     request and never the empty tail.
     """
-    forbid = table.forbid
+    starts = table.tail_may_start
     start = min(cut, upper)
-    found = next((b for b in range(start, head_end, -1) if not forbid[b]), None)
+    found = next((b for b in range(start, head_end, -1) if starts(b)), None)
     if found is None:
         # the latest request stays in the tail (when it is not inside the head)
         bound = last_user if last_user is not None and last_user >= head_end else len(table) - 1
-        found = next((b for b in range(start + 1, bound + 1) if not forbid[b]), None)
+        found = next((b for b in range(start + 1, bound + 1) if starts(b)), None)
     if found is None or found <= head_end:
         return None
     steps.append(
@@ -396,10 +396,12 @@ def _pin_latest_request(
 
     Pinning the latest request ``u`` means folding ``[head_end, pin_cut)`` minus ``u``
     and keeping ``u`` verbatim after the summary; ``u`` may be the first message after
-    the head (``u == head_end``), where snapping back would fold nothing. It needs ``u`` to stand alone (no
-    tool exchange runs across it) and a tool-group boundary after it near the gates'
-    cut: forward up to the floor, else backward down to ``u + 2``.
+    the head (``u == head_end``), where snapping back would fold nothing. It needs ``u``
+    to stand alone (no tool exchange runs across it) and a boundary after it where the
+    tail may start near the gates' cut: forward up to the floor, else backward down to
+    ``u + 2``.
     """
+    starts = table.tail_may_start
     forbid, prefix = table.forbid, table.prefix_tokens
     n = len(table)
     # the request may be the first message after the head: then snapping back to it
@@ -407,9 +409,9 @@ def _pin_latest_request(
     if not head_end <= last_user < cut or forbid[last_user] or forbid[last_user + 1]:
         return None
     bound = max(floor, last_user + 2)
-    pin_cut = next((b for b in range(cut, min(bound, n - 1) + 1) if not forbid[b]), None)
+    pin_cut = next((b for b in range(cut, min(bound, n - 1) + 1) if starts(b)), None)
     if pin_cut is None:
-        pin_cut = next((b for b in range(cut - 1, last_user + 1, -1) if not forbid[b]), None)
+        pin_cut = next((b for b in range(cut - 1, last_user + 1, -1) if starts(b)), None)
     if pin_cut is None:
         return None
     folded_back = prefix[snapped] - prefix[head_end] if snapped is not None else 0
