@@ -127,11 +127,15 @@ def test_thinking_blocks_are_sent_where_the_model_keeps_them() -> None:
     # the running loop's first assistant message starts with its thinking
     running = stripped["messages"][-4]
     assert running["role"] == "assistant" and running["content"][0]["signature"] == "sig-new"
-    # an earlier assistant turn whose only content was thinking disappears, and its neighbours merge
+    # an earlier assistant turn that holds only thinking keeps it (dropping the turn would merge
+    # the user turns around it and move where the last turn starts); without thinking it goes
     only_thinking = [{"id": "u0", "role": "user", "content": "q"},
-                     {"id": "a0", "role": "assistant", "content": "", "thinking": [think("t", "s")]},
+                     {"id": "a0", "role": "assistant", "content": "", "thinking": [think("t " * 300, "s")]},
                      {"id": "u1", "role": "user", "content": "q2"}]
-    assert roles_and_types(to_anthropic_request(only_thinking, model="claude-sonnet-4-5")) == [("user", ["text", "text"])]
+    kept_turn = to_anthropic_request(only_thinking, model="claude-sonnet-4-5")
+    assert roles_and_types(kept_turn) == [("user", ["text"]), ("assistant", ["thinking"]), ("user", ["text"])]
+    assert anthropic_request_tokens(kept_turn, "claude-sonnet-4-5", estimator=HEURISTIC) < 40  # not counted
+    assert roles_and_types(to_anthropic_request(only_thinking, thinking="none")) == [("user", ["text", "text"])]
     with pytest.raises(ValueError, match="thinking must be"):
         to_anthropic_request(history, thinking="some")
 
@@ -249,6 +253,8 @@ def test_the_builder_obeys_the_messages_api_rules(ops, model, split) -> None:
     stored = {id(b) for m in history for b in m.get("thinking") or ()}
     sent = [b for m in request["messages"] for b in m["content"] if b["type"] in ("thinking", "redacted_thinking")]
     assert all(id(b) in stored for b in sent)
+    if model == "claude-opus-4-5":  # keeps every thinking block: the repair dropped none
+        assert sorted(map(id, sent)) == sorted(stored)
     # the running tool loop keeps the thinking of its assistant messages (the unit the API checks)
     last = request["messages"][-1] if request["messages"] else None
     if last and last["role"] == "user" and any(b["type"] == "tool_result" for b in last["content"]):

@@ -199,12 +199,18 @@ def anthropic_request_tokens(
     from .tokens import default_estimator
 
     est = estimator or default_estimator()
-    messages = _keep_thinking([dict(t, content=list(t["content"])) for t in request.get("messages") or []],
-                              thinking_retention(model))
+    messages = list(request.get("messages") or [])
+    # thinking before the last turn is stripped by the API for a model that keeps only that turn's
+    keep_from = _running_turn_start(messages) if thinking_retention(model) == "last_turn" else 0
     system = request.get("system") or ""
     total = est.message_tokens({"role": "system", "content": system}, model) if system else 0
     total += est.tools_tokens(list(tools), model) if tools else 0
-    return total + sum(est.message_tokens(m, model) for m in messages)
+    for i, m in enumerate(messages):
+        if i < keep_from and m.get("role") == "assistant":
+            bare = [b for b in m.get("content") or () if b.get("type") not in _THINKING_TYPES]
+            m = dict(m, content=bare) if bare else None
+        total += est.message_tokens(m, model) if m else 0
+    return total
 
 
 def _turn_part(m: dict) -> tuple[str, list[dict]]:
@@ -247,8 +253,13 @@ def _running_turn_start(turns: list[dict]) -> int:
 
 
 def _keep_thinking(turns: list[dict], mode: str) -> list[dict]:
-    """``turns`` with the thinking blocks ``mode`` does not send removed (and assistant
-    turns left empty dropped, their neighbours merged)."""
+    """``turns`` with the thinking blocks ``mode`` does not send removed.
+
+    With ``"last_turn"`` an earlier assistant turn that holds nothing but thinking keeps
+    it (the API strips it; :func:`anthropic_request_tokens` does not count it): dropping
+    the turn would merge the user turns around it and could move where the last turn
+    starts. With ``"none"`` such a turn is dropped and its neighbours merged.
+    """
     if mode == "all":
         return turns
     keep_from = _running_turn_start(turns) if mode == "last_turn" else len(turns)
@@ -256,8 +267,10 @@ def _keep_thinking(turns: list[dict], mode: str) -> list[dict]:
     for i, turn in enumerate(turns):
         content = turn["content"]
         if i < keep_from and turn["role"] == "assistant":
-            content = [b for b in content if b.get("type") not in _THINKING_TYPES]
-            if not content:
+            bare = [b for b in content if b.get("type") not in _THINKING_TYPES]
+            if bare:
+                content = bare
+            elif mode == "none":
                 continue
         _add(out, turn["role"], content)
     return out
