@@ -24,9 +24,11 @@ Importers keep the thinking blocks of a recorded reply in ``thinking`` (Claude C
 ``metadata.thinking``, signatures kept). A ``thinking`` block is sent with its
 ``signature`` and a ``redacted_thinking`` block with its ``data``, exactly as stored
 (``provider_messages.thinking_blocks``; a block without them cannot be sent back).
-What the API requires, and what the model keeps (Anthropic, "Building with extended
-thinking": "Preserving thinking blocks", and "Context windows": "The context window
-with extended thinking and tool use"):
+What the API requires, and what the model keeps (Anthropic's documentation: "Building
+with extended thinking", section "Preserving thinking blocks",
+https://platform.claude.com/docs/en/build-with-claude/extended-thinking, and "Context
+windows", section "The context window with extended thinking and tool use",
+https://platform.claude.com/docs/en/build-with-claude/context-windows):
 
 * in a tool loop that is still running (the request ends with tool results), the
   thinking blocks of the loop's assistant turn must be sent back, complete and
@@ -46,6 +48,12 @@ measure what the model will hold. ``thinking="all"`` sends every block (the API 
 strips what the model does not keep; :func:`anthropic_request_tokens` still counts only
 what it keeps), ``"last_turn"`` only the running turn's, ``"none"`` none (for a request
 with thinking disabled).
+
+Not handled: newer models check that nothing before a thinking block changed since it
+was produced ("Preserved thinking", from Claude Fable 5.1 on; enforced by default on
+accounts created from 31 August 2026). Aging and compaction change that prefix, so on
+those models such a request fails unless it asks the API to drop the blocks that no
+longer match (``thinking.block_binding.prefix_mismatch_behavior``).
 
 The unit
 ========
