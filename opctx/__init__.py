@@ -78,6 +78,8 @@ _export(
     "resolve_engine_for", "default_engine",
 )
 _export("opctx.context.turn", "process_user_turn", "trigger_compaction")
+_export("opctx.context.provider_messages", "to_provider_messages")
+_export("opctx.context.anthropic_messages", "to_anthropic_request", "thinking_retention")
 _export(
     "opctx.importers",
     "import_path", "import_paths", "parse_path", "detect", "export_openai", "export_jsonl",

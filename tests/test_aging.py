@@ -515,3 +515,61 @@ def test_changing_a_gate_on_the_instance_is_seen():
     assert ager.age(history, ReferenceMap())[1].redacted == 1
     ager.min_tokens = 10**9
     assert ager.age(history, ReferenceMap())[1].redacted == 0
+
+
+# -- thinking units (issue 14 item 6) ---------------------------------------------------
+
+_unit_step = st.fixed_dictionaries({
+    "thinking": st.booleans(), "calls": st.integers(1, 2), "big": st.booleans(), "anthropic": st.booleans(),
+})
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(_unit_step, min_size=1, max_size=6), min_size=1, max_size=5),
+       st.integers(0, 4), st.integers(0, 3))
+def test_thinking_units_survive_aging(runs, keep_turns, first):
+    """An assistant message with thinking, its calls and their results stay one whole unit:
+    aging replaces result contents only, never a thinking block, a call or a message."""
+    from opctx.context.anthropic_messages import to_anthropic_request
+
+    history: list[dict] = []
+    ts = T0
+    n = 0
+    for r, steps in enumerate(runs):
+        history.append({"id": f"u{r}", "role": "user", "content": f"request {r}", "timestamp": ts})
+        for step in steps:
+            n += 1
+            ts += 120
+            ids = [f"c{n}_{k}" for k in range(step["calls"])]
+            msg = {"id": f"a{n}", "role": "assistant", "content": "", "timestamp": ts}
+            if step["thinking"]:
+                msg["thinking"] = [{"type": "thinking", "thinking": f"plan {n}", "signature": f"sig{n}"}]
+            output = BIG if step["big"] else SMALL
+            if step["anthropic"]:
+                msg["extra"] = {"blocks": [{"type": "tool_use", "id": i, "name": "run", "input": {}} for i in ids]}
+                results = [{"id": f"r{n}", "role": "user", "content": "", "timestamp": ts + 1, "extra": {"blocks": [
+                    {"type": "tool_result", "tool_use_id": i, "content": output} for i in ids]}}]
+            else:
+                msg["tool_calls"] = [{"id": i, "name": "run", "arguments": {}} for i in ids]
+                results = [{"id": f"r{n}_{k}", "role": "tool", "tool_call_id": i, "content": output,
+                            "timestamp": ts + 1} for k, i in enumerate(ids)]
+            history += [msg, *results]
+    before = copy.deepcopy(history)
+    aged, report = _ager(keep_recent_turns=keep_turns, protect_first_n=first, keep_recent_seconds=0).age(history)
+    assert history == before
+    assert len(aged) == len(history)
+    for old, new in zip(history, aged, strict=True):
+        if old["role"] == "assistant":
+            assert new is old  # thinking blocks, text and calls untouched
+        else:
+            assert [b.get("tool_use_id") for b in blocks(new)] == [b.get("tool_use_id") for b in blocks(old)]
+            assert new.get("tool_call_id") == old.get("tool_call_id")
+    # the aged history still makes a request whose running loop keeps its thinking
+    request = to_anthropic_request(aged, model="claude-sonnet-4-5")
+    sent = [b["signature"] for m in request["messages"] for b in m["content"] if b["type"] == "thinking"]
+    # the running turn starts after the last request that does not share a turn with tool
+    # results (a request right after results joins their user turn: the loop goes on)
+    starts = [i for i, m in enumerate(history) if m["id"].startswith("u")
+              and (i == 0 or history[i - 1]["role"] == "assistant")]
+    running = [t["signature"] for m in history[starts[-1] if starts else 0:] for t in m.get("thinking") or ()]
+    assert sent == running

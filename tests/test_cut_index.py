@@ -11,13 +11,18 @@ from _compaction_fixtures import (
     call,
     char_tokens,
     chat_turns,
+    filler,
     latest_user_index,
     results,
     tool_turn,
+    uid,
     user,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from opctx.context.summarize import MessageFacts, SummarizerConfig, find_cut_index, keep_budget
+from opctx.dag.messages import tool_result_ids, tool_use_ids
 
 # §4.2 table: window -> (desired_keep, max_safe_keep, effective_keep)
 WINDOW_TABLE = [
@@ -184,11 +189,10 @@ def test_nothing_can_be_cut_returns_a_reason() -> None:
     cut = find_cut_index(short, 32_000, estimate=char_tokens)
     assert not cut.ok
     assert "nothing to fold" in cut.reason
-    # one turn right after the head: the latest request cannot be folded
-    history = [user("a"), assistant("b"), user("c"), user("the real task")]
-    for _ in range(10):
-        c = call("x")
-        history += [c, *results(c, 3_000)]
+    # after the head, the latest request and one tool group larger than the keep budget:
+    # no boundary lies between them, so nothing can be folded
+    c = call("x", "y")
+    history = [user("a"), assistant("b"), user("c"), user("the real task"), c, *results(c, 6_000)]
     cut = find_cut_index(history, 8_000, SummarizerConfig(protect_first_n=3), estimate=char_tokens)
     assert not cut.ok
     assert "nothing can be folded" in cut.reason
@@ -279,3 +283,199 @@ def test_no_pin_when_snapping_back_folds_enough() -> None:
         history += [c, *results(c, 1_000)]
     cut = find_cut_index(history, 32_000, SummarizerConfig(protect_last_n=5), estimate=char_tokens)
     assert cut.pinned == () and cut.index == latest_user_index(history)
+
+
+def test_display_only_lines_cost_the_kept_tail_nothing() -> None:
+    # a Claude Code hook line is shown, never sent: it must not make the tail look bigger
+    history = chat_turns(30, size=300)
+    noisy = []
+    for m in history:
+        noisy.append(m)
+        noisy.append({"id": uid("s"), "role": "system", "content": filler(2_000), "display_only": True})
+    plain = find_cut_index(history, 32_000, SummarizerConfig(protect_last_n=0), estimate=char_tokens)
+    cut = find_cut_index(noisy, 32_000, SummarizerConfig(protect_last_n=0), estimate=char_tokens)
+    assert cut.ok and cut.tail_tokens == plain.tail_tokens
+    assert noisy[cut.index]["id"] == history[plain.index]["id"]
+
+
+def test_a_request_right_after_the_head_is_pinned_and_its_run_folded() -> None:
+    # issue 14 item 9: the latest request is the first message after the protected head and
+    # a long run follows it; snapping back to it folds nothing, so the cut used to decline
+    history = [user("a"), assistant("b"), user("c"), user("the real task")]
+    for _ in range(40):
+        c = call("x", text="next step")
+        history += [c, *results(c, 1_500)]
+    cfg = SummarizerConfig(protect_first_n=3)
+    cut = find_cut_index(history, 200_000, cfg, 8_000, estimate=char_tokens)
+    assert cut.ok, cut.reason
+    assert cut.protected_head == 3 and cut.pinned == (3,)
+    assert history[cut.index]["role"] == "assistant" and cut.index > 5
+    assert cut.tail_tokens <= 8_000 + 1_600 + char_tokens(history[3])
+    assert_pairs_intact(history[:3] + [history[3]] + history[cut.index :])
+
+
+def test_an_oversized_final_tool_group_is_kept_and_the_rest_folded() -> None:
+    # issue 14 item 9: the last tool group alone exceeds the ceiling; no boundary fits, and the
+    # cut used to decline although everything before that group could be folded
+    history = [user("start the migration"), assistant("ok")]
+    for _ in range(8):
+        c = call("step")
+        history += [c, *results(c, 2_000)]
+    final = call("dump", "dump_more")
+    history += [final, *results(final, 6_000)]  # 12K tokens in one group, over the 8K ceiling
+    cut = find_cut_index(history, 200_000, SummarizerConfig(protect_first_n=2), 8_000, estimate=char_tokens)
+    assert cut.ok, cut.reason
+    assert history[cut.index] is final  # the oversized group is the whole tail
+    assert cut.tail_tokens > 8_000
+    assert any("no boundary fits the ceiling" in s for s in cut.steps)
+    assert_pairs_intact(history[:2] + history[cut.index :])
+    # the same with a group straddling the floor: the nearest boundary before it is taken
+    history = [user("start"), assistant("ok")]
+    for size in (3_000, 3_000, 3_000, 2_500, 3_000):
+        c = call("step", "step2")
+        history += [c, *results(c, size // 2)]
+    cut = find_cut_index(history, 200_000, SummarizerConfig(protect_first_n=2), 8_000, estimate=char_tokens)
+    assert cut.ok and 2 < cut.index < len(history) and history[cut.index]["role"] == "assistant"
+    assert_pairs_intact(history[:2] + history[cut.index :])
+
+
+def _splits_a_pair(messages: list[dict], kept: set[int]) -> bool:
+    """Whether a call and its result (a recording may hold unanswered calls) end up on
+    different sides of the cut."""
+    side: dict[str, bool] = {}
+    for i, m in enumerate(messages):
+        for rid in tool_result_ids(m):
+            if rid in side and side[rid] != (i in kept):
+                return True
+        for cid in tool_use_ids(m):
+            side[cid] = i in kept
+    return False
+
+
+def _tail_start_exists(table, head_end: int) -> bool:
+    """Whether some boundary after the head could start the kept tail (the oracle of the sweep)."""
+    n = len(table)
+    last_user = table.users[-1] if table.users else None
+    pinnable = (
+        last_user is not None and last_user >= head_end
+        and not table.forbid[last_user] and not table.forbid[last_user + 1]
+    )
+    for b in range(head_end + 1, n):
+        if table.forbid[b]:
+            continue
+        if last_user is None or last_user < head_end or b <= last_user or (pinnable and b >= last_user + 2):
+            return True
+    return False
+
+
+@pytest.mark.corpus
+def test_corpus_cut_points_never_decline_when_something_can_be_folded(corpus_dir) -> None:
+    """Issue 14 item 9: every corpus prefix ending before an assistant message with at least
+    20K tokens, cut with a 200K window and an 8K keep: a decline only where nothing lies
+    between the head and the tail (or everything after the head fits the keep budget)."""
+    from opctx.importers.api import iter_transcript_files, parse_path
+    from opctx.lab.history import RecordedHistory
+
+    points = declined = 0
+    wrong = []
+    for path, _explicit in iter_transcript_files([corpus_dir]):
+        try:
+            sessions = parse_path(path)
+        except Exception:  # not a transcript (manifest.json), or one the importers refuse
+            continue
+        for session in sessions:
+            messages = RecordedHistory.from_calls(session.calls, session.head).messages
+            facts = MessageFacts()
+            prefix = facts.table(messages).prefix_tokens
+            for i, m in enumerate(messages):
+                if m.get("role") != "assistant" or prefix[i] < 20_000:
+                    continue
+                points += 1
+                cut = find_cut_index(messages[:i], 200_000, keep_recent_tokens=8_000, facts=facts)
+                if cut.ok:
+                    kept = [*range(cut.protected_head), *cut.pinned, *range(cut.index, i)]
+                    assert not _splits_a_pair(messages[:i], set(kept)), (path, i, cut.steps)
+                    continue
+                declined += 1
+                table = facts.table(messages[:i])
+                if cut.reason.startswith("nothing can be folded") and _tail_start_exists(table, cut.protected_head):
+                    wrong.append((path, i, cut.steps))
+    assert points > 500
+    assert not wrong, f"{len(wrong)} of {points} cut points declined with something to fold: {wrong[:3]}"
+
+
+# -- thinking units (issue 14 item 6) ---------------------------------------------------
+
+
+def _thinking(msg: dict, text: str = "weighing the options") -> dict:
+    return dict(msg, thinking=[{"type": "thinking", "thinking": text, "signature": f"sig-{msg['id']}"}])
+
+
+def _inside_unit(history: list[dict], index: int) -> bool:
+    """Oracle: whether ``history[index]`` continues a loop that started with thinking."""
+    in_unit = False
+    for m in history[: index + 1]:
+        if m.get("display_only"):
+            continue
+        starts = m["role"] == "assistant" and bool(m.get("thinking"))
+        continues = (m["role"] == "assistant" and bool(m.get("tool_calls"))) or m["role"] == "tool"
+        if m is history[index]:
+            return in_unit and continues and not starts
+        in_unit = starts or (in_unit and continues)
+    return False
+
+
+def test_the_tail_starts_where_a_thinking_unit_starts() -> None:
+    # an autonomous run where the model thinks every fourth step: the tail may start at a step
+    # with thinking, never at one that continues the loop without it
+    history = [user("a"), assistant("b"), user("port the module")]
+    for k in range(30):
+        c = call("edit", text="next")
+        history += [_thinking(c) if k % 4 == 0 else c, *results(c, 800)]
+    cut = find_cut_index(history, 200_000, SummarizerConfig(protect_first_n=2), 8_000, estimate=char_tokens)
+    assert cut.ok
+    assert history[cut.index].get("thinking"), history[cut.index]
+    plain = [m for m in history if not m.get("thinking")]  # the same run without thinking: any group boundary
+    other = find_cut_index(plain, 200_000, SummarizerConfig(protect_first_n=2), 8_000, estimate=char_tokens)
+    assert other.ok and not plain[other.index].get("thinking")
+
+
+_step = st.fixed_dictionaries({
+    "calls": st.integers(0, 2), "thinking": st.booleans(), "size": st.sampled_from([50, 400, 2_500]),
+    "display": st.booleans(),
+})
+_request = st.fixed_dictionaries({"steps": st.lists(_step, max_size=8), "answer": st.booleans()})
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    requests=st.lists(_request, min_size=1, max_size=6),
+    window=st.sampled_from([8_000, 32_000, 200_000]),
+    keep=st.one_of(st.none(), st.integers(0, 12_000)),
+    protect_first=st.integers(0, 4),
+)
+def test_thinking_units_survive_cutting(requests, window, keep, protect_first) -> None:
+    history: list[dict] = []
+    for r, spec in enumerate(requests):
+        history.append(user(f"request {r}"))
+        for step in spec["steps"]:
+            msg = call(*["run"] * step["calls"], text="" if step["calls"] else "thinking it over")
+            if not step["calls"]:
+                msg.pop("tool_calls")
+            msg = _thinking(msg) if step["thinking"] else msg
+            history.append(msg)
+            if step["display"]:
+                history.append({"id": uid("s"), "role": "system", "content": "hook", "display_only": True})
+            history += results(msg, step["size"]) if step["calls"] else []
+        if spec["answer"]:
+            history.append(_thinking(assistant("done")) if r % 2 else assistant("done"))
+    cfg = SummarizerConfig(protect_first_n=protect_first, protect_last_n=2)
+    cut = find_cut_index(history, window, cfg, keep, estimate=char_tokens)
+    if not cut.ok:
+        return
+    kept = history[: cut.protected_head] + [history[p] for p in cut.pinned] + history[cut.index :]
+    assert_pairs_intact(kept)
+    assert not _inside_unit(history, cut.index), (cut.index, cut.steps)
+    request = latest_user_index(history)
+    if request is not None and request >= cut.protected_head:
+        assert request in cut.pinned or request >= cut.index

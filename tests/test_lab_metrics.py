@@ -61,15 +61,37 @@ def test_tool_pair_breaks():
     assert [b["kind"] for b in tool_pair_breaks([_call("x"), user])] == ["missing_result"]
 
 
+def _display(i):
+    return {"id": f"s{i}", "role": "system", "content": "hook output", "display_only": True}
+
+
+def test_tool_pair_breaks_counts_separation_not_only_missing_partners():
+    user = {"id": "u", "role": "user", "content": "go"}
+    # a user line between the call and its result: both partners exist, the pair is still broken
+    breaks = tool_pair_breaks([_call("x"), user, _result("x")])
+    assert breaks == [{"kind": "separated_result", "tool_call_id": "x", "index": 2}]
+    # an older call's result after a newer call
+    breaks = tool_pair_breaks([_call("x"), _call("y"), _result("y"), _result("x")])
+    assert [b["kind"] for b in breaks] == ["separated_result"] and breaks[0]["tool_call_id"] == "x"
+    # the results of one parallel call stay together
+    parallel = {"id": "a", "role": "assistant", "content": "",
+                "tool_calls": [{"id": "p", "name": "f", "arguments": {}}, {"id": "q", "name": "f", "arguments": {}}]}
+    assert tool_pair_breaks([parallel, _result("p"), _result("q")]) == []
+    # display-only lines are never sent: they separate nothing
+    assert tool_pair_breaks([_call("x"), _display(1), _result("x"), _display(2)]) == []
+    assert broken_pairs_per_step([[_call("x"), user, _result("x")], [_call("x"), _display(1), _result("x")]]) == [1, 0]
+
+
 _events = st.lists(
-    st.tuples(st.sampled_from(["call", "result", "user"]), st.integers(0, 4)), max_size=25
+    st.tuples(st.sampled_from(["call", "result", "user", "display"]), st.integers(0, 4)), max_size=25
 )
 
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(_events, min_size=1, max_size=6), st.booleans())
 def test_incremental_pair_count_matches_direct_count(seqs, grow):
-    builders = {"call": _call, "result": _result, "user": lambda i: {"id": f"u{i}", "role": "user", "content": "x"}}
+    builders = {"call": _call, "result": _result, "user": lambda i: {"id": f"u{i}", "role": "user", "content": "x"},
+                "display": _display}
     requests = []
     prefix: list[dict] = []
     for events in seqs:

@@ -3,7 +3,22 @@
 Modules: ``types``, ``tokens``, ``budget``, ``usage``, ``references``, ``aging``,
 ``system_prompt``, ``prompts``, ``summarize`` (with its private ``_cut``, ``_cut_facts``,
 ``_summary_config``, ``_transcript``, ``_structural``), ``persistence``,
-``provider_messages``, ``fit`` (the last step of a prepare: the request as sent fits the
-window), ``engine``, ``turn``.
+``provider_messages``, ``anthropic_messages``, ``fit`` (the last step of a prepare: the
+request as sent fits the window), ``engine``, ``turn``.
 Depends only on ``opctx.dag`` and the standard library (plus tiktoken).
+
+The request shapes are exported here: ``to_provider_messages`` (OpenAI chat messages)
+and ``to_anthropic_request`` (Anthropic Messages ``{"system", "messages"}``), both built
+from one assembly (display-only lines left out, tool results right after their calls).
 """
+
+from .anthropic_messages import anthropic_request_tokens, thinking_retention, to_anthropic_request
+from .provider_messages import is_display_only, to_provider_messages
+
+__all__ = [
+    "anthropic_request_tokens",
+    "is_display_only",
+    "thinking_retention",
+    "to_anthropic_request",
+    "to_provider_messages",
+]

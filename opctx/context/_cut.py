@@ -250,7 +250,8 @@ def _snap(
     that would blow the tail past the ceiling is a last resort, not the default.
     In order: (a) forward to a user request, (b) back to one within the ceiling,
     or pin the latest request when that folds more than twice as much, (c) the
-    nearest tool-group boundary, (d) back to a request over the ceiling.
+    nearest tool-group boundary, (d) back to a request over the ceiling, (e) any
+    boundary after the head, keeping an oversized final group (:func:`_any_boundary`).
     ``None`` when none of them is found.
     """
     users = table.users
@@ -289,14 +290,16 @@ def _snap(
         steps.append(
             f"6:snapped backward {cut} -> {chosen}; tail {table.tail_tokens(chosen)} exceeds ceiling {limit}"
         )
+    if chosen is None:
+        chosen = _any_boundary(table, cut, upper, head_end, last_user, limit, steps)
     return chosen, ()
 
 
 def _forward_to_request(table: FactsTable, cut: int, upper: int, steps: list[str]) -> int | None:
-    """Step 6 (a): the first user request in ``[cut, upper]`` at a valid boundary."""
-    users, forbid = table.users, table.forbid
+    """Step 6 (a): the first user request in ``[cut, upper]`` where the tail may start."""
+    starts, users = table.tail_may_start, table.users
     for b in users[bisect.bisect_left(users, cut) : bisect.bisect_right(users, upper)]:
-        if not forbid[b]:
+        if starts(b):
             if b != cut:
                 steps.append(f"6:snapped forward {cut} -> {b}")
             return b
@@ -308,10 +311,10 @@ def _earlier_request(table: FactsTable, cut: int, upper: int, head_end: int) -> 
 
     After the head and no later than ``upper``; whether it is taken depends on its tail.
     """
-    users, forbid = table.users, table.forbid
+    starts, users = table.tail_may_start, table.users
     hi_user = bisect.bisect_right(users, min(cut - 1, upper))
     lo_user = bisect.bisect_right(users, head_end)
-    return next((b for b in reversed(users[lo_user:hi_user]) if not forbid[b]), None)
+    return next((b for b in reversed(users[lo_user:hi_user]) if starts(b)), None)
 
 
 def _tool_group_boundary(
@@ -321,21 +324,55 @@ def _tool_group_boundary(
 
     Forward first (a smaller tail), then backward within the ceiling ``limit``.
     """
-    forbid, tail_tokens = table.forbid, table.tail_tokens
+    starts, tail_tokens = table.tail_may_start, table.tail_tokens
     start = min(cut, upper)
-    found = next((b for b in range(start, upper + 1) if not forbid[b]), None)
+    found = next((b for b in range(start, upper + 1) if starts(b)), None)
     if found is None or found <= head_end:
         found = None
         for b in range(start - 1, head_end, -1):
             if tail_tokens(b) > limit:
                 break
-            if not forbid[b]:
+            if starts(b):
                 found = b
                 break
     if found is not None and found > head_end:
         steps.append(f"6:no user request fits; cut at tool-group boundary {found}")
         return found
     return None
+
+
+def _any_boundary(
+    table: FactsTable,
+    cut: int,
+    upper: int,
+    head_end: int,
+    last_user: int | None,
+    limit: int,
+    steps: list[str],
+) -> int | None:
+    """Step 6 (e), before declining: any boundary after the head that keeps tool groups whole.
+
+    Reached when no boundary fits the ceiling (a final tool group larger than the
+    ceiling, or one straddling the floor). Declining would leave the agent to
+    overflow, so the tail keeps that oversized group and everything before it is
+    folded: backward from the cut first (the nearest boundary, so the least tail
+    over the ceiling), else forward past the floor, never past the latest user
+    request and never the empty tail.
+    """
+    starts = table.tail_may_start
+    start = min(cut, upper)
+    found = next((b for b in range(start, head_end, -1) if starts(b)), None)
+    if found is None:
+        # the latest request stays in the tail (when it is not inside the head)
+        bound = last_user if last_user is not None and last_user >= head_end else len(table) - 1
+        found = next((b for b in range(start + 1, bound + 1) if starts(b)), None)
+    if found is None or found <= head_end:
+        return None
+    steps.append(
+        f"6:no boundary fits the ceiling {limit}; cut at {found} keeps a tail of "
+        f"{table.tail_tokens(found)} tokens and folds the rest"
+    )
+    return found
 
 
 def _nothing_to_fold(
@@ -358,18 +395,23 @@ def _pin_latest_request(
     (its tail would exceed the ceiling).
 
     Pinning the latest request ``u`` means folding ``[head_end, pin_cut)`` minus ``u``
-    and keeping ``u`` verbatim after the summary. It needs ``u`` to stand alone (no
-    tool exchange runs across it) and a tool-group boundary after it near the gates'
-    cut: forward up to the floor, else backward down to ``u + 2``.
+    and keeping ``u`` verbatim after the summary; ``u`` may be the first message after
+    the head (``u == head_end``), where snapping back would fold nothing. It needs ``u``
+    to stand alone (no tool exchange runs across it) and a boundary after it where the
+    tail may start near the gates' cut: forward up to the floor, else backward down to
+    ``u + 2``.
     """
+    starts = table.tail_may_start
     forbid, prefix = table.forbid, table.prefix_tokens
     n = len(table)
-    if not head_end < last_user < cut or forbid[last_user] or forbid[last_user + 1]:
+    # the request may be the first message after the head: then snapping back to it
+    # folds nothing at all, and pinning is the only way to fold the run that follows
+    if not head_end <= last_user < cut or forbid[last_user] or forbid[last_user + 1]:
         return None
     bound = max(floor, last_user + 2)
-    pin_cut = next((b for b in range(cut, min(bound, n - 1) + 1) if not forbid[b]), None)
+    pin_cut = next((b for b in range(cut, min(bound, n - 1) + 1) if starts(b)), None)
     if pin_cut is None:
-        pin_cut = next((b for b in range(cut - 1, last_user + 1, -1) if not forbid[b]), None)
+        pin_cut = next((b for b in range(cut - 1, last_user + 1, -1) if starts(b)), None)
     if pin_cut is None:
         return None
     folded_back = prefix[snapped] - prefix[head_end] if snapped is not None else 0

@@ -1,13 +1,31 @@
 """The per-message facts the cut needs, and their two caches.
 
 A message's facts are ``(tokens, has a text block, is a user request, tool-call
-ids, tool-result ids)``. :class:`FactsTable` keeps them for one history in the
-columns ``find_cut_index`` reads (prefix sums, user positions, and for every
-boundary the number of tool call/result pairs it would split), growing by
-:meth:`FactsTable.append`. :class:`MessageFacts` caches the facts per message
-(keyed by id, role and content length, checked against the message) and
-extends the last table when the history only grew. See "Speed" in the
-``opctx.context.summarize`` docstring.
+ids, tool-result ids, unit role, thinking tokens)``; a display-only line (never
+sent, see ``provider_messages.is_display_only``) has none: 0 tokens, no text, no
+request.
+
+:class:`FactsTable` keeps them for one history in the columns ``find_cut_index``
+reads (prefix sums, user positions, and for every boundary the number of tool
+call/result pairs it would split), growing by :meth:`FactsTable.append`.
+:class:`MessageFacts` caches the facts per message (keyed by id, role and content
+length, checked against the message) and extends the last table when the history
+only grew. See "Speed" in the ``opctx.context.summarize`` docstring.
+
+Thinking units. The unit role places the message in a *thinking unit*
+(``anthropic_messages``: an assistant message with thinking blocks, then the tool
+results and tool-call messages that continue its loop, up to the first other
+message): ``_STARTS`` a unit, ``_CONTINUES`` one (or is invisible inside it: a
+display-only line, an empty message), or ends it (``_ENDS``; ``_ANSWERS`` for the
+assistant's answer). The kept tail may start where a unit starts, never inside one
+(``FactsTable.inside_unit``): Anthropic rejects a running tool loop whose first
+assistant message lost its thinking.
+
+Thinking as the model keeps it. The thinking tokens (what the estimate counts for a
+message's thinking blocks) and ``FactsTable.turn_start`` (where the last assistant
+turn starts) let the engine count thinking as the model holds it
+(``anthropic_messages.thinking_retention``): a model that keeps only the last
+turn's thinking does not hold the rest (``FactsTable.counted_tokens``).
 """
 
 from __future__ import annotations
@@ -16,14 +34,20 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
-from opctx.dag.messages import has_text_block, is_tool_result, tool_result_ids, tool_use_ids
+from opctx.dag.messages import blocks, has_text_block, is_tool_result, tool_result_ids, tool_use_ids
+
+from .provider_messages import is_display_only, thinking_blocks
 
 __all__ = ["MessageFacts", "FactsTable"]
 
 Estimate = Callable[[dict], int]
 
-# (tokens, has_text_block, is_user_request, call ids, result ids)
-Facts = tuple[int, bool, bool, tuple[str, ...], tuple[str, ...]]
+# (tokens, has_text_block, is_user_request, call ids, result ids, unit role, thinking tokens)
+Facts = tuple[int, bool, bool, tuple[str, ...], tuple[str, ...], int, int]
+
+# a message's place in a thinking unit (module docstring); an assistant answer ends a
+# unit like any other message, but also ends the assistant turn of a tool loop
+_ENDS, _STARTS, _CONTINUES, _ANSWERS = 0, 1, 2, 3
 
 
 def _default_estimate(msg: dict) -> int:
@@ -33,14 +57,53 @@ def _default_estimate(msg: dict) -> int:
 
 
 def _compute_facts(msg: dict, estimate: Estimate) -> Facts:
+    if is_display_only(msg):
+        # never sent (provider_messages): it costs the request nothing and asks nothing
+        return (0, False, False, (), (), _CONTINUES, 0)
     is_user = msg.get("role") == "user" and not is_tool_result(msg)
+    calls = tuple(tool_use_ids(msg))
+    tokens = int(estimate(msg))
+    bare = _without_thinking(msg)
     return (
-        int(estimate(msg)),
+        tokens,
         has_text_block(msg),
         is_user,
-        tuple(tool_use_ids(msg)),
+        calls,
         tuple(tool_result_ids(msg)),
+        _unit_role(msg, calls, is_user),
+        max(0, tokens - int(estimate(bare))) if bare is not None else 0,
     )
+
+
+def _without_thinking(msg: dict) -> dict | None:
+    """``msg`` without its thinking (``thinking`` and thinking blocks), or None when it has none."""
+    if msg.get("role") != "assistant":
+        return None
+    kinds = ("thinking", "redacted_thinking")
+    out = None
+    if msg.get("thinking"):
+        out = {k: v for k, v in msg.items() if k != "thinking"}
+    for key in ("content", "extra"):
+        holder = msg.get(key)
+        listed = holder.get("blocks") if key == "extra" and isinstance(holder, dict) else holder
+        if isinstance(listed, list) and any(isinstance(b, dict) and b.get("type") in kinds for b in listed):
+            kept = [b for b in listed if not (isinstance(b, dict) and b.get("type") in kinds)]
+            out = dict(out or msg)
+            out[key] = {**holder, "blocks": kept} if key == "extra" else kept
+    return out
+
+
+def _unit_role(msg: dict, calls: tuple[str, ...], is_user: bool) -> int:
+    role = msg.get("role")
+    if role == "assistant":
+        if thinking_blocks(msg):
+            return _STARTS
+        if calls or not (msg.get("content") or blocks(msg)):
+            return _CONTINUES  # the loop's next call, or an empty placeholder (never sent)
+        return _ANSWERS
+    if role == "tool" or (not is_user and is_tool_result(msg)):
+        return _CONTINUES
+    return _ENDS
 
 
 class FactsTable:
@@ -49,11 +112,15 @@ class FactsTable:
     Grows by :meth:`append` in O(1) amortised per message: prefix sums of tokens
     and text-block messages, the positions of user requests, and for every
     boundary ``b`` (0..n) a count of the tool call/result pairs it would split
-    (``forbid[b] == 0`` means the boundary is valid). A result pairs with the
-    most recent earlier call carrying its id.
+    (``forbid[b] == 0`` means the boundary is valid) and whether it lies inside a
+    thinking unit (``inside_unit[b]``: the kept tail cannot start there). A result
+    pairs with the most recent earlier call carrying its id.
     """
 
-    __slots__ = ("facts", "prefix_tokens", "prefix_text", "users", "forbid", "_last_call")
+    __slots__ = (
+        "facts", "prefix_tokens", "prefix_text", "prefix_thinking", "users", "forbid", "inside_unit",
+        "turn_start", "_last_call", "_in_unit", "_after_results",
+    )
 
     def __init__(self) -> None:
         self.facts: list[Facts] = []
@@ -61,18 +128,37 @@ class FactsTable:
         self.prefix_text: list[int] = [0]
         self.users: list[int] = []
         self.forbid: list[int] = [0]
+        self.inside_unit: list[bool] = [False]
+        self.prefix_thinking: list[int] = [0]
+        # where the last assistant turn starts: after the last request that does not share
+        # a user turn with tool results (a tool loop is one turn, anthropic_messages)
+        self.turn_start = 0
         self._last_call: dict[str, int] = {}
+        self._in_unit = False
+        self._after_results = False
 
     def __len__(self) -> int:
         return len(self.facts)
 
     def append(self, facts: Facts) -> None:
         i = len(self.facts)
-        tokens, text, user, calls, results = facts
+        tokens, text, user, calls, results, unit, thinking = facts
         self.facts.append(facts)
         self.prefix_tokens.append(self.prefix_tokens[-1] + tokens)
+        self.prefix_thinking.append(self.prefix_thinking[-1] + thinking)
+        if user and not self._after_results:
+            self.turn_start = i
+        if results:
+            self._after_results = True
+        elif calls or unit in (_STARTS, _ANSWERS):
+            self._after_results = False
         self.prefix_text.append(self.prefix_text[-1] + (1 if text else 0))
         self.forbid.append(0)  # boundary i+1 (after this message)
+        # boundary i (before this message) is inside a unit when this message continues one
+        self.inside_unit[i] = unit == _CONTINUES and self._in_unit
+        self.inside_unit.append(False)
+        if unit != _CONTINUES:
+            self._in_unit = unit == _STARTS
         if user:
             self.users.append(i)
         forbid = self.forbid
@@ -91,6 +177,17 @@ class FactsTable:
 
     def valid(self, b: int) -> bool:
         return self.forbid[b] == 0
+
+    def counted_tokens(self, retention: str = "all") -> int:
+        """The total as the model holds it: with ``retention="last_turn"``
+        (``thinking_retention``) the thinking before the last assistant turn is not counted."""
+        if retention == "last_turn":
+            return self.prefix_tokens[-1] - self.prefix_thinking[self.turn_start]
+        return self.prefix_tokens[-1]
+
+    def tail_may_start(self, b: int) -> bool:
+        """Boundary ``b`` splits no tool pair and no thinking unit: the kept tail may start there."""
+        return self.forbid[b] == 0 and not self.inside_unit[b]
 
     def tail_tokens(self, i: int) -> int:
         return self.prefix_tokens[-1] - self.prefix_tokens[i]

@@ -167,6 +167,7 @@ from itertools import compress
 from typing import Any
 
 from .aging import TurnAger
+from .anthropic_messages import thinking_retention
 from .budget import BudgetAllocator
 from .fit import ContextOverflowError, FittedRequest, fit_request
 from .persistence import BranchChanged, Persister
@@ -789,7 +790,7 @@ class DefaultContextEngine(ContextEngine):
         deltas = self._aging_deltas(state, history, aged, table, model)
         if deltas is None:  # an ager that changed the number of messages
             return sum(self.estimator.message_tokens(m, model) for m in aged)
-        return max(0, table.total_tokens + sum(deltas.values()))
+        return max(0, table.counted_tokens(thinking_retention(model)) + sum(deltas.values()))
 
     def _predicted_aged_tokens(
         self, state: _SessionState, layout: list[dict], model: str | None
@@ -807,7 +808,9 @@ class DefaultContextEngine(ContextEngine):
                 return None
             tracker = ReferenceTracker(clock=self.clock)
             layout, _ = _run_ager(probe, layout, tracker.build(layout))
-        return sum(estimate(m, model) for m in layout)
+        # counted like the branch before it (display-only lines, thinking the model drops)
+        table = MessageFacts(lambda m: estimate(m, model)).table(layout)
+        return table.counted_tokens(thinking_retention(model))
 
     def _aging_deltas(
         self,
@@ -1075,7 +1078,7 @@ class DefaultContextEngine(ContextEngine):
         deltas = self._aging_deltas(state, history, aged, table, model)
         if deltas is None:  # an ager that changed the message count: no positions
             deltas = {}
-        aged_history = max(0, table.total_tokens + sum(deltas.values()))
+        aged_history = max(0, table.counted_tokens(thinking_retention(model)) + sum(deltas.values()))
         budget = self.budget_allocator.allocate(
             window, system_tokens, aged_history, tools_tokens, model
         )

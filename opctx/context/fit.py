@@ -20,7 +20,9 @@ a request is rejected by the provider (or, worse, silently cut by it).
   start of a log or file says what it is, its end holds the error or the result.
   The parts are the system prompt, each message's text, the text parts of a
   multi-part content, and the arguments of tool calls (a JSON object's values are
-  cut one by one, so the keys stay and the arguments stay valid JSON);
+  cut one by one, so the keys stay and the arguments stay valid JSON); in an
+  Anthropic request (``anthropic_messages``) also each ``tool_result``'s content and
+  each ``tool_use`` input's string values, never a thinking block (its signature);
 * what cannot be truncated (the tool schemas, each message's fixed overhead, images,
   the markers themselves) may still exceed the budget: then the request does not
   fit, and :attr:`FittedRequest.overflow` says why. ``process_user_turn`` compacts
@@ -148,6 +150,8 @@ class _Part:
                     self._add(part, ("content", j))
                 elif isinstance(part, dict) and isinstance(part.get("text"), str):
                     self._add(part["text"], ("content", j, "text"))
+                elif isinstance(part, dict):
+                    self._add_block(part, ("content", j))
         for k, call in enumerate(unit.get("tool_calls") or ()):
             if not isinstance(call, dict):
                 continue
@@ -166,6 +170,24 @@ class _Part:
                         self._add(value, (*base, "arguments", json.dumps(key)), in_json=True)
             else:
                 self._add(args, (*base, "arguments"))
+
+    def _add_block(self, block: dict, place: tuple) -> None:
+        """The texts of an Anthropic ``tool_result`` (its content) or ``tool_use`` block (the
+        string values of its input object). Thinking blocks are never cut: the API checks
+        their signature, so they are part of the unit's fixed cost."""
+        kind = block.get("type")
+        if kind == "tool_result":
+            inner = block.get("content")
+            if isinstance(inner, str):
+                self._add(inner, (*place, "content"))
+            elif isinstance(inner, list):
+                for k, sub in enumerate(inner):
+                    if isinstance(sub, dict) and isinstance(sub.get("text"), str):
+                        self._add(sub["text"], (*place, "content", k, "text"))
+        elif kind == "tool_use" and isinstance(block.get("input"), dict):
+            for key, value in block["input"].items():
+                if isinstance(value, str):
+                    self._add(value, (*place, "input", key), in_json=True)
 
     def _add(self, text: str, place: tuple, *, in_json: bool = False) -> None:
         if text:

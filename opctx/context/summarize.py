@@ -58,9 +58,14 @@ tool-result ids):
    then still fits the ceiling; (c) the nearest boundary that keeps tool groups
    whole (forward within the same bound, else backward within the ceiling): the
    tail then starts mid-turn, after a complete tool exchange; (d) the earlier
-   user request even over the ceiling. **Pinning** (an addition): when the
-   latest user request lies between the head and the cut, snapping back to it
-   keeps everything after it. In an autonomous run (one request, hundreds of tool
+   user request even over the ceiling; (e) any boundary after the head that keeps
+   tool groups whole, backward from the cut first, else forward past the floor (up
+   to the latest request): when the final tool group alone exceeds the ceiling, or
+   one straddles the floor, no boundary fits the ceiling, and declining would leave
+   the agent to overflow; the tail keeps the oversized group and the rest is
+   folded. **Pinning** (an addition): when the latest user request lies between
+   the head and the cut (the first message after the head included), snapping
+   back to it keeps everything after it. In an autonomous run (one request, hundreds of tool
    calls: most Claude Code and Codex sessions) that folds next to nothing, and
    compaction stops for lack of progress. So if (b) would fold less than half of
    what cutting at the nearest tool-group boundary folds, the cut stays there and

@@ -37,8 +37,9 @@ prefix-cache invalidation
     kept.
 tool-pair integrity
     In every request: a tool result whose call is not earlier in the same
-    request (orphan), or a tool call (not in the request's last message) whose
-    result is missing. ``broken_pairs`` counts them over all requests;
+    request (orphan), a tool call (not in the request's last message) whose
+    result is missing, or a result separated from its call by another message
+    (display-only lines are not sent and separate nothing). ``broken_pairs`` counts them over all requests;
     ``broken_pairs_introduced`` subtracts the count of the recording replayed
     unchanged (a real transcript can hold an interrupted call), and must be 0.
 reference loss
@@ -76,6 +77,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from opctx.context.provider_messages import is_display_only
 from opctx.dag.messages import is_tool_result, message_text, tool_result_ids, tool_use_ids
 
 from ._replay_result import ReplayResult, common_prefix_length, guard_counts
@@ -171,28 +173,59 @@ def tool_pair_breaks(messages: Sequence[dict]) -> list[dict[str, Any]]:
     """Broken tool pairs of one request: ``[{"kind", "tool_call_id", "index"}]``.
 
     ``kind`` is ``"orphan_result"`` (a result whose call is not earlier in the
-    request) or ``"missing_result"`` (a call, outside the request's last message,
-    with no result after it).
+    request), ``"missing_result"`` (a call, outside the request's last message,
+    with no result after it) or ``"separated_result"`` (a result whose call is
+    earlier, but with another message in between: providers want the results of a
+    call right after it, before any other message). Display-only lines are not
+    sent (``opctx.context.provider_messages``), so they separate nothing.
+
+    >>> call = {"role": "assistant", "tool_calls": [{"id": "c1", "name": "ls", "arguments": {}}]}
+    >>> result = {"role": "tool", "tool_call_id": "c1", "content": "a.py"}
+    >>> tool_pair_breaks([call, {"role": "system", "content": "hook", "display_only": True}, result])
+    []
+    >>> tool_pair_breaks([call, {"role": "user", "content": "hurry"}, result])
+    [{'kind': 'separated_result', 'tool_call_id': 'c1', 'index': 2}]
     """
     breaks: list[dict[str, Any]] = []
     open_calls: dict[str, int] = {}
     answered: set[str] = set()
+    group: int | None = None  # the call message whose results may still follow
     last = len(messages) - 1
     for i, msg in enumerate(messages):
-        for rid in tool_result_ids(msg):
+        calls, results, kind = _pair_facts(msg)
+        if kind == _NOT_SENT:
+            continue
+        for rid in results:
             if rid in open_calls:
                 answered.add(rid)
+                if open_calls[rid] != group:
+                    breaks.append({"kind": "separated_result", "tool_call_id": rid, "index": i})
             else:
                 breaks.append({"kind": "orphan_result", "tool_call_id": rid, "index": i})
-        if not is_tool_result(msg) or msg.get("role") == "assistant":
-            for cid in tool_use_ids(msg):
-                open_calls[cid] = i
-                answered.discard(cid)
+        if kind != _RESULT:
+            group = i if calls else None
+        for cid in calls:
+            open_calls[cid] = i
+            answered.discard(cid)
     for cid, i in open_calls.items():
         if cid not in answered and i != last:
             breaks.append({"kind": "missing_result", "tool_call_id": cid, "index": i})
     breaks.sort(key=lambda b: (b["index"], b["kind"], b["tool_call_id"]))
     return breaks
+
+
+# what a message is for tool pairing: a tool result (keeps its call's results together),
+# a line never sent (display-only: invisible to pairing), or anything else (ends them)
+_RESULT, _NOT_SENT, _OTHER = 0, 1, 2
+
+
+def _pair_facts(msg: dict) -> tuple[tuple[str, ...], tuple[str, ...], int]:
+    """``(call ids, result ids, kind)`` of one message, by the rules of ``tool_pair_breaks``."""
+    if is_display_only(msg):
+        return (), (), _NOT_SENT
+    result = is_tool_result(msg) and msg.get("role") != "assistant"
+    calls = () if result else tuple(tool_use_ids(msg))
+    return calls, tuple(tool_result_ids(msg)), _RESULT if result else _OTHER
 
 
 # -- prefix cache: common_prefix_length lives in _replay_result (the replay uses it too)
@@ -414,15 +447,14 @@ def broken_pairs_per_step(requests: Iterable[Sequence[dict]]) -> list[int]:
     cached by message id (aging and masking change content, never tool ids).
     """
     counts: list[int] = []
-    facts: dict[Any, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+    facts: dict[Any, tuple[tuple[str, ...], tuple[str, ...], int]] = {}
     prev_ids: list[Any] = []
     state: _PairState | None = None
     for request in requests:
         ids = [m.get("id") or id(m) for m in request]
         for key, msg in zip(ids, request, strict=True):
             if key not in facts:
-                calls = () if (is_tool_result(msg) and msg.get("role") != "assistant") else tuple(tool_use_ids(msg))
-                facts[key] = (calls, tuple(tool_result_ids(msg)))
+                facts[key] = _pair_facts(msg)
         if state is not None and len(ids) >= len(prev_ids) and ids[: len(prev_ids)] == prev_ids:
             state.extend(ids[len(prev_ids):], facts)
         else:
@@ -439,25 +471,32 @@ class _PairState:
     def __init__(self) -> None:
         self.position = 0
         self.orphans = 0
+        self.separated = 0
+        self.group: int | None = None
         self.calls: dict[str, int] = {}
         self.answered: set[str] = set()
 
-    def extend(self, keys: Sequence[Any], facts: dict[Any, tuple[tuple[str, ...], tuple[str, ...]]]) -> None:
+    def extend(self, keys: Sequence[Any], facts: dict[Any, tuple[tuple[str, ...], tuple[str, ...], int]]) -> None:
         for key in keys:
-            calls, results = facts[key]
-            for rid in results:
-                if rid in self.calls:
-                    self.answered.add(rid)
-                else:
-                    self.orphans += 1
-            for cid in calls:
-                self.calls[cid] = self.position
-                self.answered.discard(cid)
+            calls, results, kind = facts[key]
+            if kind != _NOT_SENT:
+                for rid in results:
+                    if rid in self.calls:
+                        self.answered.add(rid)
+                        if self.calls[rid] != self.group:
+                            self.separated += 1
+                    else:
+                        self.orphans += 1
+                if kind != _RESULT:
+                    self.group = self.position if calls else None
+                for cid in calls:
+                    self.calls[cid] = self.position
+                    self.answered.discard(cid)
             self.position += 1
 
     def count(self, length: int) -> int:
         last = length - 1
-        return self.orphans + sum(
+        return self.orphans + self.separated + sum(
             1 for cid, i in self.calls.items() if i != last and cid not in self.answered
         )
 
