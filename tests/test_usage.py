@@ -256,6 +256,18 @@ def test_hybrid_adds_only_appended_and_never_recounts_system_and_tools():
     assert h.system == est.message_tokens({"role": "system", "content": system})
 
 
+def test_display_only_lines_add_nothing_to_either_estimate():
+    """A line the client only displayed is never sent, so it costs no prompt tokens."""
+    est = Estimator("heuristic")
+    t = UsageTracker(estimator=est)
+    history = _history(6)
+    shown = {"id": "d1", "role": "system", "content": "PostToolUse hook ran " * 200, "display_only": True}
+    with_shown = history[:4] + [shown] + history[4:]
+    assert t.hybrid_estimate("s", with_shown).total == t.hybrid_estimate("s", history).total
+    t.record("s", Usage(50_000), history_len=3)
+    assert t.hybrid_estimate("s", with_shown).appended_tokens == est.history_tokens(history[3:])
+
+
 def test_hybrid_falls_back_when_history_shrank_or_branch_changed():
     t = UsageTracker()
     history = _history(10)

@@ -60,6 +60,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
+from .provider_messages import is_display_only
 from .tokens import MESSAGE_OVERHEAD_TOKENS, Estimator, default_estimator
 from .types import UsageState
 
@@ -355,7 +356,7 @@ class UsageTracker:
         )
         if trusted:
             appended = history[covered:]
-            appended_tokens = est.history_tokens(appended, model)
+            appended_tokens = est.history_tokens(_sent(appended), model)
             appended_tokens += self._reply_correction(state, appended, model)
             prefix = max(0, state.last_prompt_tokens + prefix_delta)
             total = prefix + appended_tokens
@@ -369,7 +370,7 @@ class UsageTracker:
                 appended_messages=len(appended),
                 appended_tokens=appended_tokens,
             )
-        history_tokens = est.history_tokens(history, model)
+        history_tokens = est.history_tokens(_sent(history), model)
         return HybridEstimate(
             total=system_tokens + tools_tokens + history_tokens,
             system=system_tokens,
@@ -425,3 +426,8 @@ def _message_id(msg: Any) -> str | None:
     if isinstance(msg, dict):
         return msg.get("id")
     return getattr(msg, "id", None)
+
+
+def _sent(history: Sequence[dict]) -> list[dict]:
+    """The messages a request carries: display-only lines (shown, never sent) cost nothing."""
+    return [m for m in history if not is_display_only(m)]
