@@ -218,10 +218,10 @@ def cmd_import(args: argparse.Namespace) -> int:
         conn.close()
     if not args.quiet:
         for w in report.written:
-            print(f"imported {w['session_id']}  ({w['format']}, {w['nodes']} nodes)  "
-                  f"{_one_line(w['title'], 60)}")
+            print(f"imported {printable(w['session_id'])}  ({printable(w['format'])}, "
+                  f"{w['nodes']} nodes)  {_one_line(w['title'], 60)}")
         for sid in report.existing:
-            print(f"already imported {sid} (left unchanged; --replace to re-import)")
+            print(f"already imported {printable(sid)} (left unchanged; --replace to re-import)")
     for issue in report.issues:
         _err(f"skipped: {issue}")
     if args.verbose:

@@ -89,6 +89,20 @@ def test_control_characters_in_ids_models_and_tools_are_escaped(evil_db, capsys)
     assert header["session_id"] == EVIL_ID and header["model"] == EVIL_MODEL
 
 
+def test_import_escapes_the_session_ids_it_reports(tmp_path, capsys):
+    """Ids come from the transcript (Claude Code's sessionId): import prints them escaped."""
+    sample = SAMPLES / f"{CC_ID[3:]}.jsonl"
+    evil = "7f3c\x1b[2J\x1b]0;pwned\x07"
+    text = sample.read_text(encoding="utf-8").replace(CC_ID[3:], json.dumps(evil)[1:-1])
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "evil.jsonl").write_text(text, encoding="utf-8")
+    for _ in range(2):  # "imported ..." and then "already imported ..."
+        code, out, err = run(capsys, "import", folder, "--db", tmp_path / "e.db")
+        assert code == EXIT_OK, err
+        assert "\\x1b[2J" in out and not RAW_CONTROL.search(out + err), out
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.text())
 def test_printable_never_lets_a_control_through(text):
