@@ -2,7 +2,7 @@
 
 Commands (every one has ``--help``, with examples)::
 
-    opctx import PATH... --db FILE [--format F] [--on-error stop|skip] [--replace] [--quiet] [-v]
+    opctx import PATH... [--db FILE] [--format F] [--on-error stop|skip] [--replace] [--quiet] [-v]
     opctx sessions [--db FILE] [--sort KEY] [--reverse] [--format F] [--model TEXT]
                    [--min-nodes N] [--max-nodes N] [--since WHEN] [--until WHEN] [--limit N] [--json]
     opctx show SESSION [--db FILE] [--all] [--width N] [--json]
@@ -17,7 +17,9 @@ Commands (every one has ``--help``, with examples)::
 
 Which database
 ==============
-``--db FILE`` names an opctx database. Without it, every command but ``import`` and
+``--db FILE`` names an opctx database. Without it, ``import`` writes into ``$OPCTX_DB``
+when that names a database (an SQLite file or a new ``.db`` path; transcripts there are
+refused: their cache is rebuilt when they change), and every other command but
 ``build-samples`` uses ``$OPCTX_DB`` - a database, one transcript file or a folder of
 transcripts (imported once into a cache, see ``opctx.lab.sources.open_database``) -
 else the project's ``data/sample.db``. ``build-samples`` rebuilds its target from
@@ -204,11 +206,29 @@ def _print_json(value: Any) -> None:
 # -- commands -----------------------------------------------------------------------------------
 
 
+def _import_target() -> str:
+    """``import``'s database when ``--db`` is not given: ``$OPCTX_DB`` if it names a
+    database (an SQLite file, or a new ``.db`` / ``.sqlite`` path). When it names
+    transcripts, its database is ``open_database``'s cache, rebuilt whenever they change:
+    importing into it would be lost, so ``--db`` is asked for instead."""
+    from opctx.lab.sources import ENV_VAR, is_sqlite_file
+
+    chosen = os.environ.get(ENV_VAR, "").strip()
+    if not chosen:
+        raise CliError("import needs a database to write to: --db FILE (or $OPCTX_DB naming one)",
+                       EXIT_USAGE)
+    path = Path(chosen).expanduser()
+    if is_sqlite_file(path) or (not path.exists() and path.suffix in (".db", ".sqlite", ".sqlite3")):
+        return str(path)
+    raise CliError(f"${ENV_VAR} ({chosen}) names transcripts, not a database: "
+                   "pass --db FILE to import into", EXIT_USAGE)
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     from opctx.dag.store import StoreError
     from opctx.importers.api import import_paths
 
-    conn = _connect(args.db, must_exist=False)
+    conn = _connect(args.db or _import_target(), must_exist=False)
     try:
         report = import_paths(args.paths, conn, format=args.format, on_error=args.on_error,
                               replace=args.replace, progress=not args.quiet)
@@ -777,9 +797,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"opctx {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    def db_arg(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--db", required=True, metavar="FILE", help="the SQLite database file")
-
     def reader_args(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--db", metavar="FILE",
                         help="the opctx database (default: $OPCTX_DB, else data/sample.db)")
@@ -791,7 +808,8 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Import recorded transcripts. The format is detected from "
                                     "each file's content; folders are walked.")
     sp.add_argument("paths", nargs="+", metavar="PATH", help="transcript files or folders")
-    db_arg(sp)
+    sp.add_argument("--db", metavar="FILE",
+                    help="the database to import into (default: $OPCTX_DB when it names a database)")
     sp.add_argument("--format", choices=FORMATS, help="force a format instead of detecting it")
     sp.add_argument("--on-error", choices=("stop", "skip"), default="stop",
                     help="stop at the first bad file (default) or skip bad lines/files and report them")

@@ -44,11 +44,13 @@ def test_help_everywhere(capsys):
     assert "Exit codes" in capsys.readouterr().out
 
 
-def test_usage_errors_exit_2(capsys):
-    for argv in ([], ["import", "x.jsonl"], ["frobnicate"], ["export", "s", "--db", "d", "--format", "xml"]):
+def test_usage_errors_exit_2(capsys, monkeypatch):
+    for argv in ([], ["frobnicate"], ["export", "s", "--db", "d", "--format", "xml"]):
         with pytest.raises(SystemExit) as exc:
             main(argv)
         assert exc.value.code == EXIT_USAGE
+    monkeypatch.delenv("OPCTX_DB", raising=False)
+    assert main(["import", "x.jsonl"]) == EXIT_USAGE  # no database to write to
 
 
 def test_import_prints_sessions_and_summary(tmp_path, capsys):

@@ -128,3 +128,25 @@ def test_a_fifo_in_a_walked_folder_is_not_opened(tmp_path, capsys):
     code = main(["import", str(folder), "--db", str(tmp_path / "x.db"), "--quiet"])
     capsys.readouterr()
     assert code == EXIT_OK
+
+
+def test_import_writes_into_opctx_db_when_it_names_a_database(tmp_path, monkeypatch, capsys):
+    from opctx.cli import EXIT_OK, main
+
+    target = tmp_path / "mine.db"
+    monkeypatch.setenv("OPCTX_DB", str(target))
+    assert main(["import", str(SAMPLES / "hermes_sessions.jsonl"), "--quiet"]) == EXIT_OK
+    assert target.is_file()
+    assert main(["sessions", "--json"]) == EXIT_OK  # the same switch reads it back
+    assert "hermes-" in capsys.readouterr().out
+
+
+def test_import_refuses_opctx_db_naming_transcripts_or_nothing(tmp_path, monkeypatch, capsys):
+    from opctx.cli import EXIT_USAGE, main
+
+    monkeypatch.setenv("OPCTX_DB", str(SAMPLES))
+    assert main(["import", str(SAMPLES / "hermes_sessions.jsonl")]) == EXIT_USAGE
+    assert "names transcripts" in capsys.readouterr().err
+    monkeypatch.delenv("OPCTX_DB")
+    assert main(["import", str(SAMPLES / "hermes_sessions.jsonl")]) == EXIT_USAGE
+    assert "--db FILE" in capsys.readouterr().err
