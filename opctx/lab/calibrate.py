@@ -38,8 +38,10 @@ Estimators (robust; the rule is stated per row of the report)
     cannot move the fit; half of the rows can.
 ``method="median"``
     The median of the rows' values; rows more than 3 scaled MADs (1.4826 x MAD)
-    and more than 1 % from it are discounted and the median of the others is the
-    fit.
+    and more than 1 % from it, whose interval does not hold it either, are
+    discounted and the median of the others is the fit. (A row's value is where
+    the client compacted, up to one request past its trigger: a row whose interval
+    holds the median agrees with it however far its value lies.)
 
 Leave-one-session-out
 ---------------------
@@ -161,18 +163,29 @@ def consensus_fit(intervals: Sequence[tuple[float, float]], points: Sequence[flo
     return fit, [lo <= fit <= hi for lo, hi in intervals]
 
 
-def median_fit(points: Sequence[float]) -> tuple[float, list[bool]]:
+def median_fit(
+    points: Sequence[float], intervals: Sequence[tuple[float, float]] | None = None,
+) -> tuple[float, list[bool]]:
     """The median after discounting points beyond 3 scaled MADs and 1 % of the median.
+
+    A point whose ``[low, high]`` interval (when given) holds the median is kept
+    wherever it lies.
 
     >>> median_fit([45.0, 44.0, 46.0, 77.0])
     (45.0, [True, True, True, False])
+    >>> median_fit([45.0, 45.1, 44.9, 41.0], [(45, 46), (45.1, 46), (44.9, 46), (41, 46)])
+    (44.95, [True, True, True, True])
     """
     if not points:
         raise ValueError("no points to fit")
+    if intervals is not None and len(intervals) != len(points):
+        raise ValueError("one interval per point")
     med = statistics.median(points)
     mad = statistics.median(abs(p - med) for p in points)
     limit = max(3 * 1.4826 * mad, 0.01 * abs(med))
     keep = [abs(p - med) <= limit for p in points]
+    if intervals is not None:
+        keep = [k or lo <= med <= hi for k, (lo, hi) in zip(keep, intervals, strict=True)]
     return statistics.median(p for p, k in zip(points, keep, strict=True) if k), keep
 
 
@@ -334,7 +347,7 @@ def _points(history: RecordedHistory) -> list[dict[str, Any]]:
 
 def _fit(rows: Sequence[dict[str, Any]], method: str) -> tuple[float, list[bool]]:
     if method == "median":
-        return median_fit([r["observed"] for r in rows])
+        return median_fit([r["observed"] for r in rows], [(r["interval_low"], r["interval_high"]) for r in rows])
     return consensus_fit([(r["interval_low"], r["interval_high"]) for r in rows], [r["observed"] for r in rows])
 
 
@@ -373,7 +386,7 @@ def calibrate(
     rows = _rows(histories, groups, preset, by=by, include_inferred=include_inferred, context_window=context_window)
     fits: dict[str, float] = {}
     rule_text = ("consistent with the most rows (trigger in (previous check, observed])" if method == "consensus"
-                 else "within 3 scaled MADs or 1 % of the median")
+                 else "within 3 scaled MADs or 1 % of the median, or its interval holds the median")
     for group in dict.fromkeys(r["group"] for r in rows):
         members = [r for r in rows if r["group"] == group]
         value, kept = _fit(members, method)
