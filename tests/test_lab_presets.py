@@ -48,7 +48,7 @@ def test_claude_code_thresholds_are_tokens_before_the_effective_window():
     engine = build_engine("claude-code", context_window=200_000, model="claude-sonnet-4-5")
     input_budget = 200_000 - 20_000  # reserve min(max output, 20K)
     assert engine.auto_compact_pct == pytest.approx(1 - 13_000 / input_budget)
-    assert 0.92 < engine.auto_compact_pct < 0.93  # SPEC-NOTES: ~92-93% of a 200K window
+    assert 0.92 < engine.auto_compact_pct < 0.93  # docs/design.md: ~92-93% of a 200K window
     assert engine.recommend_pct < engine.auto_compact_pct < engine.emergency_pct
     assert engine.config.keep_max_tokens == 0 and engine.config.protect_first_n == 0
 

@@ -18,8 +18,8 @@ headroom              input_budget - input_used (negative when over budget)
 ``system_prompt``, ``history`` and ``tools`` may also be given as already-counted ints,
 so a caller holding a better figure (the hybrid estimate of ``UsageTracker``) can pass it.
 
-Output reserve (SPEC-NOTES, "Budget and tokens")
-================================================
+Output reserve (docs/design.md, "Tokens and the budget")
+========================================================
 The specification's "default 16384, at least 25% of the window" breaks at both ends when
 read literally: an 8K model would reserve more than its window (an infinite compaction
 loop, a real OpenClaw bug) and a 1M model would hold 250K back. Two policies:
@@ -119,7 +119,7 @@ class BudgetAllocator:
             reserve = max(min(base, fraction), self.min_reserve)
             # a window so small that the floor would eat it: keep half for input
             return min(reserve, context_window // 2)
-        # the input floor is SPEC-NOTES' fixed min(8000, 25% of window), whatever the
+        # the input floor is the design's fixed min(8000, 25% of window), whatever the
         # reserve fraction; and at least one token, so input_used_pct is always defined
         min_input = max(1, min(FLOOR_MIN_INPUT, math.floor(context_window * 0.25)))
         return max(0, min(max(base, fraction), context_window - min_input))

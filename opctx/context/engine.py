@@ -124,8 +124,8 @@ compact
 7. ``_finish_compaction``: the duration and the ``compaction_finished`` event
    (every run ends here, written or not).
 
-Guards (SPEC-NOTES "must not loop")
------------------------------------
+Guards (compaction must not loop: docs/design.md)
+-------------------------------------------------
 * nothing to cut, or a summary that would not shrink the input: nothing is
   written; for an automatic compaction, auto-compaction is disabled for the
   session;

@@ -56,7 +56,7 @@ splits anyway, so ordinary text counts as if unchunked; only a run with no such 
 is cut hard, which moves the count by at most about a token per cut (<0.1%).
 
 ``method="heuristic"``: characters weighted per Unicode class over the *whole* text (not a
-verdict from a sample, SPEC-NOTES). Characters per token, one rate per class:
+verdict from a sample, docs/design.md). Characters per token, one rate per class:
 
 =====================================  ==============  ==================================
 class                                  chars / token   why

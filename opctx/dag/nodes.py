@@ -2,7 +2,7 @@
 
 Everything that happens in an agent's life is a ``Call``: a user message
 (``role="user"``), an LLM call (``role="llm"``) or a function / tool call
-(``role="code"``). Three kinds of edge connect them (spec §0.1, SPEC-NOTES):
+(``role="code"``). Three kinds of edge connect them (spec §0.1; docs/design.md):
 
 ``caller``
     who started me (nesting: an ``@agentic_function`` frame, or the LLM call

@@ -29,7 +29,7 @@ provider counted it, cached tokens included (OpenAI's ``prompt_tokens``);
 ``cache_read_tokens`` / ``cache_write_tokens`` are the parts of it served from /
 written to the prompt cache. One convention for every provider means the usage
 tracker can compare a prompt count with its own estimate of the whole prompt
-(SPEC-NOTES "hybrid estimate") without knowing where the number came from.
+(the hybrid estimate of docs/design.md) without knowing where the number came from.
 Anthropic-style counts (input excluding cache) are normalised by the adapter
 that reads them, never downstream.
 

@@ -252,7 +252,7 @@ def _llm_messages(
     if node.metadata.get("role") == "system":
         return [{"role": "system", "content": text}] if text.strip() else []
     if not text and not calls:
-        return []  # placeholder: never an empty message (SPEC-NOTES)
+        return []  # placeholder: never an empty message (docs/design.md)
     out: list[dict] = []
     prompt = node.input.get("content") if isinstance(node.input, dict) else None
     if prompt not in (None, ""):

@@ -17,7 +17,7 @@ Semantics, where the specification is open:
   the conversation: its parent is HEAD, read inside the write transaction (two
   writers never both attach to a stale head). An explicit ``parent_id`` (even
   ``None``, a new root) is kept as given. HEAD then moves only if the message
-  extends it (SPEC-NOTES), so appending under an old message records a sibling
+  extends it (docs/design.md), so appending under an old message records a sibling
   branch without switching to it. A missing ``id`` is generated, a missing
   ``timestamp`` comes from the injectable ``clock``. Returns the stored dict.
 * ``append_messages(sid, msgs)``: one transaction, all or nothing; messages

@@ -14,7 +14,7 @@ One SQLite file holds any number of sessions. Tables (docs/ARCHITECTURE.md):
 ``schema_migrations(version, name, applied_at)``
     which migrations have run.
 
-Choices, where the specification and SPEC-NOTES leave room:
+Choices, where the specification leaves room (docs/design.md):
 
 * **Identity.** A node id is unique *within its session*
   (``UNIQUE(session_id, id)``): two sessions may import the same transcript.
@@ -32,7 +32,7 @@ Choices, where the specification and SPEC-NOTES leave room:
   does this) so the graph indexes the final seq.
 * **HEAD** (``sessions.last_node_id``) is where the conversation continues. It
   moves only when an appended node extends it, evaluated node by node inside
-  the transaction, or by ``set_head`` (SPEC-NOTES "Storage"):
+  the transaction, or by ``set_head`` (docs/design.md, "Storage"):
 
   - with a head: the node extends it iff ``node.predecessor == head``, whatever
     its ``caller``. The conversation is the ``predecessor`` chain (§0.1); a
