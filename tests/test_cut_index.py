@@ -18,9 +18,19 @@ from _compaction_fixtures import (
     uid,
     user,
 )
+from _history_ops import (
+    HistoryBuilder,
+    assert_anthropic_request_accepted,
+    assert_units_whole,
+    compacted_branch,
+    first_group_end,
+    thinking_histories,
+    unit_inside,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from opctx.context.anthropic_messages import to_anthropic_request
 from opctx.context.summarize import MessageFacts, SummarizerConfig, find_cut_index, keep_budget
 from opctx.dag.messages import tool_result_ids, tool_use_ids
 
@@ -407,31 +417,15 @@ def test_corpus_cut_points_never_decline_when_something_can_be_folded(corpus_dir
 # -- thinking units (issue 14 item 6) ---------------------------------------------------
 
 
-def _thinking(msg: dict, text: str = "weighing the options") -> dict:
-    return dict(msg, thinking=[{"type": "thinking", "thinking": text, "signature": f"sig-{msg['id']}"}])
-
-
-def _inside_unit(history: list[dict], index: int) -> bool:
-    """Oracle: whether ``history[index]`` continues a loop that started with thinking."""
-    in_unit = False
-    for m in history[: index + 1]:
-        if m.get("display_only"):
-            continue
-        starts = m["role"] == "assistant" and bool(m.get("thinking"))
-        continues = (m["role"] == "assistant" and bool(m.get("tool_calls"))) or m["role"] == "tool"
-        if m is history[index]:
-            return in_unit and continues and not starts
-        in_unit = starts or (in_unit and continues)
-    return False
-
-
 def test_the_tail_starts_where_a_thinking_unit_starts() -> None:
     # an autonomous run where the model thinks every fourth step: the tail may start at a step
     # with thinking, never at one that continues the loop without it
-    history = [user("a"), assistant("b"), user("port the module")]
-    for k in range(30):
-        c = call("edit", text="next")
-        history += [_thinking(c) if k % 4 == 0 else c, *results(c, 800)]
+    h = HistoryBuilder()
+    h.user("a")
+    h.answer("b")
+    h.user("port the module")
+    h.loop(30, size=800, think=4, text="next")
+    history = h.messages
     cut = find_cut_index(history, 200_000, SummarizerConfig(protect_first_n=2), 8_000, estimate=char_tokens)
     assert cut.ok
     assert history[cut.index].get("thinking"), history[cut.index]
@@ -440,42 +434,39 @@ def test_the_tail_starts_where_a_thinking_unit_starts() -> None:
     assert other.ok and not plain[other.index].get("thinking")
 
 
-_step = st.fixed_dictionaries({
-    "calls": st.integers(0, 2), "thinking": st.booleans(), "size": st.sampled_from([50, 400, 2_500]),
-    "display": st.booleans(),
-})
-_request = st.fixed_dictionaries({"steps": st.lists(_step, max_size=8), "answer": st.booleans()})
-
-
 @settings(max_examples=150, deadline=None)
 @given(
-    requests=st.lists(_request, min_size=1, max_size=6),
+    history=thinking_histories(),
     window=st.sampled_from([8_000, 32_000, 200_000]),
     keep=st.one_of(st.none(), st.integers(0, 12_000)),
     protect_first=st.integers(0, 4),
 )
-def test_thinking_units_survive_cutting(requests, window, keep, protect_first) -> None:
-    history: list[dict] = []
-    for r, spec in enumerate(requests):
-        history.append(user(f"request {r}"))
-        for step in spec["steps"]:
-            msg = call(*["run"] * step["calls"], text="" if step["calls"] else "thinking it over")
-            if not step["calls"]:
-                msg.pop("tool_calls")
-            msg = _thinking(msg) if step["thinking"] else msg
-            history.append(msg)
-            if step["display"]:
-                history.append({"id": uid("s"), "role": "system", "content": "hook", "display_only": True})
-            history += results(msg, step["size"]) if step["calls"] else []
-        if spec["answer"]:
-            history.append(_thinking(assistant("done")) if r % 2 else assistant("done"))
+def test_thinking_units_survive_cutting(history, window, keep, protect_first) -> None:
+    """Every cut keeps whole thinking units, except inside a unit larger than the ceiling
+    (documented case), where the unit's first tool group is kept (head or pinned); the
+    request built after the compaction obeys the Messages API rules."""
     cfg = SummarizerConfig(protect_first_n=protect_first, protect_last_n=2)
     cut = find_cut_index(history, window, cfg, keep, estimate=char_tokens)
     if not cut.ok:
         return
-    kept = history[: cut.protected_head] + [history[p] for p in cut.pinned] + history[cut.index :]
-    assert_pairs_intact(kept)
-    assert not _inside_unit(history, cut.index), (cut.index, cut.steps)
+    branch = compacted_branch(history, cut)
+    assert_pairs_intact(branch)
+    for boundary, step in ((cut.index, "6:"), (cut.protected_head, "5:")):
+        unit = unit_inside(history, boundary)
+        if unit is None:
+            continue
+        # the documented case: a unit over the ceiling, cut inside, its first group kept
+        assert any(s.startswith(step) and "over the ceiling" in s for s in cut.steps), (boundary, cut.steps)
+        group = range(unit[0], first_group_end(history, unit[0]))
+        assert all(i < cut.protected_head or i in cut.pinned for i in group), (unit, cut)
     request = latest_user_index(history)
     if request is not None and request >= cut.protected_head:
         assert request in cut.pinned or request >= cut.index
+    kept = {*range(cut.protected_head), *cut.pinned, *range(cut.index, len(history))}
+    assert_units_whole(history, kept)
+    for model in ("claude-sonnet-4-5", "claude-opus-4-5"):
+        running = assert_anthropic_request_accepted(to_anthropic_request(branch, model=model))
+        start = [m for m in branch if m["role"] == "assistant" and m.get("thinking")]
+        if running and any(b["type"] == "thinking" for b in running):
+            # a running loop that kept thinking sends the blocks of a unit's start, stored ones
+            assert any(b is t for m in start for t in m["thinking"] for b in running)

@@ -192,6 +192,32 @@ class FactsTable:
     def tail_tokens(self, i: int) -> int:
         return self.prefix_tokens[-1] - self.prefix_tokens[i]
 
+    def unit_start(self, b: int) -> int:
+        """The message that starts the thinking unit boundary ``b`` lies inside
+        (``inside_unit[b]``); ``b`` itself when it splits no unit."""
+        inside = self.inside_unit
+        if not inside[b]:
+            return b
+        while inside[b - 1]:  # inside_unit[0] is False: the walk stops
+            b -= 1
+        return b - 1
+
+    def unit_end(self, b: int) -> int:
+        """The first boundary at or after ``b`` that splits no thinking unit (``len`` at most)."""
+        inside = self.inside_unit
+        while inside[b]:  # inside_unit[len] is False
+            b += 1
+        return b
+
+    def group_end(self, b: int) -> int:
+        """The first boundary after ``b`` that splits no tool pair: the end of the tool
+        group that starts at ``b`` (``len`` at most)."""
+        n, forbid = len(self.facts), self.forbid
+        b += 1
+        while b < n and forbid[b]:
+            b += 1
+        return min(b, n)
+
     def tokens_at(self, i: int) -> int:
         return self.prefix_tokens[i + 1] - self.prefix_tokens[i]
 
