@@ -386,7 +386,7 @@ def test_corpus_cut_points_never_decline_when_something_can_be_folded(corpus_dir
     from opctx.importers.api import iter_transcript_files, parse_path
     from opctx.lab.history import RecordedHistory
 
-    points = declined = 0
+    points = declined = inside = running_loops = 0
     wrong = []
     for path, _explicit in iter_transcript_files([corpus_dir]):
         try:
@@ -405,11 +405,23 @@ def test_corpus_cut_points_never_decline_when_something_can_be_folded(corpus_dir
                 if cut.ok:
                     kept = [*range(cut.protected_head), *cut.pinned, *range(cut.index, i)]
                     assert not _splits_a_pair(messages[:i], set(kept)), (path, i, cut.steps)
+                    assert_units_whole(messages[:i], set(kept))
+                    if any("inside the thinking unit" in s for s in cut.steps):
+                        # the documented case: the request still opens the loop with its thinking
+                        inside += 1
+                        branch = compacted_branch(messages[:i], cut)
+                        running = assert_anthropic_request_accepted(to_anthropic_request(branch, model=session.model))
+                        unit = unit_inside(messages[:i], cut.index)
+                        if unit and unit[1] == i:  # the unit cut inside is the loop still running
+                            assert running[0]["type"] in ("thinking", "redacted_thinking"), (path, i)
+                            running_loops += 1
                     continue
                 declined += 1
                 table = facts.table(messages[:i])
                 if cut.reason.startswith("nothing can be folded") and _tail_start_exists(table, cut.protected_head):
                     wrong.append((path, i, cut.steps))
+    print(f"{points} cut points, {declined} declined, {inside} cut inside an oversized thinking unit "
+          f"({running_loops} of them in a running loop)")
     assert points > 500
     assert not wrong, f"{len(wrong)} of {points} cut points declined with something to fold: {wrong[:3]}"
 
