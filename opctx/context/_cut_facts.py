@@ -19,7 +19,9 @@ message): ``_STARTS`` a unit, ``_CONTINUES`` one (or is invisible inside it: a
 display-only line, an empty message), or ends it (``_ENDS``; ``_ANSWERS`` for the
 assistant's answer). The kept tail may start where a unit starts, never inside one
 (``FactsTable.inside_unit``): Anthropic rejects a running tool loop whose first
-assistant message lost its thinking.
+assistant message lost its thinking. The one exception, a unit larger than the
+ceiling, is cut inside with its first tool group kept (:meth:`FactsTable.unit_start`,
+:meth:`FactsTable.group_end`; "Thinking units" in the ``summarize`` docstring).
 
 Thinking as the model keeps it. The thinking tokens (what the estimate counts for a
 message's thinking blocks) and ``FactsTable.turn_start`` (where the last assistant
