@@ -174,17 +174,18 @@ def _protected_head(table: FactsTable, protect_first_n: int, limit: int, steps: 
     if head_end > min(protect_first_n, n):
         steps.append(f"5:head extended to {head_end} to keep a tool group whole")
     if head_end < n and table.inside_unit[head_end]:
-        end = head_end
-        while end < n and (forbid[end] or table.inside_unit[end]):
+        end, prefix = head_end, table.prefix_tokens
+        # stops as soon as the rest is over the limit: a loop of 10,000 steps is not walked
+        while end < n and (forbid[end] or table.inside_unit[end]) and prefix[end] - prefix[head_end] <= limit:
             end += 1
-        rest = table.prefix_tokens[end] - table.prefix_tokens[head_end]
-        if rest <= limit:
+        rest = prefix[end] - prefix[head_end]
+        if rest <= limit and not (end < n and (forbid[end] or table.inside_unit[end])):
             steps.append(f"5:head extended to {end} to keep a thinking unit whole")
             head_end = end
         else:
             steps.append(
-                f"5:head ends at {head_end} inside a thinking unit whose rest ({rest} tokens) is over "
-                f"the ceiling {limit}: the unit's first tool group, with its thinking, stays in the head"
+                f"5:head ends at {head_end} inside a thinking unit whose rest is over the ceiling "
+                f"{limit}: the unit's first tool group, with its thinking, stays in the head"
             )
     return head_end
 
@@ -390,6 +391,7 @@ def _inside_oversized_unit(
     size = prefix[end] - prefix[start]
     if size <= limit:
         return None  # a unit that fits is kept whole by (d) or (e)
+    # (rare: the walks of unit_start and unit_end run only when no boundary outside a unit fits)
     first_group = table.group_end(start)
     pinned: list[int] = []
     if start >= head_end:
