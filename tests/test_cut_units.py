@@ -137,3 +137,42 @@ def test_a_unit_that_fits_is_never_cut_inside() -> None:
     assert cut.ok
     assert unit_inside(history, cut.index) is None
     assert all(history[i]["role"] == "user" for i in cut.pinned)
+
+
+def test_the_engine_compacts_a_long_loop_into_a_request_anthropic_accepts() -> None:
+    # the whole path: the engine cuts, persistence copies the pinned group after the summary,
+    # and the request built from the new branch opens the unfinished loop with its thinking
+    from opctx.context.engine import DefaultContextEngine
+    from opctx.context.summarize import Summarizer
+    from opctx.context.tokens import Estimator
+    from opctx.dag.session_db import DagSessionDB
+
+    h = HistoryBuilder()
+    h.user("a")
+    h.answer("b")
+    h.user("c")
+    task = h.user("port the whole module")
+    first = h.loop(60, size=1_500, think="first", display=True)[0]
+    history = h.messages
+    db = DagSessionDB(":memory:")
+    sid = db.create_session(title="long loop")
+    db.append_messages(sid, history)
+    config = SummarizerConfig()
+    estimator = Estimator("heuristic")
+    engine = DefaultContextEngine(
+        session_db=db, context_window=200_000, estimator=estimator, config=config,
+        summarizer=Summarizer(None, config=config, count_tokens=estimator.text_tokens),
+    )
+    res = engine.compact(None, sid, None, user_initiated=True, keep_recent_tokens=8_000)
+    assert res.ok, res.error
+    after = db.get_branch(sid)
+    summary = after[res.protected_count]
+    group = [m["id"] for m in history[first : first_group_end(history, first)]]
+    assert summary["compaction"]["pinned_ids"] == [history[task]["id"], *group]
+    assert [m["copied_from"] for m in after[res.protected_count + 1 :][: 1 + len(group)]] == [
+        history[task]["id"], *group]
+    assert_pairs_intact(after)
+    for model in MODELS:
+        running = assert_anthropic_request_accepted(to_anthropic_request(after, "Be careful.", model=model))
+        assert running[0] == history[first]["thinking"][0]  # the stored block, signature intact
+    assert sum(1 for m in after if m.get("thinking")) == 1
