@@ -69,15 +69,23 @@ def with_thinking(msg: dict, text: str = "weighing the options") -> dict:
 
 
 class HistoryBuilder:
-    """Appends messages to :attr:`messages`; every operation returns the position it wrote."""
+    """Appends messages to :attr:`messages`; every operation returns the position it wrote.
 
-    def __init__(self) -> None:
+    With ``start`` every message gets a ``timestamp``: ``start``, then ``tick`` seconds
+    later per message (aging tests read them).
+    """
+
+    def __init__(self, start: float | None = None, tick: float = 60.0) -> None:
         self.messages: list[dict] = []
+        self._clock, self._tick = start, tick
 
     def __len__(self) -> int:
         return len(self.messages)
 
     def _add(self, msg: dict) -> int:
+        if self._clock is not None:
+            msg["timestamp"] = self._clock
+            self._clock += self._tick
         self.messages.append(msg)
         return len(self.messages) - 1
 
@@ -111,10 +119,12 @@ class HistoryBuilder:
         display: bool = False,
         anthropic: bool = False,
         error: bool = False,
+        output: str | None = None,
     ) -> int:
         """One tool group: an assistant message calling ``names`` (parallel when several,
         ``("run",)`` by default), a display-only line between the call and its results if
-        asked, then the results. Returns the position of the call message."""
+        asked, then the results (``output`` as each result's text, else ``size`` tokens of
+        filler). Returns the position of the call message."""
         names = names or ("run",)
         if anthropic:
             msg = anthropic_call(names[0])
@@ -129,15 +139,17 @@ class HistoryBuilder:
         at = self._add(msg)
         if display:
             self.display()
+        text = filler(size * 4) if output is None else output
         if anthropic:
             answer = anthropic_result(msg, size)
             answer["extra"]["blocks"] = [
-                {"type": "tool_result", "tool_use_id": b["id"], "content": filler(size * 4), "is_error": error}
+                {"type": "tool_result", "tool_use_id": b["id"], "content": text, "is_error": error}
                 for b in msg["extra"]["blocks"]
             ]
             self._add(answer)
         else:
-            self.messages += results(msg, size, error=error)
+            for r in results(msg, size, error=error):
+                self._add(r if output is None else dict(r, content=output))
         return at
 
     def loop(
