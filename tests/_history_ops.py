@@ -52,6 +52,7 @@ __all__ = [
     "first_group_end",
     "thinking_block",
     "thinking_histories",
+    "tool_loop",
     "unit_inside",
     "unit_spans",
     "with_thinking",
@@ -161,11 +162,13 @@ class HistoryBuilder:
         parallel: int = 1,
         display: bool = False,
         text: str = "",
+        names: tuple[str, ...] | None = None,
     ) -> list[int]:
         """A tool loop of ``rounds`` groups; the positions of their call messages.
 
         ``think``: which rounds carry a thinking block: ``"first"`` (a loop that thought
         once), ``"every"``, ``"never"``, or ``k`` (every k-th round, the first included).
+        ``names``: the tools each round calls (default ``parallel`` tools ``tool0..``).
         """
         out = []
         for r in range(rounds):
@@ -175,9 +178,17 @@ class HistoryBuilder:
                 thinks = think == "every"
             else:
                 thinks = r % int(think) == 0
-            names = tuple(f"tool{k}" for k in range(parallel))
-            out.append(self.group(*names, size=size, thinking=thinks, display=display, text=text))
+            called = names or tuple(f"tool{k}" for k in range(parallel))
+            out.append(self.group(*called, size=size, thinking=thinks, display=display, text=text))
         return out
+
+
+def tool_loop(rounds: int, size: int = 40, *, names: tuple[str, ...] = ("run",), text: str = "",
+              think: str | int = "never", display: bool = False) -> list[dict]:
+    """The messages of :meth:`HistoryBuilder.loop` alone, to append to a hand-built history."""
+    h = HistoryBuilder()
+    h.loop(rounds, size=size, think=think, display=display, text=text, names=names)
+    return h.messages
 
 
 # -- oracles -------------------------------------------------------------------------------

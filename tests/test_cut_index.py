@@ -25,6 +25,7 @@ from _history_ops import (
     compacted_branch,
     first_group_end,
     thinking_histories,
+    tool_loop,
     unit_inside,
 )
 from hypothesis import given, settings
@@ -113,9 +114,7 @@ def test_snap_never_moves_forward_past_the_floor_or_latest_user() -> None:
     # the latest user message opens a long autonomous run of 30 tool rounds
     history = chat_turns(30, size=300)
     history.append(user("now refactor everything"))
-    for _ in range(30):
-        c = call("edit")
-        history += [c, *results(c, 20)]
+    history += tool_loop(30, 20, names=("edit",))
     last = latest_user_index(history)
     cfg = SummarizerConfig(protect_last_n=20)
     cut = find_cut_index(history, 32_000, cfg, estimate=char_tokens)
@@ -128,9 +127,7 @@ def test_snap_never_moves_forward_past_the_floor_or_latest_user() -> None:
 def test_backward_snap_when_forward_would_cross_the_floor() -> None:
     history = chat_turns(40, size=200)
     history.append(user("long task"))
-    for _ in range(12):
-        c = call("run", text="running the next step")
-        history += [c, *results(c, 1_000)]  # the token gate closes inside this run
+    history += tool_loop(12, 1_000, text="running the next step")  # the token gate closes inside this run
     cut = find_cut_index(history, 32_000, SummarizerConfig(protect_last_n=5), estimate=char_tokens)
     assert cut.ok
     assert cut.index == latest_user_index(history)
@@ -183,9 +180,7 @@ def test_reused_call_ids_pair_with_the_nearest_call() -> None:
 
 def test_autonomous_run_cuts_at_a_tool_group_boundary() -> None:
     history = [user("do the whole migration"), assistant("starting")]
-    for _ in range(80):
-        c = call("migrate")
-        history += [c, *results(c, 400)]
+    history += tool_loop(80, 400, names=("migrate",))
     cut = find_cut_index(history, 32_000, SummarizerConfig(protect_first_n=2, protect_last_n=4), estimate=char_tokens)
     assert cut.ok
     assert history[cut.index]["role"] == "assistant"  # no later user request exists
@@ -270,9 +265,7 @@ def test_an_autonomous_run_pins_the_request_instead_of_folding_nothing() -> None
     # keep everything; the request is pinned after the summary and the run is cut
     history = chat_turns(3, size=100)
     history.append(user("fix every failing test"))
-    for _ in range(60):
-        c = call("run", text="next step")
-        history += [c, *results(c, 400)]
+    history += tool_loop(60, 400, text="next step")
     request = latest_user_index(history)
     cut = find_cut_index(history, 32_000, SummarizerConfig(), estimate=char_tokens)
     assert cut.ok and cut.pinned == (request,)
@@ -288,9 +281,7 @@ def test_an_autonomous_run_pins_the_request_instead_of_folding_nothing() -> None
 def test_no_pin_when_snapping_back_folds_enough() -> None:
     history = chat_turns(40, size=200)
     history.append(user("long task"))
-    for _ in range(12):
-        c = call("run", text="running the next step")
-        history += [c, *results(c, 1_000)]
+    history += tool_loop(12, 1_000, text="running the next step")
     cut = find_cut_index(history, 32_000, SummarizerConfig(protect_last_n=5), estimate=char_tokens)
     assert cut.pinned == () and cut.index == latest_user_index(history)
 
@@ -312,9 +303,7 @@ def test_a_request_right_after_the_head_is_pinned_and_its_run_folded() -> None:
     # issue 14 item 9: the latest request is the first message after the protected head and
     # a long run follows it; snapping back to it folds nothing, so the cut used to decline
     history = [user("a"), assistant("b"), user("c"), user("the real task")]
-    for _ in range(40):
-        c = call("x", text="next step")
-        history += [c, *results(c, 1_500)]
+    history += tool_loop(40, 1_500, names=("x",), text="next step")
     cfg = SummarizerConfig(protect_first_n=3)
     cut = find_cut_index(history, 200_000, cfg, 8_000, estimate=char_tokens)
     assert cut.ok, cut.reason
@@ -328,9 +317,7 @@ def test_an_oversized_final_tool_group_is_kept_and_the_rest_folded() -> None:
     # issue 14 item 9: the last tool group alone exceeds the ceiling; no boundary fits, and the
     # cut used to decline although everything before that group could be folded
     history = [user("start the migration"), assistant("ok")]
-    for _ in range(8):
-        c = call("step")
-        history += [c, *results(c, 2_000)]
+    history += tool_loop(8, 2_000, names=("step",))
     final = call("dump", "dump_more")
     history += [final, *results(final, 6_000)]  # 12K tokens in one group, over the 8K ceiling
     cut = find_cut_index(history, 200_000, SummarizerConfig(protect_first_n=2), 8_000, estimate=char_tokens)
