@@ -7,6 +7,7 @@ import sys
 import threading
 
 import pytest
+from _history_ops import HistoryBuilder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -532,28 +533,13 @@ def test_thinking_units_survive_aging(runs, keep_turns, first):
     aging replaces result contents only, never a thinking block, a call or a message."""
     from opctx.context.anthropic_messages import to_anthropic_request
 
-    history: list[dict] = []
-    ts = T0
-    n = 0
+    h = HistoryBuilder(start=T0, tick=60)
     for r, steps in enumerate(runs):
-        history.append({"id": f"u{r}", "role": "user", "content": f"request {r}", "timestamp": ts})
+        h.user(f"request {r}")
         for step in steps:
-            n += 1
-            ts += 120
-            ids = [f"c{n}_{k}" for k in range(step["calls"])]
-            msg = {"id": f"a{n}", "role": "assistant", "content": "", "timestamp": ts}
-            if step["thinking"]:
-                msg["thinking"] = [{"type": "thinking", "thinking": f"plan {n}", "signature": f"sig{n}"}]
-            output = BIG if step["big"] else SMALL
-            if step["anthropic"]:
-                msg["extra"] = {"blocks": [{"type": "tool_use", "id": i, "name": "run", "input": {}} for i in ids]}
-                results = [{"id": f"r{n}", "role": "user", "content": "", "timestamp": ts + 1, "extra": {"blocks": [
-                    {"type": "tool_result", "tool_use_id": i, "content": output} for i in ids]}}]
-            else:
-                msg["tool_calls"] = [{"id": i, "name": "run", "arguments": {}} for i in ids]
-                results = [{"id": f"r{n}_{k}", "role": "tool", "tool_call_id": i, "content": output,
-                            "timestamp": ts + 1} for k, i in enumerate(ids)]
-            history += [msg, *results]
+            h.group(*["run"] * step["calls"], thinking=step["thinking"], anthropic=step["anthropic"],
+                    output=BIG if step["big"] else SMALL)
+    history = h.messages
     before = copy.deepcopy(history)
     aged, report = _ager(keep_recent_turns=keep_turns, protect_first_n=first, keep_recent_seconds=0).age(history)
     assert history == before
@@ -569,7 +555,7 @@ def test_thinking_units_survive_aging(runs, keep_turns, first):
     sent = [b["signature"] for m in request["messages"] for b in m["content"] if b["type"] == "thinking"]
     # the running turn starts after the last request that does not share a turn with tool
     # results (a request right after results joins their user turn: the loop goes on)
-    starts = [i for i, m in enumerate(history) if m["id"].startswith("u")
+    starts = [i for i, m in enumerate(history) if m["role"] == "user" and not is_tool_result(m)
               and (i == 0 or history[i - 1]["role"] == "assistant")]
     running = [t["signature"] for m in history[starts[-1] if starts else 0:] for t in m.get("thinking") or ()]
     assert sent == running

@@ -17,9 +17,17 @@ from __future__ import annotations
 import itertools
 
 from _compaction_fixtures import assert_pairs_intact, filler
+from _history_ops import (
+    assert_anthropic_request_accepted,
+    assert_units_whole,
+    first_group_end,
+    thinking_histories,
+    unit_spans,
+)
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from opctx.context.anthropic_messages import to_anthropic_request
 from opctx.context.engine import DefaultContextEngine
 from opctx.context.summarize import Summarizer, SummarizerConfig
 from opctx.context.tokens import Estimator
@@ -158,6 +166,7 @@ def test_any_compaction_keeps_the_conversation_valid(
         assert summary["type"] == "compactionSummary" and summary["id"] == res.summary_id
         kept = after[p + 1 :]
         # a pinned request (an autonomous run's task) is copied first, ahead of the tail
+        # (these histories have no thinking units, so nothing else is pinned)
         pinned = summary["compaction"].get("pinned_ids", [])
         assert all(m["role"] == "user" for m in before if m["id"] in pinned)
         assert [m["copied_from"] for m in kept] == pinned + [m["id"] for m in before[res.cut_index :]]
@@ -174,3 +183,43 @@ def test_any_compaction_keeps_the_conversation_valid(
             assert summary["content"].count("\n[") >= len(summary["compaction"]["folded_ids"])
         if twice:
             db.append_messages(sid, build(turns[:3]))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(
+    history=thinking_histories(),
+    window=st.sampled_from([8_000, 32_000, 200_000]),
+    keep=st.one_of(st.none(), st.integers(0, 12_000)),
+    protect_first=st.integers(0, 4),
+)
+def test_compaction_keeps_thinking_units_and_a_request_anthropic_accepts(history, window, keep, protect_first) -> None:
+    """Issue 14 item 6: after any compaction of a history with thinking units, every kept
+    loop keeps the message with its thinking (a unit cut inside keeps its first tool group,
+    pinned), and the Anthropic request built from the new branch keeps every tool_result
+    next to its tool_use."""
+    db = DagSessionDB(":memory:")
+    sid = db.create_session(title="units")
+    db.append_messages(sid, history)
+    config = SummarizerConfig(protect_first_n=protect_first, protect_last_n=2)
+    engine = DefaultContextEngine(
+        session_db=db, context_window=window, estimator=HEURISTIC, config=config,
+        summarizer=Summarizer(None, config=config, count_tokens=HEURISTIC.text_tokens),
+    )
+    before = db.get_branch(sid)
+    res = engine.compact(None, sid, None, user_initiated=True, keep_recent_tokens=keep)
+    event("compacted" if res.ok else "not compacted")
+    if not res.ok:
+        return
+    after = db.get_branch(sid)
+    assert_pairs_intact(after)
+    position = {m["id"]: i for i, m in enumerate(before)}
+    kept = {position[m["copied_from"]] for m in after if m.get("copied_from") in position}
+    assert_units_whole(before, kept)
+    pinned = after[res.protected_count]["compaction"].get("pinned_ids", [])
+    groups = {i for s, _e in unit_spans(before) for i in range(s, first_group_end(before, s))}
+    for mid in pinned:  # a pin is the latest request or part of a unit's first tool group
+        assert before[position[mid]]["role"] == "user" or position[mid] in groups
+    if any(position[mid] in groups for mid in pinned):
+        event("a unit's first group pinned")
+    for model in ("claude-sonnet-4-5", "claude-opus-4-5"):
+        assert_anthropic_request_accepted(to_anthropic_request(after, model=model))

@@ -18,9 +18,20 @@ from _compaction_fixtures import (
     uid,
     user,
 )
+from _history_ops import (
+    HistoryBuilder,
+    assert_anthropic_request_accepted,
+    assert_units_whole,
+    compacted_branch,
+    first_group_end,
+    thinking_histories,
+    tool_loop,
+    unit_inside,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from opctx.context.anthropic_messages import to_anthropic_request
 from opctx.context.summarize import MessageFacts, SummarizerConfig, find_cut_index, keep_budget
 from opctx.dag.messages import tool_result_ids, tool_use_ids
 
@@ -103,9 +114,7 @@ def test_snap_never_moves_forward_past_the_floor_or_latest_user() -> None:
     # the latest user message opens a long autonomous run of 30 tool rounds
     history = chat_turns(30, size=300)
     history.append(user("now refactor everything"))
-    for _ in range(30):
-        c = call("edit")
-        history += [c, *results(c, 20)]
+    history += tool_loop(30, 20, names=("edit",))
     last = latest_user_index(history)
     cfg = SummarizerConfig(protect_last_n=20)
     cut = find_cut_index(history, 32_000, cfg, estimate=char_tokens)
@@ -118,9 +127,7 @@ def test_snap_never_moves_forward_past_the_floor_or_latest_user() -> None:
 def test_backward_snap_when_forward_would_cross_the_floor() -> None:
     history = chat_turns(40, size=200)
     history.append(user("long task"))
-    for _ in range(12):
-        c = call("run", text="running the next step")
-        history += [c, *results(c, 1_000)]  # the token gate closes inside this run
+    history += tool_loop(12, 1_000, text="running the next step")  # the token gate closes inside this run
     cut = find_cut_index(history, 32_000, SummarizerConfig(protect_last_n=5), estimate=char_tokens)
     assert cut.ok
     assert cut.index == latest_user_index(history)
@@ -173,9 +180,7 @@ def test_reused_call_ids_pair_with_the_nearest_call() -> None:
 
 def test_autonomous_run_cuts_at_a_tool_group_boundary() -> None:
     history = [user("do the whole migration"), assistant("starting")]
-    for _ in range(80):
-        c = call("migrate")
-        history += [c, *results(c, 400)]
+    history += tool_loop(80, 400, names=("migrate",))
     cut = find_cut_index(history, 32_000, SummarizerConfig(protect_first_n=2, protect_last_n=4), estimate=char_tokens)
     assert cut.ok
     assert history[cut.index]["role"] == "assistant"  # no later user request exists
@@ -260,9 +265,7 @@ def test_an_autonomous_run_pins_the_request_instead_of_folding_nothing() -> None
     # keep everything; the request is pinned after the summary and the run is cut
     history = chat_turns(3, size=100)
     history.append(user("fix every failing test"))
-    for _ in range(60):
-        c = call("run", text="next step")
-        history += [c, *results(c, 400)]
+    history += tool_loop(60, 400, text="next step")
     request = latest_user_index(history)
     cut = find_cut_index(history, 32_000, SummarizerConfig(), estimate=char_tokens)
     assert cut.ok and cut.pinned == (request,)
@@ -278,9 +281,7 @@ def test_an_autonomous_run_pins_the_request_instead_of_folding_nothing() -> None
 def test_no_pin_when_snapping_back_folds_enough() -> None:
     history = chat_turns(40, size=200)
     history.append(user("long task"))
-    for _ in range(12):
-        c = call("run", text="running the next step")
-        history += [c, *results(c, 1_000)]
+    history += tool_loop(12, 1_000, text="running the next step")
     cut = find_cut_index(history, 32_000, SummarizerConfig(protect_last_n=5), estimate=char_tokens)
     assert cut.pinned == () and cut.index == latest_user_index(history)
 
@@ -302,9 +303,7 @@ def test_a_request_right_after_the_head_is_pinned_and_its_run_folded() -> None:
     # issue 14 item 9: the latest request is the first message after the protected head and
     # a long run follows it; snapping back to it folds nothing, so the cut used to decline
     history = [user("a"), assistant("b"), user("c"), user("the real task")]
-    for _ in range(40):
-        c = call("x", text="next step")
-        history += [c, *results(c, 1_500)]
+    history += tool_loop(40, 1_500, names=("x",), text="next step")
     cfg = SummarizerConfig(protect_first_n=3)
     cut = find_cut_index(history, 200_000, cfg, 8_000, estimate=char_tokens)
     assert cut.ok, cut.reason
@@ -318,9 +317,7 @@ def test_an_oversized_final_tool_group_is_kept_and_the_rest_folded() -> None:
     # issue 14 item 9: the last tool group alone exceeds the ceiling; no boundary fits, and the
     # cut used to decline although everything before that group could be folded
     history = [user("start the migration"), assistant("ok")]
-    for _ in range(8):
-        c = call("step")
-        history += [c, *results(c, 2_000)]
+    history += tool_loop(8, 2_000, names=("step",))
     final = call("dump", "dump_more")
     history += [final, *results(final, 6_000)]  # 12K tokens in one group, over the 8K ceiling
     cut = find_cut_index(history, 200_000, SummarizerConfig(protect_first_n=2), 8_000, estimate=char_tokens)
@@ -376,7 +373,7 @@ def test_corpus_cut_points_never_decline_when_something_can_be_folded(corpus_dir
     from opctx.importers.api import iter_transcript_files, parse_path
     from opctx.lab.history import RecordedHistory
 
-    points = declined = 0
+    points = declined = inside = running_loops = 0
     wrong = []
     for path, _explicit in iter_transcript_files([corpus_dir]):
         try:
@@ -395,11 +392,23 @@ def test_corpus_cut_points_never_decline_when_something_can_be_folded(corpus_dir
                 if cut.ok:
                     kept = [*range(cut.protected_head), *cut.pinned, *range(cut.index, i)]
                     assert not _splits_a_pair(messages[:i], set(kept)), (path, i, cut.steps)
+                    assert_units_whole(messages[:i], set(kept))
+                    if any("inside the thinking unit" in s for s in cut.steps):
+                        # the documented case: the request still opens the loop with its thinking
+                        inside += 1
+                        branch = compacted_branch(messages[:i], cut)
+                        running = assert_anthropic_request_accepted(to_anthropic_request(branch, model=session.model))
+                        unit = unit_inside(messages[:i], cut.index)
+                        if unit and unit[1] == i:  # the unit cut inside is the loop still running
+                            assert running[0]["type"] in ("thinking", "redacted_thinking"), (path, i)
+                            running_loops += 1
                     continue
                 declined += 1
                 table = facts.table(messages[:i])
                 if cut.reason.startswith("nothing can be folded") and _tail_start_exists(table, cut.protected_head):
                     wrong.append((path, i, cut.steps))
+    print(f"{points} cut points, {declined} declined, {inside} cut inside an oversized thinking unit "
+          f"({running_loops} of them in a running loop)")
     assert points > 500
     assert not wrong, f"{len(wrong)} of {points} cut points declined with something to fold: {wrong[:3]}"
 
@@ -407,31 +416,15 @@ def test_corpus_cut_points_never_decline_when_something_can_be_folded(corpus_dir
 # -- thinking units (issue 14 item 6) ---------------------------------------------------
 
 
-def _thinking(msg: dict, text: str = "weighing the options") -> dict:
-    return dict(msg, thinking=[{"type": "thinking", "thinking": text, "signature": f"sig-{msg['id']}"}])
-
-
-def _inside_unit(history: list[dict], index: int) -> bool:
-    """Oracle: whether ``history[index]`` continues a loop that started with thinking."""
-    in_unit = False
-    for m in history[: index + 1]:
-        if m.get("display_only"):
-            continue
-        starts = m["role"] == "assistant" and bool(m.get("thinking"))
-        continues = (m["role"] == "assistant" and bool(m.get("tool_calls"))) or m["role"] == "tool"
-        if m is history[index]:
-            return in_unit and continues and not starts
-        in_unit = starts or (in_unit and continues)
-    return False
-
-
 def test_the_tail_starts_where_a_thinking_unit_starts() -> None:
     # an autonomous run where the model thinks every fourth step: the tail may start at a step
     # with thinking, never at one that continues the loop without it
-    history = [user("a"), assistant("b"), user("port the module")]
-    for k in range(30):
-        c = call("edit", text="next")
-        history += [_thinking(c) if k % 4 == 0 else c, *results(c, 800)]
+    h = HistoryBuilder()
+    h.user("a")
+    h.answer("b")
+    h.user("port the module")
+    h.loop(30, size=800, think=4, text="next")
+    history = h.messages
     cut = find_cut_index(history, 200_000, SummarizerConfig(protect_first_n=2), 8_000, estimate=char_tokens)
     assert cut.ok
     assert history[cut.index].get("thinking"), history[cut.index]
@@ -440,42 +433,39 @@ def test_the_tail_starts_where_a_thinking_unit_starts() -> None:
     assert other.ok and not plain[other.index].get("thinking")
 
 
-_step = st.fixed_dictionaries({
-    "calls": st.integers(0, 2), "thinking": st.booleans(), "size": st.sampled_from([50, 400, 2_500]),
-    "display": st.booleans(),
-})
-_request = st.fixed_dictionaries({"steps": st.lists(_step, max_size=8), "answer": st.booleans()})
-
-
 @settings(max_examples=150, deadline=None)
 @given(
-    requests=st.lists(_request, min_size=1, max_size=6),
+    history=thinking_histories(),
     window=st.sampled_from([8_000, 32_000, 200_000]),
     keep=st.one_of(st.none(), st.integers(0, 12_000)),
     protect_first=st.integers(0, 4),
 )
-def test_thinking_units_survive_cutting(requests, window, keep, protect_first) -> None:
-    history: list[dict] = []
-    for r, spec in enumerate(requests):
-        history.append(user(f"request {r}"))
-        for step in spec["steps"]:
-            msg = call(*["run"] * step["calls"], text="" if step["calls"] else "thinking it over")
-            if not step["calls"]:
-                msg.pop("tool_calls")
-            msg = _thinking(msg) if step["thinking"] else msg
-            history.append(msg)
-            if step["display"]:
-                history.append({"id": uid("s"), "role": "system", "content": "hook", "display_only": True})
-            history += results(msg, step["size"]) if step["calls"] else []
-        if spec["answer"]:
-            history.append(_thinking(assistant("done")) if r % 2 else assistant("done"))
+def test_thinking_units_survive_cutting(history, window, keep, protect_first) -> None:
+    """Every cut keeps whole thinking units, except inside a unit larger than the ceiling
+    (documented case), where the unit's first tool group is kept (head or pinned); the
+    request built after the compaction obeys the Messages API rules."""
     cfg = SummarizerConfig(protect_first_n=protect_first, protect_last_n=2)
     cut = find_cut_index(history, window, cfg, keep, estimate=char_tokens)
     if not cut.ok:
         return
-    kept = history[: cut.protected_head] + [history[p] for p in cut.pinned] + history[cut.index :]
-    assert_pairs_intact(kept)
-    assert not _inside_unit(history, cut.index), (cut.index, cut.steps)
+    branch = compacted_branch(history, cut)
+    assert_pairs_intact(branch)
+    for boundary, step in ((cut.index, "6:"), (cut.protected_head, "5:")):
+        unit = unit_inside(history, boundary)
+        if unit is None:
+            continue
+        # the documented case: a unit over the ceiling, cut inside, its first group kept
+        assert any(s.startswith(step) and "over the ceiling" in s for s in cut.steps), (boundary, cut.steps)
+        group = range(unit[0], first_group_end(history, unit[0]))
+        assert all(i < cut.protected_head or i in cut.pinned for i in group), (unit, cut)
     request = latest_user_index(history)
     if request is not None and request >= cut.protected_head:
         assert request in cut.pinned or request >= cut.index
+    kept = {*range(cut.protected_head), *cut.pinned, *range(cut.index, len(history))}
+    assert_units_whole(history, kept)
+    for model in ("claude-sonnet-4-5", "claude-opus-4-5"):
+        running = assert_anthropic_request_accepted(to_anthropic_request(branch, model=model))
+        start = [m for m in branch if m["role"] == "assistant" and m.get("thinking")]
+        if running and any(b["type"] == "thinking" for b in running):
+            # a running loop that kept thinking sends the blocks of a unit's start, stored ones
+            assert any(b is t for m in start for t in m["thinking"] for b in running)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import types
 
 import pandas as pd
 import pytest
+from _history_ops import HistoryBuilder
 
 from opctx.context.summarize import SummarizerConfig, find_cut_index
 from opctx.widgets._common import Debouncer, html_table
@@ -120,6 +122,57 @@ def test_cut_rows_statuses_and_elision():
     # indices of shown rows are exactly the message positions
     shown = [r[0] for r, c in zip(rows, classes, strict=True) if not c.startswith("gap")]
     assert shown == sorted(shown) and shown[0] == 0 and shown[-1] == len(msgs) - 1
+
+
+def _pinning_history() -> tuple[list[dict], int, int]:
+    """A request, then one thinking turn and a tool loop far over any keep budget: the cut
+    pins the request and the loop's first tool group (``CutPoint.pinned``)."""
+    h = HistoryBuilder()
+    h.user("a")
+    h.answer("b")
+    h.user("c")
+    task = h.user("port the <whole> module")
+    first = h.loop(60, size=1_500, think="first")[0]
+    return h.messages, task, first
+
+
+def test_cut_rows_show_pinned_positions():
+    msgs, task, first = _pinning_history()
+    cut = find_cut_index(msgs, 32_000, SummarizerConfig())
+    assert cut.ok and cut.pinned == (task, first, first + 1), cut.steps
+    rows, classes = cut_rows(msgs, cut, [1] * len(msgs), max_rows=30)
+    pinned_rows = [r[0] for r, c in zip(rows, classes, strict=True) if c == "pinned"]
+    assert pinned_rows == list(cut.pinned)  # always shown, never elided
+    assert all(r[1] == "pinned" for r, c in zip(rows, classes, strict=True) if c == "pinned")
+    shown = [r[0] for r, c in zip(rows, classes, strict=True) if not c.startswith("gap")]
+    assert shown == sorted(shown)  # in branch order, between the folded rows around them
+    statuses = [c for c in classes if not c.startswith("gap")]
+    assert statuses.index("pinned") > statuses.index("protected")
+    assert len(rows) <= 30 + 3 + len(cut.pinned)
+    gaps = [r for r, c in zip(rows, classes, strict=True) if c.startswith("gap")]
+    assert len(rows) - len(gaps) + sum(int(r[2].split()[0]) for r in gaps) == len(msgs)
+    # a cut that declines pins nothing, whatever it carries
+    declined = dataclasses.replace(cut, ok=False)
+    _, classes = cut_rows(msgs, declined, [1] * len(msgs))
+    assert "pinned" not in classes and "folded" not in classes
+
+
+def test_cut_point_explorer_shows_what_the_cut_pins():
+    msgs, task, first = _pinning_history()
+    w = CutPointExplorer(msgs, context_window=32_000, debounce_ms=0)
+    cut = w.cut()
+    assert cut.pinned == (task, first, first + 1)
+    assert w.table.value.count('class="pinned"') == len(cut.pinned)
+    folded = cut.index - cut.protected_head - len(cut.pinned)
+    kept = len(msgs) - cut.index + len(cut.pinned)
+    assert f"folds <b>{folded}</b> messages" in w.summary.value
+    assert f"keeps <b>{kept}</b>" in w.summary.value
+    assert f"<b>3</b> pinned after the summary ({task}-{first + 1}," in w.summary.value
+    assert "&lt;whole&gt;" in w.table.value and "<whole>" not in w.table.value
+    # tokens: folded + kept + head add up to the context, pinned counted with what is kept
+    tokens = w.tokens
+    folded_tok = sum(tokens[cut.protected_head : cut.index]) - sum(tokens[i] for i in cut.pinned)
+    assert f"(\u2248{folded_tok:,} tokens) after a protected head" in w.summary.value
 
 
 def test_cut_point_explorer_refuses_an_empty_session():

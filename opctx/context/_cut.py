@@ -80,7 +80,7 @@ def find_cut_index(
     if len(table) == 0:
         return _cut_point(table, limits, steps, 0, False, "empty history: nothing to fold")
 
-    head_end = _protected_head(table, cfg.protect_first_n, steps)
+    head_end = _protected_head(table, cfg.protect_first_n, max(limits.ceiling, limits.effective), steps)
     cut = _gate_cut(table, head_end, limits, cfg.keep_min_messages, steps)
     if cut is None:
         reason = (
@@ -157,10 +157,15 @@ def _keep_limits(
     return _KeepLimits(desired, max_safe, effective, ceiling)
 
 
-def _protected_head(table: FactsTable, protect_first_n: int, steps: list[str]) -> int:
-    """Step 5's head: ``protect_first_n`` messages, extended until no tool group is split.
+def _protected_head(table: FactsTable, protect_first_n: int, limit: int, steps: list[str]) -> int:
+    """Step 5's head: ``protect_first_n`` messages, extended until no tool group is split,
+    then to the end of the thinking unit it ends in, when the rest of that unit fits ``limit``.
 
-    Computed first, because every later step needs it.
+    A unit whose rest exceeds ``limit`` (a loop that thought once and ran on) would make
+    the head keep everything: the head then ends after the unit's first tool group, which
+    carries the thinking block, and the rest of the unit is folded like any run (the
+    documented exception, "Thinking units" in the ``summarize`` docstring). Computed
+    first, because every later step needs it.
     """
     n, forbid = len(table), table.forbid
     head_end = min(protect_first_n, n)
@@ -168,6 +173,20 @@ def _protected_head(table: FactsTable, protect_first_n: int, steps: list[str]) -
         head_end += 1
     if head_end > min(protect_first_n, n):
         steps.append(f"5:head extended to {head_end} to keep a tool group whole")
+    if head_end < n and table.inside_unit[head_end]:
+        end, prefix = head_end, table.prefix_tokens
+        # stops as soon as the rest is over the limit: a loop of 10,000 steps is not walked
+        while end < n and (forbid[end] or table.inside_unit[end]) and prefix[end] - prefix[head_end] <= limit:
+            end += 1
+        rest = prefix[end] - prefix[head_end]
+        if rest <= limit and not (end < n and (forbid[end] or table.inside_unit[end])):
+            steps.append(f"5:head extended to {end} to keep a thinking unit whole")
+            head_end = end
+        else:
+            steps.append(
+                f"5:head ends at {head_end} inside a thinking unit whose rest is over the ceiling "
+                f"{limit}: the unit's first tool group, with its thinking, stays in the head"
+            )
     return head_end
 
 
@@ -250,9 +269,10 @@ def _snap(
     that would blow the tail past the ceiling is a last resort, not the default.
     In order: (a) forward to a user request, (b) back to one within the ceiling,
     or pin the latest request when that folds more than twice as much, (c) the
-    nearest tool-group boundary, (d) back to a request over the ceiling, (e) any
-    boundary after the head, keeping an oversized final group (:func:`_any_boundary`).
-    ``None`` when none of them is found.
+    nearest tool-group boundary, (c') inside a thinking unit larger than the ceiling,
+    pinning its first tool group (:func:`_inside_oversized_unit`), (d) back to a request
+    over the ceiling, (e) any boundary after the head, keeping an oversized final group
+    (:func:`_any_boundary`). ``None`` when none of them is found.
     """
     users = table.users
     last_user = users[-1] if users else None
@@ -284,6 +304,10 @@ def _snap(
             return pin_cut, (last_user,)
     if chosen is None:
         chosen = _tool_group_boundary(table, cut, upper, head_end, limit, steps)
+    if chosen is None and table.inside_unit[cut]:
+        inside = _inside_oversized_unit(table, cut, head_end, floor, last_user, limit, steps)
+        if inside is not None:
+            return inside
     if chosen is None and backward_user is not None:
         # (d) last resort: the earlier user request even though the tail exceeds the ceiling
         chosen = backward_user
@@ -339,6 +363,60 @@ def _tool_group_boundary(
         steps.append(f"6:no user request fits; cut at tool-group boundary {found}")
         return found
     return None
+
+
+def _inside_oversized_unit(
+    table: FactsTable,
+    cut: int,
+    head_end: int,
+    floor: int,
+    last_user: int | None,
+    limit: int,
+    steps: list[str],
+) -> tuple[int, tuple[int, ...]] | None:
+    """Step 6 (c'): the cut lies inside a thinking unit larger than the ceiling ``limit``.
+
+    One assistant turn thought, then ran a tool loop far past every budget: the only
+    boundaries that keep the unit whole keep all of it (or fold all of it, unfinished
+    loop included). The cut goes inside the unit instead, at the nearest tool-group
+    boundary (forward up to the floor first, else backward), and the unit's first tool
+    group (the message with the thinking block and its results) is *pinned* after the
+    summary with the latest request, so the request still carries the thinking of the
+    running loop, where Anthropic requires it. When the head holds that group already
+    (step 5's exception) nothing of the unit is pinned. ``(cut, pinned)``, or ``None``
+    when the unit is not that large or no boundary inside it folds anything.
+    """
+    n, forbid, prefix = len(table), table.forbid, table.prefix_tokens
+    start, end = table.unit_start(cut), table.unit_end(cut)
+    size = prefix[end] - prefix[start]
+    if size <= limit:
+        return None  # a unit that fits is kept whole by (d) or (e)
+    # (rare: the walks of unit_start and unit_end run only when no boundary outside a unit fits)
+    first_group = table.group_end(start)
+    pinned: list[int] = []
+    if start >= head_end:
+        if last_user is not None and head_end <= last_user < start:
+            if forbid[last_user] or forbid[last_user + 1]:
+                return None  # a tool exchange runs across the request: it cannot stand alone
+            pinned.append(last_user)
+        pinned.extend(range(start, first_group))
+    lowest = max(first_group, head_end) + 1  # the tail starts after the first group and the head
+    highest = n - 1
+    if last_user is not None and last_user >= lowest:
+        highest = min(highest, last_user)  # a request after the unit stays in the tail
+    bound = min(max(floor, lowest), highest)
+    chosen = next((b for b in range(max(cut, lowest), bound + 1) if not forbid[b]), None)
+    if chosen is None:
+        chosen = next((b for b in range(min(cut, highest + 1) - 1, lowest - 1, -1) if not forbid[b]), None)
+    if chosen is None:
+        return None
+    held = "pinned after the summary" if start >= head_end else "kept in the head"
+    steps.append(
+        f"6:cut at {chosen} inside the thinking unit {start}..{end - 1} ({size} tokens, over the "
+        f"ceiling {limit}); its first tool group {start}..{first_group - 1}, with the thinking "
+        f"block, is {held}" + (f", with the latest request {last_user}" if last_user in pinned else "")
+    )
+    return chosen, tuple(pinned)
 
 
 def _any_boundary(

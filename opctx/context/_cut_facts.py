@@ -19,7 +19,9 @@ message): ``_STARTS`` a unit, ``_CONTINUES`` one (or is invisible inside it: a
 display-only line, an empty message), or ends it (``_ENDS``; ``_ANSWERS`` for the
 assistant's answer). The kept tail may start where a unit starts, never inside one
 (``FactsTable.inside_unit``): Anthropic rejects a running tool loop whose first
-assistant message lost its thinking.
+assistant message lost its thinking. The one exception, a unit larger than the
+ceiling, is cut inside with its first tool group kept (:meth:`FactsTable.unit_start`,
+:meth:`FactsTable.group_end`; "Thinking units" in the ``summarize`` docstring).
 
 Thinking as the model keeps it. The thinking tokens (what the estimate counts for a
 message's thinking blocks) and ``FactsTable.turn_start`` (where the last assistant
@@ -191,6 +193,32 @@ class FactsTable:
 
     def tail_tokens(self, i: int) -> int:
         return self.prefix_tokens[-1] - self.prefix_tokens[i]
+
+    def unit_start(self, b: int) -> int:
+        """The message that starts the thinking unit boundary ``b`` lies inside
+        (``inside_unit[b]``); ``b`` itself when it splits no unit."""
+        inside = self.inside_unit
+        if not inside[b]:
+            return b
+        while inside[b - 1]:  # inside_unit[0] is False: the walk stops
+            b -= 1
+        return b - 1
+
+    def unit_end(self, b: int) -> int:
+        """The first boundary at or after ``b`` that splits no thinking unit (``len`` at most)."""
+        inside = self.inside_unit
+        while inside[b]:  # inside_unit[len] is False
+            b += 1
+        return b
+
+    def group_end(self, b: int) -> int:
+        """The first boundary after ``b`` that splits no tool pair: the end of the tool
+        group that starts at ``b`` (``len`` at most)."""
+        n, forbid = len(self.facts), self.forbid
+        b += 1
+        while b < n and forbid[b]:
+            b += 1
+        return min(b, n)
 
     def tokens_at(self, i: int) -> int:
         return self.prefix_tokens[i + 1] - self.prefix_tokens[i]

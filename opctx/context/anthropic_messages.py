@@ -67,8 +67,10 @@ event; no condensation may cut inside one). In opctx the assistant message carri
 thinking, its calls and (through pairing) its results, so the unit holds here by
 construction: the pairing repair only ever removes an unanswered ``tool_use`` block or
 moves a result, never a thinking block, and merging keeps block order. The cut
-(``find_cut_index``) never starts the kept tail inside a unit (``FactsTable``), and
-aging only replaces result contents.
+(``find_cut_index``) never starts the kept tail inside a unit (``FactsTable``) except
+inside one larger than its ceiling, whose first tool group (the thinking block with
+its results) it then keeps, pinned after the summary or in the protected head; aging
+only replaces result contents.
 
 >>> history = [
 ...     {"role": "system", "content": "You are terse."},

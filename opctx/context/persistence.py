@@ -6,10 +6,15 @@ Layout (docs/ARCHITECTURE.md, "Compaction layout"), for an active branch
     m0 - ... - m{p-1} - m{p} ... m{cut-1} - m{cut} ... m{n-1}     original, untouched
     c0 - ... - c{p-1} - S - k{cut} - ... - k{n-1}                 new branch, HEAD = k{n-1}
 
-When the cut pins the latest user request ``m{u}`` (``p <= u < cut``, see
-``find_cut_index``), its copy goes right after the summary:
-``c0 - ... - c{p-1} - S - k{u} - k{cut} - ... - k{n-1}``; it is not in
-``folded_ids``, it heads ``kept_ids`` and is named in ``pinned_ids``.
+When the cut pins messages (``CutPoint.pinned``, all in ``p <= i < cut``, see
+``find_cut_index``), their copies go right after the summary, in branch order:
+``c0 - ... - c{p-1} - S - k{u} - k{cut} - ... - k{n-1}`` for the latest user
+request ``m{u}``. A cut inside a thinking unit larger than the keep ceiling also pins
+that unit's first tool group (the assistant message carrying the thinking block and
+its results, ``m{s} .. m{g-1}``), so the loop continued in the tail still starts with
+its thinking: ``S - k{u} - k{s} - ... - k{g-1} - k{cut} - ...``. Pinned messages are
+not in ``folded_ids``, they head ``kept_ids`` and are named in ``pinned_ids``; a call
+and its results are pinned together, so adjacency holds on the new branch.
 
 * ``c*`` / ``k*`` are copies with fresh ids ``k_<hex>`` and
   ``copied_from = <original id>``, chained by ``parent_id``; the first node of
@@ -191,7 +196,8 @@ class Persister:
 
         ``history`` is the active branch as read from the store (every message has
         an id); ``history[protect_first_n:cut_idx]`` is folded, except the positions
-        in ``pinned`` (``CutPoint.pinned``: the latest user request), which are copied
+        in ``pinned`` (``CutPoint.pinned``: the latest user request, and the first tool
+        group of a thinking unit the cut lies inside), which are copied
         right after the summary, ahead of the tail, and listed first in ``kept_ids``
         (and in ``pinned_ids``). Messages another writer appended to the branch
         since it was read are carried after the tail (``carried_ids``); a branch

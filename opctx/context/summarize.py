@@ -57,7 +57,9 @@ tool-result ids):
    request)]``; (b) *backward* to the nearest earlier user request, if the tail
    then still fits the ceiling; (c) the nearest boundary that keeps tool groups
    whole (forward within the same bound, else backward within the ceiling): the
-   tail then starts mid-turn, after a complete tool exchange; (d) the earlier
+   tail then starts mid-turn, after a complete tool exchange; (c') inside a
+   thinking unit larger than the ceiling, its first tool group pinned ("Thinking
+   units" below); (d) the earlier
    user request even over the ceiling; (e) any boundary after the head that keeps
    tool groups whole, backward from the cut first, else forward past the floor (up
    to the latest request): when the final tool group alone exceeds the ceiling, or
@@ -76,6 +78,26 @@ tool-result ids):
    ``CutPoint(ok=False, reason=...)``. The forward snap of (a) may give back the
    one assistant message in front of the user request that the gates counted;
    that is the specification's behaviour and is kept.
+
+Thinking units (issue 14, items 6 and 9)
+========================================
+An assistant message with thinking blocks, the tool results and the tool calls that
+continue its loop, up to the first other message, is one *unit* (``_cut_facts``;
+Anthropic rejects a running tool loop whose first assistant message lost its
+thinking). The cut keeps units whole: the kept tail starts where a unit starts or
+outside any (``FactsTable.tail_may_start``), and step 5 extends the protected head to
+the end of the unit it ends in, so the fold never begins inside the head's unit.
+
+One exception, documented here and recorded in ``CutPoint.steps``: a unit larger than
+the ceiling (one turn that thought once, then a tool loop far past every budget).
+Keeping it whole keeps everything and folding it whole drops the running loop, so
+the cut goes inside it, at a tool-group boundary, and the unit's *first tool group*
+(the message carrying the thinking block, with its results) is kept: in the head when
+the head already holds it (step 5 then stops after that group instead of extending
+over the unit: "over the ceiling"), else pinned after the summary with the latest
+request (step 6 (c'), ``CutPoint.pinned``). The Anthropic request built after such a
+compaction opens the unfinished loop with its thinking block, and every
+``tool_result`` still follows its ``tool_use`` (tests/test_cut_units.py).
 
 A boundary ``b`` is *valid* when no tool result at ``>= b`` answers a call at
 ``< b``. It is maintained per boundary as messages are appended: each result is

@@ -141,8 +141,13 @@ class CutPoint:
     steps: list[str] = field(default_factory=list)
     ok: bool = True
     reason: str | None = None
-    # addition: indices before ``index`` kept verbatim right after the summary (the
-    # latest user request, when snapping back to it would give up most of the fold)
+    #: Addition: positions before ``index`` (and at or after ``protected_head``) kept
+    #: verbatim right after the summary, in order, ahead of the tail. Two kinds: the
+    #: latest user request, when snapping back to it would give up most of the fold; and,
+    #: when the cut lies inside a thinking unit larger than the ceiling (one assistant
+    #: turn that thought, then a tool loop past every budget), that unit's first tool
+    #: group (the assistant message with the thinking block, then its results), so the
+    #: loop kept in the tail still opens with its thinking (``summarize``, "Thinking units").
     pinned: tuple[int, ...] = ()
 
 

@@ -68,6 +68,7 @@ _TABLE_CSS = (
     ".opctx-t th{background:#f6f6f6}.opctx-t tr.folded td{background:#f1f1f1;color:#777}"
     ".opctx-t tr.protected td:first-child{border-left:3px solid #1b7837}"
     ".opctx-t tr.kept td:first-child{border-left:3px solid #2166ac}"
+    ".opctx-t tr.pinned td{background:#fdf3dc}.opctx-t tr.pinned td:first-child{border-left:3px solid #b8860b}"
     ".opctx-t tr.gap td{text-align:center;color:#999}</style>"
 )
 

@@ -6,6 +6,10 @@ a compaction there would cut, with the window and the summariser parameters set
 by the other sliders, and the widget shows the answer: which messages stay as the
 protected head, which would be folded into the summary, which are kept verbatim,
 with tokens for each part and the step-by-step reasoning of the cut (``CutPoint.steps``).
+Messages the cut *pins* (``CutPoint.pinned``: the latest request of an autonomous run,
+and the first tool group of a thinking unit the cut lies inside, the one carrying its
+thinking block) sit in the folded range but are kept, copied right after the summary:
+they are shown as ``pinned`` rows, and the summary counts them with what is kept.
 
 Choices:
 
@@ -52,22 +56,30 @@ def cut_rows(
     """Table rows ``[index, status, role, tokens, preview]`` and their CSS classes.
 
     Status is ``protected`` (before ``cut.protected_head``), ``folded`` (up to
-    ``cut.index``, only when ``cut.ok``) or ``kept``. Long runs are elided.
+    ``cut.index``, only when ``cut.ok``), ``pinned`` (a position of ``cut.pinned``:
+    in the folded range, but kept after the summary) or ``kept``. Long runs are elided;
+    pinned rows are always shown.
     """
     from ..dag.messages import message_text
 
     n = len(messages)
     head = min(cut.protected_head, n)
     fold_end = cut.index if cut.ok else head
-    spans = [("protected", 0, head), ("folded", head, fold_end), ("kept", fold_end, n)]
     budget = max(max_rows - 3, 6)
     rows: list[list[Any]] = []
     classes: list[str] = []
+    spans = _spans(head, fold_end, n, cut.pinned if cut.ok else ())
+    folded_runs = max(1, sum(1 for s in spans if s[0] == "folded"))
     for status, lo, hi in spans:
         count = hi - lo
-        if count <= 0:
-            continue
-        share = max(2, budget // 3) if status != "kept" else max(2, budget - 2 * (budget // 3))
+        if status == "pinned":
+            share = count
+        elif status == "kept":
+            share = max(2, budget - 2 * (budget // 3))
+        elif status == "folded":  # pinned rows split the folded range: its runs share its rows
+            share = max(2, budget // 3 // folded_runs)
+        else:
+            share = max(2, budget // 3)
         if count <= share:
             shown: list[range] = [range(lo, hi)]
         else:
@@ -84,6 +96,32 @@ def cut_rows(
                 rows.append([i, status, _role(msg), tokens[i], preview(message_text(msg), preview_chars)])
                 classes.append(status)
     return rows, classes
+
+
+def _ranges(positions: list[int]) -> str:
+    """``[3, 7, 8, 9]`` as ``"3, 7-9"``."""
+    out: list[tuple[int, int]] = []
+    for p in positions:
+        if out and out[-1][1] == p - 1:
+            out[-1] = (out[-1][0], p)
+        else:
+            out.append((p, p))
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)
+
+
+def _spans(head: int, fold_end: int, n: int, pinned: tuple[int, ...]) -> list[tuple[str, int, int]]:
+    """``(status, lo, hi)`` runs of one status, in order: the head, the folded range split
+    around its pinned positions, the kept tail."""
+    spans = [("protected", 0, head)]
+    lo = head
+    for p in sorted(i for i in set(pinned) if head <= i < fold_end):
+        if spans[-1][0] == "pinned" and spans[-1][2] == p:
+            spans[-1] = ("pinned", spans[-1][1], p + 1)
+        else:
+            spans += [("folded", lo, p), ("pinned", p, p + 1)]
+        lo = p + 1
+    spans += [("folded", lo, fold_end), ("kept", fold_end, n)]
+    return [s for s in spans if s[2] > s[1]]
 
 
 class CutPointExplorer(widgets.VBox):
@@ -173,14 +211,18 @@ class CutPointExplorer(widgets.VBox):
         head = min(cut.protected_head, step)
         fold_end = cut.index if cut.ok else head
         head_tok = self.cumulative[head - 1] if head else 0
-        fold_tok = (self.cumulative[fold_end - 1] if fold_end else 0) - head_tok
+        pinned = sorted(i for i in set(cut.pinned) if head <= i < fold_end) if cut.ok else []
+        pinned_tok = sum(self.tokens[i] for i in pinned)
+        fold_tok = (self.cumulative[fold_end - 1] if fold_end else 0) - head_tok - pinned_tok
         users_before = bisect.bisect_right(
             [i for i, m in enumerate(self.messages) if m.get("role") == "user"], step - 1)
         pct = total / int(self.window.value)
         verdict = (
-            f"a compaction here folds <b>{fold_end - head}</b> messages "
+            f"a compaction here folds <b>{fold_end - head - len(pinned)}</b> messages "
             f"(\u2248{fold_tok:,} tokens) after a protected head of {head}, "
-            f"and keeps <b>{step - fold_end}</b> (\u2248{total - fold_tok - head_tok:,} tokens)"
+            f"and keeps <b>{step - fold_end + len(pinned)}</b> (\u2248{total - fold_tok - head_tok:,} tokens)"
+            + (f", of which <b>{len(pinned)}</b> pinned after the summary "
+               f"({escape_text(_ranges(pinned))}, \u2248{pinned_tok:,} tokens)" if pinned else "")
             if cut.ok
             else f"nothing would be folded: {escape_text(cut.reason)}"
         )
