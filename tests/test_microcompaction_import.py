@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
-from opctx.importers.claude_code import parse_claude_code_jsonl
-
 from _microcompact_sample import BOUNDARY_UUID, sample_lines, tool_id, write_sample
+
+from opctx.importers.claude_code import parse_claude_code_jsonl
 
 
 def test_boundary_is_a_display_only_aging_event(tmp_path):
