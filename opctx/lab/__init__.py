@@ -34,6 +34,7 @@ _EXPORTS = {
     "edges_df": "frames",
     "turns_df": "frames",
     "compactions_df": "frames",
+    "recorded_aging_df": "frames",
     "SessionSpec": "history",
     "RecordedHistory": "history",
     "RecordedCompaction": "history",
