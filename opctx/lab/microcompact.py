@@ -96,6 +96,7 @@ __all__ = [
     "result_tokens",
     "is_clearable",
     "clearable_results",
+    "microcompactor_for",
 ]
 
 CLEARABLE_TOOLS = frozenset({"Read", "Bash", "Grep", "Glob", "WebSearch", "WebFetch", "Edit", "Write"})
@@ -303,3 +304,17 @@ def clearable_results(messages: Iterable[dict], rule: MicrocompactRule, cleared:
         if m.get("role") == "tool" and m.get("tool_call_id") and str(m["tool_call_id"]) not in cleared
         and is_clearable(m.get("name"), rule)
     ]
+
+
+def microcompactor_for(client_version: Any, microcompact: bool | None, context_window: int) -> ClaudeCodeMicrocompactor | None:
+    """The ager the ``claude-code`` preset runs for a recording of ``client_version``, or None.
+
+    ``microcompact``: ``None`` (default) = for the versions that record microcompaction
+    (``records_microcompaction``), ``True`` = whatever the version, ``False`` = never.
+    The warning threshold follows the window (``rule_for``), not the preset's
+    auto-compaction row: the corpus supports 147K at 200K for 2.1.9-2.1.19 (module
+    docstring) whatever the compaction trigger of those versions is.
+    """
+    if microcompact is False or (microcompact is None and not records_microcompaction(client_version)):
+        return None
+    return ClaudeCodeMicrocompactor(rule_for(context_window))
