@@ -20,8 +20,8 @@ BOUNDARY_UUID = "b0000000-0000-4000-8000-00000000b001"
 VERSION = "2.1.15"
 
 
-def _line(kind: str, uuid: str, parent: str | None, minute: int, **fields: Any) -> dict:
-    return {"type": kind, "uuid": uuid, "parentUuid": parent, "sessionId": SESSION,
+def _line(kind: str, uuid: str, parent: str | None, minute: int, session: str = SESSION, **fields: Any) -> dict:
+    return {"type": kind, "uuid": uuid, "parentUuid": parent, "sessionId": session,
             "version": VERSION, "cwd": "/tmp/sample", "isSidechain": False, "userType": "external",
             "timestamp": f"2026-01-10T10:{minute:02d}:00.000Z", **fields}
 
@@ -31,12 +31,14 @@ def tool_id(i: int) -> str:
 
 
 def sample_lines(n_reads: int = 6, n_cleared: int = 3, result_chars: int = 40_000,
-                 usage_before: int = 150_000, usage_after: int = 120_000) -> list[dict]:
+                 usage_before: int = 150_000, usage_after: int = 120_000, session: str = SESSION,
+                 boundary_uuid: str = BOUNDARY_UUID) -> list[dict]:
     lines: list[dict] = []
     parent: str | None = None
 
     def add(line: dict) -> None:
         nonlocal parent
+        line["sessionId"] = session
         lines.append(line)
         parent = line["uuid"]
 
@@ -55,7 +57,7 @@ def sample_lines(n_reads: int = 6, n_cleared: int = 3, result_chars: int = 40_00
             {"type": "tool_result", "tool_use_id": tool_id(i), "content": text}]}))
         minute += 1
     cleared = [tool_id(i) for i in range(n_reads + 1) if i != 1][:n_cleared]
-    add(_line("system", BOUNDARY_UUID, parent, minute, subtype="microcompact_boundary",
+    add(_line("system", boundary_uuid, parent, minute, subtype="microcompact_boundary",
               content="Context microcompacted", isMeta=False, level="info",
               microcompactMetadata={"trigger": "auto", "preTokens": (n_reads * result_chars) // 4,
                                     "tokensSaved": (n_cleared * result_chars) // 4,
@@ -69,6 +71,6 @@ def sample_lines(n_reads: int = 6, n_cleared: int = 3, result_chars: int = 40_00
 
 
 def write_sample(folder: Path, **kw: Any) -> Path:
-    path = Path(folder) / f"{SESSION}.jsonl"
+    path = Path(folder) / f"{kw.get('session', SESSION)}.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in sample_lines(**kw)), encoding="utf-8")
     return path
