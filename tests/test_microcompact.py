@@ -140,3 +140,61 @@ def test_replay_applies_it():
     older = replay(history, "claude-code", context_window=200_000, model="claude-opus-4-5",
                    client_version="2.0.76", keep_contexts=False)
     assert older.steps_df["compacted"].any()
+
+
+def test_ager_compares_the_provider_count_when_the_history_has_one():
+    rule = MicrocompactRule(warning_tokens=147_000, keep_tokens=20_000, min_savings=5_000)
+    ager = ClaudeCodeMicrocompactor(rule, estimate=lambda m: len(str(m.get("content") or "")) // 4)
+    history = tool_session(6)
+    # the estimate alone (~60K) is far below 147K; the provider counted more (system prompt, tools...)
+    for i, count in enumerate([100_000, 110_000, 120_000, 130_000, 140_000, 150_000]):
+        history[1 + 2 * i] = {**history[1 + 2 * i], "usage": {"input_tokens": 10, "cache_read_tokens": count - 10,
+                                                               "cache_write_tokens": 0, "output_tokens": 5}}
+    ager.age(history[:11])  # the last request counted 140K: below
+    assert not ager.events
+    aged, report = ager.age(history + [{"id": "a-next", "role": "assistant", "content": "", "timestamp": 99.0}])
+    assert len(ager.events) == 1 and ager.events[0].context_tokens == 150_000 and report.redacted >= 1
+    # a count from before a compaction summary is not the current context's
+    fresh = ClaudeCodeMicrocompactor(rule, estimate=lambda m: len(str(m.get("content") or "")) // 4)
+    summary = {"id": "s", "role": "user", "content": "summary", "compaction": {"kind": "summary"}}
+    fresh.age(history + [summary, {"id": "u-after", "role": "user", "content": "go on"}])
+    assert not fresh.events
+
+
+def test_replay_of_a_recording_clears_where_its_counts_say():
+    from opctx.lab.replay import replay
+
+    history = tool_session(12, chars=50_000)
+    for i in range(12):  # the provider's counts grow 10K per request from 100K
+        history[1 + 2 * i] = {**history[1 + 2 * i], "usage": {"input_tokens": 100_000 + 10_000 * i,
+                                                               "cache_read_tokens": 0, "cache_write_tokens": 0,
+                                                               "output_tokens": 5}}
+    result = replay(history, "claude-code", context_window=200_000, model="claude-opus-4-5",
+                    client_version="2.1.19", keep_contexts=False)
+    redacted = list(result.steps_df["redacted"])
+    first = next(i for i, n in enumerate(redacted) if n)
+    # request 5 reported 150K (>= 147K): the client clears before request 6
+    assert first == 6
+
+
+def test_corpus_replays_clear_where_the_recordings_did(corpus_dir):
+    """``replay(history, "claude-code", client_version=...)`` on the corpus (docs/lab.md figure)."""
+    from opctx.importers.claude_code import parse_claude_code_jsonl
+    from opctx.lab.aging_fidelity import recorded_microcompactions
+    from opctx.lab.history import as_history
+    from opctx.lab.replay import replay
+
+    hits = total = 0
+    for path in sorted((corpus_dir / "claude_code_jsonl").glob("*/*.jsonl")):
+        if b"microcompact_boundary" not in path.read_bytes():
+            continue
+        history = as_history(parse_claude_code_jsonl(str(path), with_subagents=False)[0])
+        recorded = [p["request"] for p in recorded_microcompactions(history)]
+        if not recorded:
+            continue
+        redacted = list(replay(history, "claude-code", client_version=history.client_version,
+                               keep_contexts=False).steps_df["redacted"])
+        clears = [i for i in range(1, len(redacted)) if redacted[i] > redacted[i - 1]]
+        total += len(recorded)
+        hits += sum(1 for r in recorded if any(abs(c - r) <= 1 for c in clears))
+    assert total == 13 and hits >= 12

@@ -223,10 +223,11 @@ def _cleared_copy(msg: dict) -> dict:
 class ClaudeCodeMicrocompactor:
     """The rule as an engine ager: ``age(history, references) -> (aged, AgingReport)``.
 
-    The client's count of the context is the engine's estimate of the history of the
-    previous request (as sent, after its clearing) plus ``overhead_tokens`` (system
-    prompt and tool schemas that transcripts do not hold; 0 unless told); with
-    ``rule.count_since_last_request`` the current history's. A result cleared once stays cleared (same copy object in every
+    The client's count of the context is the provider's prompt count of the last
+    request in the history (what Claude Code compares); where no message carries one,
+    the engine's estimate of the previous request as sent (after its clearing) plus
+    ``overhead_tokens`` (system prompt and tool schemas that transcripts do not hold;
+    0 unless told); with ``rule.count_since_last_request`` what came after is added. A result cleared once stays cleared (same copy object in every
     later request, so prefix comparisons and per-message caches hold). ``events``:
     one ``MicrocompactEvent`` per clearing, ``request`` = how many requests (``age``
     calls on a longer history) came before.
@@ -257,6 +258,29 @@ class ClaudeCodeMicrocompactor:
 
         return estimate_message_tokens(msg)
 
+    def _client_count(self, aged: list[dict]) -> int:
+        """What the client compares with its threshold (module docstring, "count compared").
+
+        The provider's prompt count of the last request when the history holds one
+        (a live session or a recording: what Claude Code itself uses), plus, with
+        ``count_since_last_request``, the estimate of what came after it; else the
+        estimate of the previous request as sent (or of this one) plus the overhead.
+        A count from before the latest compaction summary is not used.
+        """
+        since = 0
+        for msg in reversed(aged):
+            if msg.get("compaction") is not None:
+                break
+            if msg.get("role") == "assistant":
+                count = _prompt_count(msg)
+                if count is not None:
+                    return count + (since if self.rule.count_since_last_request else 0)
+            since += self._tokens(msg)
+        now = self.overhead_tokens + sum(self._tokens(m) for m in aged)
+        if self.rule.count_since_last_request or self._last_tokens is None:
+            return now
+        return self._last_tokens
+
     def age(self, history: Sequence[dict], references: Any = None) -> tuple[list[dict], AgingReport]:
         with self._lock:
             if len(history) != self._last_len:
@@ -265,10 +289,7 @@ class ClaudeCodeMicrocompactor:
                     self._last_tokens = self._tokens_now
                 self._last_len = len(history)
             aged = [self._cleared.get(m.get("tool_call_id"), m) if m.get("role") == "tool" else m for m in history]
-            context = self.overhead_tokens + sum(self._tokens(m) for m in aged)
-            if not self.rule.count_since_last_request and self._last_tokens is not None:
-                # what the client compares: the previous request's size (module docstring)
-                context = self._last_tokens
+            context = self._client_count(aged)
             results = [
                 (str(m["tool_call_id"]), result_tokens(m, self.rule.chars_per_token), i)
                 for i, m in enumerate(aged)
@@ -294,6 +315,15 @@ class ClaudeCodeMicrocompactor:
                 redacted_ids=[m.get("id") for m in aged if m.get("_microcompacted")],
             )
             return aged, report
+
+
+def _prompt_count(msg: dict) -> int | None:
+    """The prompt size a provider reported for an assistant message (input + cache), or None."""
+    usage = msg.get("usage")
+    if not isinstance(usage, dict) or usage.get("input_tokens") is None:
+        return None
+    total = sum(int(usage.get(k) or 0) for k in ("input_tokens", "cache_read_tokens", "cache_write_tokens"))
+    return total or None  # an all-zero usage is a client's synthetic message
 
 
 def clearable_results(messages: Iterable[dict], rule: MicrocompactRule, cleared: set[str]) -> list[tuple[str, int]]:
