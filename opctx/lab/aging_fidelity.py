@@ -21,11 +21,14 @@ tool-call ids), ``{preset}_tokens_saved``, ``{preset}_pre_tokens``,
 
 Modes
 =====
-* ``free``: one pass over the whole session with the preset's own state: its own
-  cleared set, its own token count (the replay's estimate of the context plus the
-  recording's unseen overhead, measured once at the first request with a provider
-  count: provider count minus the estimate, as issue 14 item 3 prescribes). Each
+* ``free``: the preset replayed over the whole session from its start
+  (``opctx.lab.replay.replay(history, "claude-code", microcompact=<rule>)``): its own
+  cleared set, the engine's own compactions; the ager compares, as the client does,
+  the provider's count of the last request the recording holds. The clearings are
+  read off the replay (a step whose context holds newly cleared results). Each
   recorded boundary is matched to the nearest predicted clearing not yet matched.
+  ``simulate_microcompaction`` is the engine-free variant (the replay's estimate plus
+  the recording's unseen overhead, measured at its first request).
 * ``resync``: each recorded boundary is predicted from the state the real client had
   just after the previous one: the recorded cleared set, and the recording's own
   count of the context (provider count of the last request plus what followed, the
@@ -368,7 +371,7 @@ def _predict(walk: _Walk, points: list[dict], mode: str) -> list[MicrocompactEve
             events = walk.run(start, end, cleared, count="recorded", stop_at_first=True)
             out.append(events[0] if events else None)
         return out
-    events = walk.run(0, n, set(), count="estimate", stop_at_first=False)
+    events = _replay_events(walk.history, walk.rule)
     unmatched = list(events)
     matched: list[MicrocompactEvent | None] = []
     for point in points:
@@ -379,6 +382,29 @@ def _predict(walk: _Walk, points: list[dict], mode: str) -> list[MicrocompactEve
         unmatched.remove(best)
         matched.append(best)
     return matched
+
+
+def _replay_events(history: RecordedHistory, rule: MicrocompactRule) -> list[MicrocompactEvent]:
+    """The clearings of the ``claude-code`` preset with ``rule`` in a replay of ``history``."""
+    from .replay import replay
+
+    result = replay(history, "claude-code", client_version=history.client_version, microcompact=rule,
+                    keep_contexts=True)
+    originals = {str(m.get("tool_call_id")): m for m in history.messages if m.get("role") == "tool"}
+    events: list[MicrocompactEvent] = []
+    seen: set[str] = set()
+    for step in range(len(result.steps_df)):
+        context = result.context(step)
+        cleared = [str(m.get("tool_call_id")) for m in context if m.get("_microcompacted")]
+        new = [t for t in cleared if t not in seen]
+        if not new:
+            continue
+        seen.update(new)
+        saved = sum(result_tokens(originals[t], rule.chars_per_token) for t in new if t in originals)
+        left = sum(tokens for _, tokens in clearable_results(context, rule, seen))
+        events.append(MicrocompactEvent(step, new, saved + left, saved, 0,
+                                        int(result.steps_df["stream_index"].iloc[step])))
+    return events
 
 
 def aging_fidelity_summary(table: Any, presets: Sequence[str] = ("claude-code",)) -> dict[str, dict[str, Any]]:

@@ -336,15 +336,19 @@ def clearable_results(messages: Iterable[dict], rule: MicrocompactRule, cleared:
     ]
 
 
-def microcompactor_for(client_version: Any, microcompact: bool | None, context_window: int) -> ClaudeCodeMicrocompactor | None:
+def microcompactor_for(client_version: Any, microcompact: bool | MicrocompactRule | None,
+                       context_window: int) -> ClaudeCodeMicrocompactor | None:
     """The ager the ``claude-code`` preset runs for a recording of ``client_version``, or None.
 
     ``microcompact``: ``None`` (default) = for the versions that record microcompaction
-    (``records_microcompaction``), ``True`` = whatever the version, ``False`` = never.
+    (``records_microcompaction``), ``True`` = whatever the version, ``False`` = never,
+    a ``MicrocompactRule`` = that rule whatever the version (variants, fitted thresholds).
     The warning threshold follows the window (``rule_for``), not the preset's
     auto-compaction row: the corpus supports 147K at 200K for 2.1.9-2.1.19 (module
     docstring) whatever the compaction trigger of those versions is.
     """
+    if isinstance(microcompact, MicrocompactRule):
+        return ClaudeCodeMicrocompactor(microcompact)
     if microcompact is False or (microcompact is None and not records_microcompaction(client_version)):
         return None
     return ClaudeCodeMicrocompactor(rule_for(context_window))
