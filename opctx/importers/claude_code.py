@@ -47,6 +47,15 @@ Mapping
   (the ``/compact`` command echo) on the *pre-compaction* branch; such a line is
   re-attached to the new branch (``metadata.source_parent`` keeps the recorded parent),
   because the model never saw the folded branch again.
+* ``microcompact_boundary`` system lines (Claude Code 2.1.x: the client cleared old tool
+  results before the next request; ``microcompactMetadata.trigger``, ``preTokens``,
+  ``tokensSaved``, ``compactedToolIds``, ``clearedAttachmentUUIDs``) are *recorded aging
+  events*: the line stays a display-only system node (never sent) carrying
+  ``metadata.microcompaction`` = ``{"trigger", "pre_tokens", "tokens_saved",
+  "tool_call_ids", "cleared_attachment_uuids", "uuid", "missing_tool_call_ids"}``, and
+  every code node whose ``tool_call_id`` was cleared gets ``metadata.cleared_by`` = the
+  boundary's ``uuid`` (the node id when the line has none). The results themselves stay
+  untouched: the file holds no placeholder text, only the next request's usage drops.
 * A ``uuid`` used by two entries (a client writing a line twice, a damaged file): both
   stay, as distinct nodes; the later one gets ``metadata.duplicate_uuid`` (the uuid and
   the first line that used it) and a warning names both lines; lines written after it
@@ -116,7 +125,8 @@ _SESSION_FIELDS = ("sessionId", "cwd", "version", "gitBranch", "userType", "slug
                    "entrypoint", "agentId", "isSidechain")
 # Fields with a home of their own on the node.
 _CONSUMED = {"type", "uuid", "parentUuid", "timestamp", "message", "isCompactSummary",
-             "toolUseResult", "content", "subtype", "compactMetadata", "logicalParentUuid"}
+             "toolUseResult", "content", "subtype", "compactMetadata", "logicalParentUuid",
+             "microcompactMetadata"}
 _MESSAGE_CONSUMED = {"role", "content", "model", "id", "usage", "stop_reason"}
 _AGENT_FILE = re.compile(r"^agent-[A-Za-z0-9_-]+\.jsonl$")
 _SAFE_ID = re.compile(r"[A-Za-z0-9_-]{1,200}")
@@ -354,6 +364,8 @@ class _Converter:
         elif kind == "system":
             if entry.get("subtype") == "compact_boundary":
                 self.pending_boundary = entry
+            elif entry.get("subtype") == "microcompact_boundary":
+                self._microcompact(entry, line)
             else:
                 self._system(entry, line)
         elif kind == "summary":
@@ -603,6 +615,52 @@ class _Converter:
         if entry.get("uuid"):
             self.node_of_uuid[entry["uuid"]] = call.id
         self._move_head(entry, call.id)
+
+    def _microcompact(self, entry: dict, line: int) -> None:
+        """A recorded microcompaction: a display-only node plus ``cleared_by`` on what it cleared.
+
+        Values come from an untrusted file: counts that are not numbers become None,
+        ids that are not strings are dropped (never used as keys).
+        """
+        self._system(entry, line)
+        node = self.b.calls[-1]  # the node _system just added
+        raw = entry.get("microcompactMetadata")
+        raw = raw if isinstance(raw, dict) else {}
+
+        def number(value: Any) -> int | None:
+            return None if isinstance(value, bool) or not isinstance(value, (int, float)) else int(value)
+
+        def ids(value: Any) -> list[str]:
+            return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+        tool_ids = ids(raw.get("compactedToolIds"))
+        marker = entry.get("uuid") if isinstance(entry.get("uuid"), str) else node.id
+        missing = []
+        for tool_id in tool_ids:
+            code = self.code_of_tool.get(tool_id)
+            if code is None:
+                missing.append(tool_id)
+            else:
+                # the first boundary that cleared a result is the one that matters
+                code.metadata.setdefault("cleared_by", marker)
+        record: dict[str, Any] = {
+            "trigger": raw.get("trigger") if isinstance(raw.get("trigger"), str) else None,
+            "pre_tokens": number(raw.get("preTokens")),
+            "tokens_saved": number(raw.get("tokensSaved")),
+            "tool_call_ids": tool_ids,
+            "cleared_attachment_uuids": ids(raw.get("clearedAttachmentUUIDs")),
+            "uuid": marker,
+        }
+        if missing:
+            record["missing_tool_call_ids"] = missing
+            self.b.warnings.append(
+                f"{self._where(line)}: microcompact_boundary clears {len(missing)} tool result(s) "
+                "not in this session; listed in metadata.microcompaction.missing_tool_call_ids")
+        extra = {k: v for k, v in raw.items() if k not in (
+            "trigger", "preTokens", "tokensSaved", "compactedToolIds", "clearedAttachmentUUIDs")}
+        if extra:
+            record["extra"] = extra
+        node.metadata["microcompaction"] = record
 
     def _compact_summary(self, entry: dict | None, line: int | None) -> None:
         boundary = self.pending_boundary

@@ -11,6 +11,8 @@
 ``prices``         assumed list prices per model family, cache multipliers
 ``fidelity``       recorded compactions vs where the presets compact
 ``calibrate``      fit a client preset's trigger to recorded compactions
+``microcompact``   Claude Code's clearing of old tool results, as a rule and an ager
+``aging_fidelity`` recorded microcompactions vs where the model clears, which results
 ``sweep``          many sessions x many configurations, any executor
 ``scenarios``      seeded synthetic coding sessions with planted identifiers
 =================  ==========================================================
@@ -34,6 +36,7 @@ _EXPORTS = {
     "edges_df": "frames",
     "turns_df": "frames",
     "compactions_df": "frames",
+    "recorded_aging_df": "frames",
     "SessionSpec": "history",
     "RecordedHistory": "history",
     "RecordedCompaction": "history",
@@ -56,6 +59,12 @@ _EXPORTS = {
     "price_for": "prices",
     "fidelity_table": "fidelity",
     "fidelity_summary": "fidelity",
+    "aging_fidelity_table": "aging_fidelity",
+    "aging_fidelity_summary": "aging_fidelity",
+    "recorded_microcompactions": "aging_fidelity",
+    "simulate_microcompaction": "aging_fidelity",
+    "MicrocompactRule": "microcompact",
+    "ClaudeCodeMicrocompactor": "microcompact",
     "calibrate": "calibrate",
     "CalibratedPreset": "calibrate",
     "loso_fidelity_table": "calibrate",

@@ -52,6 +52,14 @@ Frames
 ``compactions_df`` one row per summary node: recorded or opctx's own, trigger,
                  reason, pre-compaction tokens, counts of folded / kept /
                  protected nodes, summary length (and text on request).
+``recorded_aging_df`` one row per recorded aging event (Claude Code's
+                 ``microcompact_boundary``, imported as a display-only node with
+                 ``metadata.microcompaction``): when (``seq``, ``request_index``:
+                 how many requests the session had made before it, so the 0-based
+                 index of the request it preceded), trigger, ``pre_tokens``,
+                 ``tokens_saved``, how many tool results it cleared. The nodes
+                 frame's ``cleared_by`` column names, on each cleared tool result,
+                 the boundary that cleared it (its recorded ``uuid``).
 
 Provider prompt tokens: opctx's importers store ``usage.input_tokens`` as the
 *uncached* input (Anthropic's convention; the Codex and OpenAI importers subtract
@@ -84,6 +92,8 @@ __all__ = [
     "edges_df",
     "turns_df",
     "compactions_df",
+    "recorded_aging_df",
+    "RECORDED_AGING_COLUMNS",
     "write_parquet",
     "FRAMES",
 ]
@@ -121,6 +131,7 @@ _NODE_PATHS: dict[str, str] = {
     "name": "$.name",
     "tool_call_id": "$.metadata.tool_call_id",
     "is_error": "$.metadata.is_error",
+    "cleared_by": "$.metadata.cleared_by",
     "usage_input_tokens": "$.metadata.usage.input_tokens",
     "usage_output_tokens": "$.metadata.usage.output_tokens",
     "usage_cache_read_tokens": "$.metadata.usage.cache_read_tokens",
@@ -138,7 +149,7 @@ _NODE_EXTRA_SQL: dict[str, str] = {
 _NODE_ORDER = (
     "session_id", "id", "seq", "created_at", "role", "kind", "name", "predecessor", "caller",
     "n_reads", "output_chars", "data_chars", "n_tool_calls", "tool_call_id", "is_error",
-    "usage_input_tokens", "usage_output_tokens", "usage_cache_read_tokens",
+    "cleared_by", "usage_input_tokens", "usage_output_tokens", "usage_cache_read_tokens",
     "usage_cache_write_tokens", "copied_from", "source", "model",
 )
 _NODE_PYTHON = ("data", "text", "tokens")  # computed in Python from the whole data_json
@@ -256,6 +267,10 @@ def _type_columns(df: pd.DataFrame) -> pd.DataFrame:
             df[col] = pd.to_numeric(df[col], errors="coerce").fillna(0).astype("int64")
         elif col == "is_error":
             df[col] = df[col].fillna(False).astype(bool)
+        elif col == "cleared_by":
+            # text, also when no node of the batch was cleared (an all-None object column
+            # would not round-trip through Parquet as text)
+            df[col] = df[col].astype("string")
     return df
 
 
@@ -629,6 +644,69 @@ def compactions_df(
     return _concat(frames, paths, multi, cols)
 
 
+_MC = "json_extract(n.data_json, '$.metadata.microcompaction"
+# a request is an llm node that is neither a system line nor a summary
+_IS_REQUEST = ("m.type = 'llm' AND json_extract(m.data_json, '$.metadata.role') IS NULL"
+               " AND json_type(m.data_json, '$.metadata.compaction') IS NULL")
+_RECORDED_AGING_SQL: dict[str, str] = {
+    "session_id": "n.session_id",
+    "id": "n.id",
+    "seq": "n.seq",
+    "created_at": "n.created_at",
+    "request_index": f"(SELECT count(*) FROM nodes m WHERE m.session_id = n.session_id AND m.seq < n.seq AND {_IS_REQUEST})",
+    "uuid": f"{_MC}.uuid')",
+    "trigger": f"{_MC}.trigger')",
+    "pre_tokens": f"{_MC}.pre_tokens')",
+    "tokens_saved": f"{_MC}.tokens_saved')",
+    "cleared": "COALESCE(json_array_length(n.data_json, '$.metadata.microcompaction.tool_call_ids'), 0)",
+    "cleared_attachments": "COALESCE(json_array_length(n.data_json, '$.metadata.microcompaction.cleared_attachment_uuids'), 0)",
+    "missing": "COALESCE(json_array_length(n.data_json, '$.metadata.microcompaction.missing_tool_call_ids'), 0)",
+}
+RECORDED_AGING_COLUMNS: tuple[str, ...] = (*_RECORDED_AGING_SQL, "tool_call_ids")
+
+
+def recorded_aging_df(
+    db: DbArg, *, session_ids: Iterable[str] | None = None, with_ids: bool = False
+) -> pd.DataFrame:
+    """One row per recorded microcompaction (a node with ``metadata.microcompaction``).
+
+    Columns: ``session_id, id, seq, created_at, request_index, uuid, trigger,
+    pre_tokens, tokens_saved, cleared, cleared_attachments, missing`` (+
+    ``tool_call_ids``, a list per row, with ``with_ids=True``). ``request_index``
+    counts the session's requests (llm nodes that are neither system lines nor
+    summaries) before the event: the 0-based index of the request it preceded.
+    ``pre_tokens`` / ``tokens_saved`` are the client's figures (the clearable tool
+    results and what clearing them saved, about characters / 4), not context sizes.
+    """
+    select = dict(_RECORDED_AGING_SQL)
+    if with_ids:
+        select["tool_call_ids"] = f"{_MC}.tool_call_ids')"
+    cols = list(select)
+    paths, multi = _as_paths(db)
+    frames = []
+    for path in paths:
+        where, params = _session_filter("n", session_ids)
+        # the substring test skips JSON parsing for every node that is not a candidate
+        sql = (
+            "SELECT " + ", ".join(f"{v} AS {k}" for k, v in select.items())
+            + " FROM nodes n WHERE n.type = 'llm' AND instr(n.data_json, '\"microcompaction\":{') > 0"
+            + " AND json_type(n.data_json, '$.metadata.microcompaction') IS NOT NULL"
+            + where + " ORDER BY n.session_id, n.seq"
+        )
+        with closing(open_readonly(path)) as conn:
+            df = pd.DataFrame(conn.execute(sql, params).fetchall(), columns=cols)
+        df["created_at"] = _to_utc(df["created_at"])
+        for col in ("pre_tokens", "tokens_saved"):
+            df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
+        for col in ("seq", "request_index", "cleared", "cleared_attachments", "missing"):
+            df[col] = pd.to_numeric(df[col], errors="coerce").fillna(0).astype("int64")
+        df["trigger"] = df["trigger"].astype("category")
+        if with_ids:
+            df["tool_call_ids"] = [json.loads(v) if isinstance(v, str) else [] for v in df["tool_call_ids"]]
+        frames.append(df)
+    return _concat(frames, paths, multi, cols)
+
+
 # -- Parquet, a batch of sessions at a time ----------------------------------------------------
 
 FRAMES = ("sessions", "nodes", "edges", "turns", "compactions")
@@ -638,7 +716,7 @@ FRAMES = ("sessions", "nodes", "edges", "turns", "compactions")
 _TS = "timestamp"
 _ARROW_TYPES: dict[str, str] = {
     **dict.fromkeys(("session_id", "id", "title", "agent_id", "head", "name", "predecessor",
-                     "caller", "tool_call_id", "copied_from", "text", "target",
+                     "caller", "tool_call_id", "copied_from", "text", "target", "cleared_by", "uuid",
                      "start_id", "trigger", "first_folded", "last_folded", "summary_text"), "string"),
     **dict.fromkeys(("created_at", "updated_at", "first_at", "last_at", "started_at", "ended_at"), _TS),
     **dict.fromkeys(("model", "source", "format", "role", "kind", "reason"), "dictionary"),

@@ -119,6 +119,7 @@ observation masking; the client parameters above. An unknown parameter is a
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import math
 import re
@@ -142,6 +143,9 @@ from opctx.context.summarize import Summarizer, SummarizerConfig
 from opctx.context.types import AgingReport, ReferenceMap
 from opctx.context.usage import UsageTracker
 from opctx.dag.messages import is_tool_result
+
+# claude-code: Claude Code's own clearing of old tool results (microcompaction)
+from .microcompact import ClaudeCodeMicrocompactor, microcompactor_for
 
 __all__ = [
     "PresetSpec",
@@ -779,6 +783,8 @@ def build_engine(
         raise ValueError(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
     client_kw = {k: params.pop(k) for k in list(params) if k in CLIENT_PARAMETERS}
     client_version = client_kw.pop("client_version", None)
+    # claude-code: Claude Code's own clearing of old tool results (opctx.lab.microcompact)
+    microcompact = params.pop("microcompact", None)
     if client_kw and spec.client is None:
         raise ValueError(f"{sorted(client_kw)} apply to the client presets (claude-code, codex), not {name!r}")
     window = context_window
@@ -822,6 +828,8 @@ def build_engine(
         aging = False
     elif aging:
         ager = _make_ager(clock, aging_kw)
+    if spec.client == "claude-code" and aging:
+        ager = microcompactor_for(client_version, microcompact, window) or ager
     engine = DefaultContextEngine(
         usage_tracker=UsageTracker(session_db, clock=clock),
         budget_allocator=budget,
@@ -835,11 +843,14 @@ def build_engine(
         name=name,
         aging=bool(ager is not None),
         # only an ager that may read the reference map (TurnAger) needs the real tracker
-        references=None if ager is not None and not isinstance(ager, ObservationMasker) else _NoReferences(clock),
+        references=None if ager is not None and not isinstance(ager, (ObservationMasker, ClaudeCodeMicrocompactor))
+        else _NoReferences(clock),
         **engine_kw,
     )
     if isinstance(ager, ObservationMasker):
         ager._estimate = engine.estimator.message_tokens
+    elif isinstance(ager, ClaudeCodeMicrocompactor):  # it counts as the engine does
+        ager.estimate = functools.partial(engine.estimator.message_tokens, model=model)
     return engine
 
 

@@ -37,6 +37,21 @@ Choices:
 * ``diff_html`` lays the two sides out as one table aligned by original: a
   protected or kept original sits next to its copy, and the folded run sits
   next to the summary (one cell spanning the run). All text is escaped.
+* A tool result that a recorded microcompaction cleared (``metadata.cleared_by``,
+  see below) carries that mark in the diff rows (``cleared_by``) and a
+  ``cleared`` tag in the HTML.
+
+Recorded aging (Claude Code's microcompaction)
+----------------------------------------------
+A microcompaction clears old tool results in place, without a new branch: the
+client recorded a display-only ``microcompact_boundary`` node
+(``metadata.microcompaction``) and the importer marked each cleared result with
+``metadata.cleared_by`` (the boundary's uuid). ``list_aging_events`` lists a
+session's events; ``compare_aging(source, session_id, event=-1)`` returns an
+``AgingDiff``: one row per tool result on the branch before the event
+(``AGING_COLUMNS``), with ``status`` ``cleared`` (by this event), ``cleared
+earlier`` (by an earlier one), ``kept``; ``aging_html`` draws it, the event's
+figures in the caption, every transcript text escaped.
 """
 
 from __future__ import annotations
@@ -74,11 +89,16 @@ __all__ = [
     "compare_compaction",
     "diff_html",
     "diff_graph",
+    "AGING_COLUMNS",
+    "AgingDiff",
+    "list_aging_events",
+    "compare_aging",
+    "aging_html",
 ]
 
 DIFF_COLUMNS = [
     "side", "position", "status", "original_id", "copy_id", "role", "name", "seq", "tokens",
-    "preview",
+    "preview", "cleared_by",
 ]
 
 
@@ -216,6 +236,8 @@ def compare_compaction(
     def row(side: str, pos: int, status: str, call: Call | None, original: str | None,
             copy: str | None) -> dict[str, Any]:
         text = call_text(call) if call is not None else ""
+        source = graph.get(original) if original is not None else None
+        cleared_by = (source or call).metadata.get("cleared_by") if (source or call) is not None else None
         return {
             "side": side,
             "position": pos,
@@ -227,6 +249,7 @@ def compare_compaction(
             "seq": call.seq if call is not None else None,
             "tokens": _tokens(text),
             "preview": preview(text, preview_chars),
+            "cleared_by": cleared_by if isinstance(cleared_by, str) else None,
         }
 
     rows: list[dict[str, Any]] = []
@@ -244,7 +267,7 @@ def compare_compaction(
             status = "kept" if orig in kept_set else "protected"
             rows.append(row("after", pos, status, c, orig, c.id))
     df = pd.DataFrame(rows, columns=DIFF_COLUMNS)
-    for col in ("original_id", "copy_id"):
+    for col in ("original_id", "copy_id", "cleared_by"):
         # keep a real None (not NaN) for "no such node": it is what the views test for
         df[col] = df[col].astype(object).where(df[col].notna(), None)
     df["side"] = df["side"].astype(pd.CategoricalDtype(["before", "after"]))
@@ -288,14 +311,20 @@ font-size:11px;margin-right:4px;text-align:center}
 .opctx-diff td.gap{background:#fbfbfb;color:#666;text-align:center}
 .opctx-diff td.gap summary{cursor:pointer}
 .opctx-diff td.gap .opctx-diff{margin-top:4px;text-align:left}
+.opctx-diff .cleared{background:#b2182b}
+.opctx-diff .cleared-earlier{background:#f4a582;color:#222}
+.opctx-diff tr.cleared-row td{background:#fdf0ee}
 """
 
 
 def _cell(r: Any) -> str:
     color = COMPACTION_COLORS.get(str(r["status"]), "#999")
     ident = r["copy_id"] if r["side"] == "after" else r["original_id"]
+    cleared = r.get("cleared_by") if hasattr(r, "get") else None
+    mark = (f'<span class="tag cleared" title="cleared by {escape_text(cleared)}">cleared</span>'
+            if isinstance(cleared, str) else "")
     return (
-        f'<span class="tag" style="background:{color}">{escape_text(r["status"])}</span>'
+        f'<span class="tag" style="background:{color}">{escape_text(r["status"])}</span>{mark}'
         f'<b>{escape_text(r["role"])}</b> <span class="meta">{escape_text(ident)} '
         f"\u00b7 seq {escape_text(r['seq'])} \u00b7 \u2248{escape_text(r['tokens'])} tok</span><br>"
         f"{escape_text(r['preview'])}"
@@ -515,3 +544,123 @@ def diff_graph(
     return _render(sub, infos, kinds=("caller", "predecessor"), max_nodes=max(2, len(infos)),
                    collapse=False, title=f"compaction {d.summary.id}", height=height,
                    slots=_diff_slots(d, infos), turns=False)
+
+
+# -- recorded aging ------------------------------------------------------------------------
+
+AGING_COLUMNS = ["position", "status", "node_id", "tool_call_id", "name", "seq", "tokens", "cleared_by",
+                 "preview"]
+AGING_STATUSES = ["cleared", "cleared earlier", "kept"]
+
+
+def _aging_events(graph: Graph) -> list[Call]:
+    return sorted((n for n in graph if isinstance(n.metadata.get("microcompaction"), dict)),
+                  key=lambda n: n.seq)
+
+
+def list_aging_events(source: Any, session_id: str | None = None) -> pd.DataFrame:
+    """One row per recorded microcompaction of a session, in ``seq`` order.
+
+    Columns: ``index, node_id, seq, uuid, trigger, pre_tokens, tokens_saved, cleared``.
+    """
+    import pandas as pd
+
+    graph, _ = load_session(source, session_id)
+    rows = []
+    for i, node in enumerate(_aging_events(graph)):
+        mc = node.metadata["microcompaction"]
+        rows.append({"index": i, "node_id": node.id, "seq": node.seq, "uuid": mc.get("uuid"),
+                     "trigger": mc.get("trigger"), "pre_tokens": mc.get("pre_tokens"),
+                     "tokens_saved": mc.get("tokens_saved"), "cleared": len(mc.get("tool_call_ids") or ())})
+    return pd.DataFrame(rows, columns=["index", "node_id", "seq", "uuid", "trigger", "pre_tokens",
+                                       "tokens_saved", "cleared"])
+
+
+@dataclass
+class AgingDiff:
+    """The tool results one recorded microcompaction saw, and what it cleared."""
+
+    rows: pd.DataFrame
+    event: Call
+    graph: Graph
+
+    def _repr_html_(self) -> str:
+        return aging_html(self)
+
+
+def compare_aging(
+    source: Any,
+    session_id: str | None = None,
+    event: str | int = -1,
+    *,
+    preview_chars: int = 160,
+) -> AgingDiff:
+    """The tool results on the branch before a recorded microcompaction (module docstring)."""
+    import pandas as pd
+
+    graph, _ = load_session(source, session_id)
+    events = _aging_events(graph)
+    if not events:
+        raise ValueError("this session has no recorded microcompaction (no node with metadata.microcompaction)")
+    if isinstance(event, str):
+        node = next((e for e in events if e.id == event or e.metadata["microcompaction"].get("uuid") == event), None)
+        if node is None:
+            raise KeyError(f"no recorded microcompaction {event!r} in this session")
+    elif isinstance(event, int) and not isinstance(event, bool):
+        try:
+            node = events[event]
+        except IndexError:
+            raise IndexError(f"event index {event} out of range: this session has {len(events)} "
+                             "recorded microcompaction(s)") from None
+    else:
+        raise TypeError(f"event must be a node id, a uuid or an int index, got {event!r}")
+    mc = node.metadata["microcompaction"]
+    mine = {mc.get("uuid"), node.id}
+    this_ids = {t for t in mc.get("tool_call_ids") or () if isinstance(t, str)}
+    rows = []
+    for call in graph.chain(node.id)[:-1]:
+        if call.role != "code":
+            continue
+        tool_call_id = call.metadata.get("tool_call_id")
+        cleared_by = call.metadata.get("cleared_by")
+        if tool_call_id in this_ids or cleared_by in mine:
+            status = "cleared"
+        elif isinstance(cleared_by, str):
+            status = "cleared earlier"
+        else:
+            status = "kept"
+        text = call_text(call)
+        rows.append({"position": len(rows), "status": status, "node_id": call.id, "tool_call_id": tool_call_id,
+                     "name": call.name, "seq": call.seq, "tokens": -(-len(text) // 4),
+                     "cleared_by": cleared_by if isinstance(cleared_by, str) else None,
+                     "preview": preview(text, preview_chars)})
+    df = pd.DataFrame(rows, columns=AGING_COLUMNS)
+    df["status"] = df["status"].astype(pd.CategoricalDtype(AGING_STATUSES))
+    df["cleared_by"] = df["cleared_by"].astype(object).where(df["cleared_by"].notna(), None)
+    return AgingDiff(df, node, graph)
+
+
+def aging_html(diff: AgingDiff, *, title: str | None = None) -> str:
+    """An ``AgingDiff`` as an HTML table: cleared results marked, the event's figures on top."""
+    mc = diff.event.metadata["microcompaction"]
+    rows = diff.rows
+    cleared = rows[rows["status"] == "cleared"]
+    heading = title or (
+        f"Recorded microcompaction {mc.get('uuid') or diff.event.id} ({mc.get('trigger') or '?'}): "
+        f"{len(cleared)} of {len(rows)} tool results cleared; the client counted "
+        f"{mc.get('pre_tokens')} tokens of clearable results and saved {mc.get('tokens_saved')}"
+    )
+    out = [f"<style>{_DIFF_CSS}</style>", '<table class="opctx-diff">',
+           f'<caption style="text-align:left;padding:4px 0"><b>{escape_text(heading)}</b></caption>',
+           "<tr><th style=\"width:9em\">status</th><th>tool result (before the event)</th></tr>"]
+    for _, r in rows.iterrows():
+        status = str(r["status"])
+        css = {"cleared": "cleared", "cleared earlier": "cleared-earlier"}.get(status, "")
+        color = "" if css else ' style="background:#1b7837"'
+        tag = f'<span class="tag {css}"{color}>{escape_text(status)}</span>'
+        meta = (f'<b>{escape_text(r["name"])}</b> <span class="meta">{escape_text(r["tool_call_id"])} '
+                f"\u00b7 seq {escape_text(r['seq'])} \u00b7 \u2248{escape_text(r['tokens'])} tok</span><br>")
+        row_css = ' class="cleared-row"' if status == "cleared" else ""
+        out.append(f"<tr{row_css}><td>{tag}</td><td>{meta}{escape_text(r['preview'])}</td></tr>")
+    out.append("</table>")
+    return "".join(out)

@@ -46,6 +46,12 @@ Choices:
   ``<img>`` with a ``data:`` URI inside a ``widgets.HTML``: it needs no file and
   no request, and its ``src`` changes exactly when the picture does. The table
   is escaped HTML.
+* **Recorded aging is drawn.** A recording that holds Claude Code microcompactions
+  (``opctx.lab.aging_fidelity.recorded_microcompactions``) gets a dotted vertical
+  marker at each request the client cleared tool results before (x = that request's
+  step), a count in the status line and a table under the cut table (request,
+  uuid, trigger, the client's ``preTokens`` / ``tokensSaved``, results cleared), all
+  escaped: the uuids and figures come from the transcript.
 * **Errors are shown, not raised**: an invalid combination (``keep_min_tokens``
   above ``keep_max_tokens``, thresholds out of order) is reported in the status
   line with the engine's own message, and the last good picture stays.
@@ -62,7 +68,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from ..viz.html import escape_text
-from ..viz.plots import budget_timeline, new_figure
+from ..viz.plots import _outside_legend, budget_timeline, new_figure
 from ._common import Debouncer, figure_html, html_table, load_messages
 
 __all__ = ["CompactionTuner", "preset_catalogue", "control_for", "PRIMARY"]
@@ -242,6 +248,7 @@ class CompactionTuner(widgets.VBox):
         if not self.history.messages:
             raise ValueError("this session has no messages to replay")
         self.messages, self.model = load_messages(self.history)
+        self.recorded_aging = _recorded_aging(self.history)
         self._fixed_catalogue = presets if isinstance(presets, Mapping) else None
         self._presets_module = None if self._fixed_catalogue is not None else presets
         names = list(preset_catalogue(self._fixed_catalogue) if self._fixed_catalogue is not None
@@ -476,13 +483,15 @@ class CompactionTuner(widgets.VBox):
         self.status.value = (
             f"<div style='font:13px system-ui'>{escape_text(self.preset.value)}: "
             f"<b>{len(steps)}</b> requests, <b>{len(comps)}</b> compactions, peak "
-            f"\u2248{peak:,} tokens, window {escape_text(f'{result.context_window:,}')}; "
-            f"replayed in {elapsed * 1000:.0f} ms</div>"
+            f"\u2248{peak:,} tokens, window {escape_text(f'{result.context_window:,}')}"
+            f"{_aging_note(self.recorded_aging)}; replayed in {elapsed * 1000:.0f} ms</div>"
         )
         fig, (ax,) = new_figure(*_FIGURE_INCHES)
         # the lines are the thresholds this replay used, not the specification's defaults
         budget_timeline(steps, ax=ax, thresholds=self.thresholds(),
                         title=f"{self.preset.value}: input budget used per request")
+        if _mark_recorded_aging(ax, len(steps), self.recorded_aging):
+            _outside_legend(ax)
         self.plot.value = figure_html(fig, dpi=_PLOT_DPI, style=_PLOT_CSS)
         rows = [
             [r.step, r.turn, r.reason, r.tokens_before, r.tokens_after,
@@ -493,7 +502,47 @@ class CompactionTuner(widgets.VBox):
         ]
         caption = (f"{len(rows)} compaction(s) with these settings" if rows
                    else "no compaction with these settings")
-        self.table.value = html_table(_TABLE_COLUMNS, rows, caption=caption)
+        self.table.value = html_table(_TABLE_COLUMNS, rows, caption=caption) + _aging_table(self.recorded_aging)
         self._views[key] = (self.status.value, self.plot.value, self.table.value)
         while len(self._views) > self._cache_size:
             self._views.pop(next(iter(self._views)))
+
+
+# -- recorded aging (Claude Code microcompactions) ---------------------------------------------
+
+_AGING_COLUMNS = ["request", "uuid", "trigger", "client preTokens", "client tokensSaved", "results cleared"]
+_AGING_COLOR = "#b2182b"
+
+
+def _recorded_aging(history: Any) -> list[dict[str, Any]]:
+    from ..lab.aging_fidelity import recorded_microcompactions
+
+    return recorded_microcompactions(history)
+
+
+def _aging_note(events: list[dict[str, Any]]) -> str:
+    if not events:
+        return ""
+    n = len(events)
+    return f", <b>{n}</b> recorded microcompaction{'s' if n != 1 else ''} (dotted)"
+
+
+def _mark_recorded_aging(ax: Any, n_steps: int, events: list[dict[str, Any]]) -> bool:
+    """A dotted line at each request a recorded microcompaction preceded; True if any drawn."""
+    drawn = False
+    for event in events:
+        x = event.get("request")
+        if not isinstance(x, int) or not 0 <= x < max(n_steps, 1):
+            continue
+        ax.axvline(x, color=_AGING_COLOR, linestyle=":", linewidth=1.4,
+                   label="recorded microcompaction" if not drawn else None)
+        drawn = True
+    return drawn
+
+
+def _aging_table(events: list[dict[str, Any]]) -> str:
+    if not events:
+        return ""
+    rows = [[e.get("request"), e.get("uuid") or "", e.get("trigger") or "", e.get("pre_tokens"),
+             e.get("tokens_saved"), len(e.get("tool_call_ids") or ())] for e in events]
+    return html_table(_AGING_COLUMNS, rows, caption=f"{len(rows)} recorded microcompaction(s) in the recording")
