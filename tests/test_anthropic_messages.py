@@ -299,3 +299,21 @@ def test_the_engine_counts_thinking_as_the_model_keeps_it() -> None:
     # a request right after tool results joins their user turn: the loop goes on, nothing is dropped
     joined = [*history[:3], {"id": "u9", "role": "user", "content": "also this"}, *history[5:]]
     assert MessageFacts(lambda m: 1).table(joined).turn_start == 0
+
+
+def test_a_merged_assistant_turn_opens_with_its_thinking():
+    """A text reply followed by a thinking tool call, stored as two messages, becomes one
+    assistant turn; Anthropic rejects a tool-loop turn that does not start with thinking."""
+    from opctx.context.anthropic_messages import to_anthropic_request
+
+    history = [
+        {"role": "user", "content": "list the files"},
+        {"role": "assistant", "content": "Let me look."},
+        {"role": "assistant", "content": "", "thinking": [
+            {"type": "thinking", "thinking": "use ls", "signature": "sig1"}],
+         "tool_calls": [{"id": "t1", "name": "bash", "arguments": {"cmd": "ls"}}]},
+        {"role": "tool", "tool_call_id": "t1", "content": "a.txt"},
+    ]
+    request = to_anthropic_request(history, thinking="all")
+    assistant = [t for t in request["messages"] if t["role"] == "assistant"]
+    assert [b["type"] for b in assistant[0]["content"]] == ["thinking", "text", "tool_use"]

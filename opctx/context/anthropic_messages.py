@@ -190,6 +190,10 @@ def to_anthropic_request(
         if turn["role"] == "user":
             # the results answer the assistant turn before: they come first
             turn["content"].sort(key=lambda b: b.get("type") != "tool_result")
+        else:
+            # a reply stored as several messages (text, then a thinking tool call) merges into
+            # one turn; the API wants that turn to open with its thinking (stable otherwise)
+            turn["content"].sort(key=lambda b: b.get("type") not in _THINKING_TYPES)
     turns = _keep_thinking(turns, mode)
     if turns and turns[0]["role"] != "user":
         turns.insert(0, {"role": "user", "content": [{"type": "text", "text": OPENING_USER_TEXT}]})
