@@ -129,7 +129,9 @@ def test_presets_compact_at_their_thresholds(histories, table):
     matched = table[table["claude-code_matched"]]
     assert len(matched) >= 1
     for _, row in matched.iterrows():
-        assert row["claude-code_tokens_before"] >= row["claude-code_trigger_tokens"] - 1
+        # the decision is taken on the last response's total (the client's check) or the request
+        assert row["claude-code_check_tokens"] >= row["claude-code_trigger_tokens"] - 1
+        assert row["claude-code_trigger_check"] in ("last-response", "request")
     # Claude Code 2.0.x reserved the whole max output: 155,000 at 200K
     old = table[table["client_version"].astype(str).str.startswith("2.0.") & (table["claude-code_window"] == 200_000)]
     assert len(old) and (old["claude-code_trigger_tokens"] == 155_000).all()

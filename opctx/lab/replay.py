@@ -77,7 +77,10 @@ Choices
   message per step). ``keep_contexts=False`` keeps none; ``context(step)`` and
   the metrics that need contexts (reference loss, tool pairs) then raise.
 
-``ReplayResult``: ``steps_df`` (one row per request), ``compactions`` (what
+``ReplayResult``: ``steps_df`` (one row per request; ``tokens`` is the request as
+sent, ``tokens_before_compaction`` the request before a compaction it triggered,
+``check_tokens`` the figure the decision was taken on: the request itself, or the
+last response's prompt + output), ``compactions`` (what
 each compaction folded, kept, protected, its summary), ``recorded_compactions``
 (from the recording), ``context(step)``, ``origin_of(msg)`` (the stream index a
 request message comes from), ``metrics()`` (``opctx.lab.metrics.summarize``).
@@ -480,6 +483,7 @@ class _Replay:
         self.overhead_history = 0
         # prompt + output of the previous request as the replay saw it ("last-response" check)
         self.last_response_total: int | None = None
+        self.check_tokens = 0  # the figure this request's decision was taken on
         model_name = setup.model
         messages = history.messages
         first_time = next((m.get("timestamp") for m in messages if m.get("timestamp") is not None), 0.0)
@@ -615,7 +619,9 @@ class _Replay:
         """The decision for this request: the engine's, or the client's "last-response" check."""
         if self.trigger_check != "last-response" or self.last_response_total is None:
             # the first request has no response before it: the engine's own check
+            self.check_tokens = self.driver.tokens(prep)
             return self.driver.decide(prep)
+        self.check_tokens = self.last_response_total
         return self._decide_on_last_response(prep)
 
     def _decide_on_last_response(self, prep: Any) -> str:
@@ -737,6 +743,7 @@ class _Replay:
                 "tokens": int(tokens),
                 "tokens_none": int(self.fixed_tokens + self.stream_tokens_sum + overhead),
                 "tokens_before_compaction": int(tokens_before),
+                "check_tokens": int(self.check_tokens),
                 "budget_pct": float(driver.budget_pct(prep)),
                 "input_budget": int(driver.input_budget(prep)),
                 "decision": decision,
@@ -827,7 +834,7 @@ def _compaction_record(comp: Any, driver: Any, step: int, index: int, turn: int,
 
 
 _INT_COLUMNS = (
-    "step", "stream_index", "turn", "tokens", "tokens_none", "tokens_before_compaction",
+    "step", "stream_index", "turn", "tokens", "tokens_none", "tokens_before_compaction", "check_tokens",
     "input_budget", "redacted", "tokens_freed_by_aging", "context_messages",
     "prefix_kept_tokens", "prefix_invalidated_tokens", "output_tokens",
 )
@@ -844,7 +851,7 @@ def _steps_frame(rows: list[dict[str, Any]]) -> Any:
     timestamps = np.asarray(col("timestamp"), dtype="float64")
     data: dict[str, Any] = {}
     for name in ("step", "stream_index", "node_id", "turn", "timestamp", "time", "tokens", "tokens_none",
-                 "tokens_before_compaction", "budget_pct", "input_budget", "decision", "compacted",
+                 "tokens_before_compaction", "check_tokens", "budget_pct", "input_budget", "decision", "compacted",
                  "redacted", "tokens_freed_by_aging", "context_messages", "prefix_kept_tokens",
                  "prefix_invalidated_tokens", "provider_input_tokens", "output_tokens", "diverged"):
         if name in _INT_COLUMNS:
