@@ -125,24 +125,27 @@ def measure(histories: list) -> dict:
     from opctx.lab import fidelity
 
     results: list[dict] = []
+    per_row: list[dict] = []
     errors: dict[str, str] = {}
     for mode in ("resync", "free"):
         for variant in VARIANTS:
             started = time.perf_counter()
             try:
-                rows = _variant(histories, mode, variant, fidelity)
+                rows, detail = _variant(histories, mode, variant, fidelity)
             except Exception as exc:  # an older revision without the variant: reported, not fatal
                 errors[f"{mode}/{variant}"] = f"{type(exc).__name__}: {exc}"
                 continue
             for row in rows:
                 results.append({"mode": mode, "variant": variant, **row,
                                 "seconds": round(time.perf_counter() - started, 1)})
-    return {"results": results, "errors": errors, "calibration": calibration(histories),
+            per_row += [{"mode": mode, "variant": variant, **d} for d in detail]
+    return {"results": results, "rows": per_row, "errors": errors, "calibration": calibration(histories),
             "check": check_evidence(histories)}
 
 
-def _variant(histories: list, mode: str, variant: str, fidelity) -> list[dict]:
+def _variant(histories: list, mode: str, variant: str, fidelity) -> tuple[list[dict], list[dict]]:
     rows: list[dict] = []
+    detail: list[dict] = []
     for client, preset in CLIENT_PRESET.items():
         mine = [h for h in histories if h.client == client]
         if not mine:
@@ -158,7 +161,28 @@ def _variant(histories: list, mode: str, variant: str, fidelity) -> list[dict]:
             table = fidelity.fidelity_table(mine, presets=(preset,), mode=mode, **kw)
             label = preset
         rows += _score(table, lambda _c, label=label: label)
-    return rows
+        detail += _detail(table, label)
+    return rows, detail
+
+
+def _detail(table, label: str) -> list[dict]:
+    """One dict per automatic recorded compaction: where it was and where the preset's trigger fired."""
+    auto = _automatic(table)
+    if auto is None or len(auto) == 0:
+        return []
+
+    def value(row, column):
+        v = row.get(column)
+        return None if v is None or v != v else int(v)  # NaN / NA -> None
+
+    out = []
+    for _, row in auto.iterrows():
+        out.append({"session": str(row["session"])[:11], "compaction": int(row["compaction"]),
+                    "client_version": str(row.get("client_version")), "recorded_request": value(row, "recorded_request"),
+                    "recorded_last_total": value(row, "recorded_last_total"),
+                    "believed_tokens": value(row, f"{label}_believed_tokens"),
+                    "delta_requests": value(row, f"{label}_delta_requests")})
+    return out
 
 
 def calibration(histories: list) -> list[dict]:
@@ -242,7 +266,7 @@ def _fmt_share(row: dict | None) -> str:
     return f"{row['within_one']}/{row['replayable']}" + (f" ({100 * row['share']:.0f}%)" if row["share"] is not None else "")
 
 
-def print_report(report: dict, baseline: dict | None) -> None:
+def print_report(report: dict, baseline: dict | None, show_rows: bool = False) -> None:
     print(f"opctx {report['revision']}: {report['sessions']} client sessions with compactions under {report['corpus']}")
     keys = sorted({(r["client"], r["version"], r["mode"], r["variant"]) for r in report["results"]}
                   | ({(r["client"], r["version"], r["mode"], r["variant"]) for r in baseline.get("results", [])}
@@ -264,6 +288,26 @@ def print_report(report: dict, baseline: dict | None) -> None:
     for name, rep in (("this revision", report), ("baseline", baseline or {})):
         for what, err in rep.get("errors", {}).items():
             print(f"  {name}: {what} not run: {err}")
+    if report.get("rows") and show_rows:
+        print("\nper automatic compaction (delta = replay minus recording, in requests; believed = the replay's "
+              "check figure at the recorded point, last total = the provider's):")
+        keys = list(dict.fromkeys((r["mode"], r["variant"]) for r in report["rows"]))
+        by = {}
+        for r in report["rows"]:
+            by.setdefault((r["session"], r["compaction"]), {})[(r["mode"], r["variant"])] = r
+        print("| session | version | request | last total | " + " | ".join(f"{m} {v}" for m, v in keys) + " |")
+        print("|---" * (4 + len(keys)) + "|")
+        for (session, k), cells in by.items():
+            first = next(iter(cells.values()))
+            shown = []
+            for key in keys:
+                c = cells.get(key)
+                delta = "-" if c is None or c["delta_requests"] is None else f"{c['delta_requests']:+d}"
+                believed = "" if c is None or c["believed_tokens"] is None else f" ({c['believed_tokens']:,})"
+                shown.append(delta + believed)
+            last = first["recorded_last_total"]
+            print(f"| {session} #{k} | {first['client_version']} | {first['recorded_request']} | "
+                  f"{last if last is None else format(last, ',')} | " + " | ".join(shown) + " |")
     print("\ncalibration (fit on every session; error of the fit without each row's session):")
     for c in report["calibration"]:
         if "error" in c:
@@ -284,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--corpus", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "corpus")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--baseline-rev", help="also run on this git revision and print both")
+    ap.add_argument("--rows", action="store_true", help="also print one line per automatic compaction")
     args = ap.parse_args(argv)
     if not args.corpus.is_dir():
         print(f"no corpus folder at {args.corpus}", file=sys.stderr)
@@ -296,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({**report, "baseline": baseline} if baseline else report, default=str))
     else:
-        print_report(report, baseline)
+        print_report(report, baseline, show_rows=args.rows)
     return 0
 
 
