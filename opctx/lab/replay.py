@@ -111,6 +111,9 @@ __all__ = [
     "replay",
     "DECISIONS",
     "TRIGGER_CHECKS",
+    "preset_client",
+    "resolve_trigger_check",
+    "with_client_version",
 ]
 
 DECISIONS = ("none", "recommend", "auto", "emergency", "recorded")
