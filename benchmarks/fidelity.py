@@ -171,9 +171,11 @@ def _detail(table, label: str) -> list[dict]:
     if auto is None or len(auto) == 0:
         return []
 
+    import pandas as pd
+
     def value(row, column):
         v = row.get(column)
-        return None if v is None or v != v else int(v)  # NaN / NA -> None
+        return None if v is None or pd.isna(v) else int(v)
 
     out = []
     for _, row in auto.iterrows():
