@@ -335,7 +335,6 @@ def main(argv: list[str] | None = None) -> int:
     if not args.corpus.is_dir():
         print(f"no corpus folder at {args.corpus}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.ERROR)  # per-version notes are said once each; keep the table readable
     histories, problems = load_histories(args.corpus)
     report = {"revision": revision(), "corpus": str(args.corpus), "sessions": len(histories),
               "unreadable": len(problems), **measure(histories)}
@@ -348,4 +347,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    logging.basicConfig(level=logging.ERROR)  # per-version notes are said once each; keep the table readable
     sys.exit(main())
