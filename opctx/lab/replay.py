@@ -28,9 +28,10 @@ Choices
 * **Provider usage is not fed back** by default (``feed_usage=False``): the
   recording's usage describes the *recording's* context, which diverges from
   the replayed one as soon as the strategy differs. The replay is therefore
-  estimate-only and comparable across strategies; ``feed_usage=True`` feeds the
-  recorded usage through ``engine.after_turn`` for as long as the replayed
-  context is still identical to the recording (``diverged`` is false).
+  estimate-only and comparable across strategies; ``feed_usage=True`` feeds a
+  provider count for every request through ``engine.after_turn``: the recorded one
+  while the replayed context is identical to the recording (``diverged`` is
+  false), the replay's own request on the provider's scale after (next point).
 * **Unseen overhead** (``feed_usage=True``). The provider's prompt count includes
   what transcripts do not hold (system prompt, tool schemas, files a client
   re-attaches after compacting, the context a continued session starts from). While
@@ -40,8 +41,11 @@ Choices
   + overhead`` as that request's count (identical to the recorded count while the
   two agree), so aging, a compaction of its own, or any other difference does not
   stop the engine from seeing what the provider would have counted: the hybrid
-  estimate of the specification, carried past the first divergence. After the
-  recording compacts (``free`` replays) the last overhead is carried unchanged. A
+  estimate of the specification, carried past the first divergence. The part
+  measured at the first counted request stays whatever the history becomes; the
+  drift measured since scales with the history it was measured on (a compaction
+  folds it too). After the recording compacts (``free`` replays) the last overhead
+  is carried. A
   session that *starts* from a summary (a recorded compaction at stream index 0) is
   fed from its first request. See :meth:`_Replay._feed_usage`.
 * **Trigger check.** ``trigger_check="last-response"`` decides to compact the way
@@ -50,7 +54,8 @@ Choices
   request about to be sent (``"request"``, the engine's own check, which also
   counts the tool results appended since). Default: ``"last-response"`` for the
   client presets replaying a recording of their own client, ``"request"``
-  otherwise. Emergencies are always decided on the request itself.
+  otherwise. The blocking (emergency) limit is checked on the same figure; the
+  first request, with no response before it, uses the engine's own check.
 * **Client version.** A client preset (``claude-code``, ``codex``, a calibrated
   preset) replaying a recording of its client gets ``client_version`` from the
   recording (``RecordedHistory.version_at``: the version in force where the
