@@ -29,8 +29,8 @@ def test_resync_predicts_each_compaction_from_the_context_after_the_previous(man
     for table in tables.values():
         assert (table["claude-code_trigger_tokens"] == 155_000).all()  # the recording's version, 2.0.76
     auto = {mode: t[t["trigger"].astype(str) == "auto"] for mode, t in tables.items()}
-    # the engine counts the newest tool result, the client the last response: same request or one earlier
-    assert set(auto["resync"]["claude-code_delta_requests"]) <= {-1, 0}
+    # the replay checks the last response's count, as the client does: the same request
+    assert set(auto["resync"]["claude-code_delta_requests"]) == {0}
     # from the start, the replay never had the manual compaction: every later row is off
     free = auto["free"]["claude-code_delta_requests"]
     assert (free.isna() | (free.abs() > 1)).all()
@@ -129,7 +129,9 @@ def test_presets_compact_at_their_thresholds(histories, table):
     matched = table[table["claude-code_matched"]]
     assert len(matched) >= 1
     for _, row in matched.iterrows():
-        assert row["claude-code_tokens_before"] >= row["claude-code_trigger_tokens"] - 1
+        # the decision is taken on the last response's total (the client's check) or the request
+        assert row["claude-code_check_tokens"] >= row["claude-code_trigger_tokens"] - 1
+        assert row["claude-code_trigger_check"] in ("last-response", "request")
     # Claude Code 2.0.x reserved the whole max output: 155,000 at 200K
     old = table[table["client_version"].astype(str).str.startswith("2.0.") & (table["claude-code_window"] == 200_000)]
     assert len(old) and (old["claude-code_trigger_tokens"] == 155_000).all()

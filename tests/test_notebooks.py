@@ -22,9 +22,16 @@ def _sources(path: Path) -> list[str]:
     return ["".join(c["source"]) for c in json.loads(path.read_text(encoding="utf-8"))["cells"]]
 
 
-def test_the_six_stories_are_there() -> None:
+def test_the_seven_stories_are_there() -> None:
     names = [p.stem.split("_", 1)[0] for p in NOTEBOOKS]
-    assert names == ["01", "02", "03", "04", "05", "06"]
+    assert names == ["01", "02", "03", "04", "05", "06", "07"]
+
+
+def test_the_fidelity_notebook_says_when_its_recordings_are_simulated() -> None:
+    """Without a recorded automatic compaction it falls back to simulated recordings, and says so."""
+    sources = "\n".join(_sources(ROOT / "notebooks" / "07_fidelity.ipynb"))
+    assert "simulated_recording(" in sources and "SIMULATED" in sources
+    assert 'mode=mode' in sources and "calibrate(" in sources and "loso_fidelity_table(" in sources
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

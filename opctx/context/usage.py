@@ -48,6 +48,13 @@ set changed) passes the estimated difference as ``prefix_delta``; without it, to
 that aging just freed would still be counted until the next provider figure. Otherwise
 the whole prompt is estimated.
 
+The provider figure also counts what the caller never estimates (a system prompt or tool
+schemas it does not pass, files a client re-attaches, the context a continued session
+started from): the *unseen overhead*, provider figure minus the full estimate. Replays
+(``opctx.lab.replay`` with ``feed_usage=True``) measure it while they send what the
+recording sent and keep feeding ``estimate + overhead`` as each request's count after
+they diverge, so this estimate stays on the provider's scale.
+
 All timestamps (``updated_at``) come from the injectable ``clock``.
 """
 

@@ -30,9 +30,17 @@ For every recorded session that really compacted (Claude Code ``compact_boundary
   (replay minus recording, in requests; negative = the preset compacts
   earlier), ``P_matched``, ``P_compacted`` (the engine's cut succeeded there: a
   trigger that fired where the cut found nothing to fold still counts as the
-  preset's decision), ``P_window`` and ``P_trigger_tokens`` (the preset's
-  auto-compact threshold for that recording, resolved from its client version and
-  model: ``opctx.lab.presets.resolve_trigger``).
+  preset's decision), ``P_check_tokens`` (the figure the matched decision was
+  taken on), ``P_believed_tokens`` (what the replay's check saw at the recorded
+  compaction point: compare it with ``recorded_last_total``, the provider's view),
+  ``P_trigger_check`` (``"last-response"`` or ``"request"``: ``opctx.lab.replay``),
+  ``P_window`` and ``P_trigger_tokens`` (the preset's auto-compact threshold for
+  that recording, resolved from its client version and model:
+  ``opctx.lab.presets.resolve_trigger``).
+
+``estimated_tokens`` is the size of the request at that point, not of the session:
+the context since the previous compaction (its head and summary first), estimated
+as the engine does, display-only lines excluded (never sent).
 
 Two modes, same columns (``mode`` says which):
 
@@ -77,6 +85,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from opctx.context.provider_messages import is_display_only
 from opctx.dag.messages import is_tool_result
 
 from .history import RecordedHistory, as_history, provider_prompt_tokens
@@ -131,7 +140,8 @@ def recorded_compaction_points(history: RecordedHistory, model: str | None = Non
     turns = _turns(messages)
     request_idx = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
     estimator = Estimator()
-    tokens = [estimator.message_tokens(m, model) for m in messages]
+    # display-only lines are never sent (opctx.context.provider_messages): they cost nothing
+    tokens = [0 if is_display_only(m) else estimator.message_tokens(m, model) for m in messages]
     cum = [0]
     for t in tokens:
         cum.append(cum[-1] + t)
@@ -145,7 +155,8 @@ def recorded_compaction_points(history: RecordedHistory, model: str | None = Non
         prefix = 0
         if k:
             segment = history.resume_after(k - 1)
-            prefix = sum(estimator.message_tokens(m, model) for m in segment.messages[: segment.prefix_len])
+            prefix = sum(estimator.message_tokens(m, model) for m in segment.messages[: segment.prefix_len]
+                         if not is_display_only(m))
         requests = [i for i in request_idx[: bisect.bisect_left(request_idx, idx)] if i >= start]
         totals = [t for t in (_total(messages[i], history) for i in reversed(requests)) if t is not None][:2]
         provider = next((p for p in (provider_prompt_tokens(messages[i], history.format, history.model)
@@ -218,9 +229,19 @@ def _attempts(result: Any) -> list[dict[str, Any]]:
     fired = df[df["decision"].astype(str).isin(("auto", "emergency"))]
     return [
         {"stream_index": int(r.stream_index), "turn": int(r.turn), "tokens_before": int(r.tokens_before_compaction),
-         "compacted": bool(r.compacted)}
+         "check_tokens": int(r.check_tokens), "compacted": bool(r.compacted)}
         for r in fired.itertuples()
     ]
+
+
+def _believed(result: Any, recorded_index: int, to_original: Any = None) -> int | None:
+    """``check_tokens`` of the replay's first request at or after the recorded point."""
+    df = result.steps_df
+    for stream_index, check in zip(df["stream_index"].tolist(), df["check_tokens"].tolist(), strict=True):
+        original = to_original(stream_index) if to_original is not None else stream_index
+        if original is not None and original >= recorded_index:
+            return int(check)
+    return None
 
 
 def _match(attempt: dict[str, Any], stream_index: int, request_idx: list[int], point: dict[str, Any]) -> dict[str, Any]:
@@ -228,13 +249,14 @@ def _match(attempt: dict[str, Any], stream_index: int, request_idx: list[int], p
         "index": stream_index,
         "turn": attempt["turn"],
         "tokens_before": attempt["tokens_before"],
+        "check_tokens": attempt["check_tokens"],
         "compacted": attempt["compacted"],
         "delta_requests": bisect.bisect_left(request_idx, stream_index) - point["recorded_request"],
     }
 
 
 def _free_matches(history: RecordedHistory, preset: Any, points: list[dict], request_idx: list[int],
-                  run: Any) -> tuple[list[dict | None], int]:
+                  run: Any) -> tuple[list[dict | None], list[int | None], Any]:
     result = run(history, preset, history.client_version)
     attempts = _attempts(result)
     matches: list[dict | None] = []
@@ -251,21 +273,24 @@ def _free_matches(history: RecordedHistory, preset: Any, points: list[dict], req
                 break
         matches.append(match)
         previous_point = point["recorded_index"]
-    return matches, result.context_window
+    believed = [_believed(result, p["recorded_index"]) if p["replayable"] else None for p in points]
+    return matches, believed, result
 
 
 def _resync_matches(history: RecordedHistory, preset: Any, points: list[dict], request_idx: list[int],
-                    run: Any) -> tuple[list[dict | None], int]:
+                    run: Any) -> tuple[list[dict | None], list[int | None], Any]:
     matches: list[dict | None] = []
-    window = 0
+    believed: list[int | None] = []
+    result = None
     for point in points:
         if not point["replayable"]:
             matches.append(None)
+            believed.append(None)
             continue
         k = point["_compaction"]
         segment = history.resume_after(k - 1) if k else history
         result = run(segment, preset, history.version_at(point["segment_start"]))
-        window = result.context_window
+        believed.append(_believed(result, point["recorded_index"], segment.original_index))
         match = None
         for a in _attempts(result):
             original = segment.original_index(a["stream_index"])
@@ -273,7 +298,7 @@ def _resync_matches(history: RecordedHistory, preset: Any, points: list[dict], r
                 match = _match(a, original, request_idx, point)
                 break
         matches.append(match)
-    return matches, window
+    return matches, believed, result
 
 
 def fidelity_table(
@@ -283,6 +308,7 @@ def fidelity_table(
     mode: str = "resync",
     context_window: int | None = None,
     feed_usage: bool = True,
+    trigger_check: str | None = None,
     **params: Any,
 ) -> Any:
     """One row per recorded compaction of ``sessions`` (see the module docstring).
@@ -293,20 +319,23 @@ def fidelity_table(
     ``"free"``. ``params``: preset parameters for every replay (e.g.
     ``aging=False`` measures the trigger alone: the replay then keeps feeding the
     recorded counts, which already include what the client cleared).
+    ``trigger_check``: ``replay``'s (default: the client's way for a client preset
+    on a recording of its client, ``"last-response"``).
     Sessions without recorded compactions add no rows.
     """
     import pandas as pd
 
     from opctx.context.tokens import real_context_window
 
-    from .replay import replay
+    from .replay import replay, resolve_trigger_check
 
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
 
     def run(history: RecordedHistory, preset: Any, version: str | None) -> Any:
         return replay(history, preset, context_window=context_window, feed_usage=feed_usage,
-                      keep_contexts=False, **_version_params(preset, history, version), **params)
+                      keep_contexts=False, trigger_check=trigger_check,
+                      **_version_params(preset, history, version), **params)
 
     rows: list[dict[str, Any]] = []
     unversioned: list[str] = []
@@ -325,14 +354,17 @@ def fidelity_table(
             "messages": len(history.messages),
             "mode": mode,
         }
-        per_preset: dict[str, tuple[list[dict | None], int, Any]] = {}
+        per_preset: dict[str, tuple[list[dict | None], list[int | None], int, str, Any]] = {}
         for preset in presets:
             matcher = _resync_matches if mode == "resync" else _free_matches
-            matches, window = matcher(history, preset, points, request_idx, run)
-            per_preset[preset_label(preset)] = (matches, window, preset)
+            matches, believed, result = matcher(history, preset, points, request_idx, run)
+            window = result.context_window if result is not None else 0
+            check = (result.params.get("trigger_check") if result is not None
+                     else resolve_trigger_check(history, preset, trigger_check))
+            per_preset[preset_label(preset)] = (matches, believed, window, check, preset)
         for k, point in enumerate(points):
             row = {**base, "compaction": k, **{c: v for c, v in point.items() if not c.startswith("_")}}
-            for label, (matches, window, preset) in per_preset.items():
+            for label, (matches, believed, window, check, preset) in per_preset.items():
                 m = matches[k]
                 window = window or int(context_window or history.context_window or real_context_window(history.model or None))
                 row[f"{label}_window"] = window
@@ -340,9 +372,11 @@ def fidelity_table(
                     _trigger_tokens(preset, history, window, point["client_version"]) if window else None
                 )
                 row[f"{label}_matched"] = m is not None
-                for key in ("index", "turn", "tokens_before", "delta_requests"):
+                for key in ("index", "turn", "tokens_before", "check_tokens", "delta_requests"):
                     row[f"{label}_{key}"] = m[key] if m else None
                 row[f"{label}_compacted"] = m["compacted"] if m else None
+                row[f"{label}_believed_tokens"] = believed[k]
+                row[f"{label}_trigger_check"] = check
             rows.append(row)
     if unversioned:
         logger.warning(
@@ -352,7 +386,8 @@ def fidelity_table(
     df = pd.DataFrame(rows)
     if df.empty:
         return df
-    int_cols = [c for c in df.columns if c.endswith(("_index", "_turn", "_tokens_before", "_delta_requests", "_trigger_tokens", "_window"))]
+    int_cols = [c for c in df.columns if c.endswith(("_index", "_turn", "_tokens_before", "_delta_requests", "_trigger_tokens",
+                                                      "_window", "_check_tokens", "_believed_tokens"))]
     int_cols += ["recorded_pre_tokens", "recorded_provider_tokens", "recorded_last_total", "previous_total"]
     for col in int_cols:
         df[col] = pd.array([None if v is None or (isinstance(v, float) and math.isnan(v)) else int(v) for v in df[col]], dtype="Int64")

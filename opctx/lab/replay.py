@@ -28,9 +28,42 @@ Choices
 * **Provider usage is not fed back** by default (``feed_usage=False``): the
   recording's usage describes the *recording's* context, which diverges from
   the replayed one as soon as the strategy differs. The replay is therefore
-  estimate-only and comparable across strategies; ``feed_usage=True`` feeds the
-  recorded usage through ``engine.after_turn`` for as long as the replayed
-  context is still identical to the recording (``diverged`` is false).
+  estimate-only and comparable across strategies; ``feed_usage=True`` feeds a
+  provider count for every request through ``engine.after_turn``: the recorded one
+  while the replayed context is identical to the recording (``diverged`` is
+  false), the replay's own request on the provider's scale after (next point).
+* **Unseen overhead** (``feed_usage=True``). The provider's prompt count includes
+  what transcripts do not hold (system prompt, tool schemas, files a client
+  re-attaches after compacting, the context a continued session starts from). While
+  the replay still knows what the recording sent (up to the recording's next
+  compaction) every request measures ``overhead = provider count - estimate of the
+  recorded context``; the replay then feeds the engine ``estimate of its own request
+  + overhead`` as that request's count (identical to the recorded count while the
+  two agree), so aging, a compaction of its own, or any other difference does not
+  stop the engine from seeing what the provider would have counted: the hybrid
+  estimate of the specification, carried past the first divergence. The part
+  measured at the first counted request stays whatever the history becomes; the
+  drift measured since scales with the history it was measured on (a compaction
+  folds it too). After the recording compacts (``free`` replays) the last overhead
+  is carried. A
+  session that *starts* from a summary (a recorded compaction at stream index 0) is
+  fed from its first request. See :meth:`_Replay._feed_usage`.
+* **Trigger check.** ``trigger_check="last-response"`` decides to compact the way
+  Claude Code and Codex do: before a request, from the *last response's* count
+  (its prompt, as fed or estimated, plus its output), not from the estimate of the
+  request about to be sent (``"request"``, the engine's own check, which also
+  counts the tool results appended since). Default: ``"last-response"`` for the
+  client presets replaying a recording of their own client, ``"request"``
+  otherwise. The blocking (emergency) limit is checked on the same figure; the
+  first request, with no response before it, uses the engine's own check.
+* **Client version.** A client preset (``claude-code``, ``codex``, a calibrated
+  preset) replaying a recording of its client gets ``client_version`` from the
+  recording (``RecordedHistory.version_at``: the version in force where the
+  replayed stream starts) unless the parameters name one; a recording of that
+  client that names no version uses the default rule, said once per process.
+* **Display-only lines** (``display_only``: shown by the client, never sent) cost
+  nothing in the step figures (``tokens_none``, prefix accounting), as they cost
+  nothing in the engine's budget.
 * **Summaries.** ``summaries="structural"`` (default): no LLM, the Summarizer's
   deterministic structural fallback. ``summaries=<provider call>``: a real (or
   scripted) provider. ``summaries="recorded"``: compactions are *forced* where
@@ -49,7 +82,10 @@ Choices
   message per step). ``keep_contexts=False`` keeps none; ``context(step)`` and
   the metrics that need contexts (reference loss, tool pairs) then raise.
 
-``ReplayResult``: ``steps_df`` (one row per request), ``compactions`` (what
+``ReplayResult``: ``steps_df`` (one row per request; ``tokens`` is the request as
+sent, ``tokens_before_compaction`` the request before a compaction it triggered,
+``check_tokens`` the figure the decision was taken on: the request itself, or the
+last response's prompt + output), ``compactions`` (what
 each compaction folded, kept, protected, its summary), ``recorded_compactions``
 (from the recording), ``context(step)``, ``origin_of(msg)`` (the stream index a
 request message comes from), ``metrics()`` (``opctx.lab.metrics.summarize``).
@@ -67,6 +103,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from opctx.context.provider_messages import is_display_only
 from opctx.dag.messages import is_tool_result
 
 from ._replay_result import ReplayCompaction, ReplayResult, common_prefix_length, guard_counts
@@ -78,9 +115,15 @@ __all__ = [
     "ReplayResult",
     "replay",
     "DECISIONS",
+    "TRIGGER_CHECKS",
+    "preset_client",
+    "resolve_trigger_check",
+    "with_client_version",
 ]
 
 DECISIONS = ("none", "recommend", "auto", "emergency", "recorded")
+# how the decision to compact is taken (module docstring, "Trigger check")
+TRIGGER_CHECKS = ("request", "last-response")
 
 logger = logging.getLogger(__name__)
 
@@ -273,6 +316,7 @@ def replay(
     keep_contexts: bool = True,
     feed_usage: bool = False,
     agent: Any = None,
+    trigger_check: str | None = None,
     **params: Any,
 ) -> ReplayResult:
     """Replay a recorded history through an engine (see the module docstring).
@@ -289,7 +333,9 @@ def replay(
     default the recording's majority model. ``system_prompt`` / ``tools`` /
     ``agent``: what the engine counts besides the history (transcripts rarely
     hold them; ``agent`` wins over ``system_prompt``). ``keep_contexts`` and
-    ``feed_usage``: see the module docstring.
+    ``feed_usage``: see the module docstring. ``trigger_check``: ``"request"``,
+    ``"last-response"`` or ``None`` (the client's own way for a client preset on a
+    recording of its client, else ``"request"``; module docstring).
 
     The steps: :func:`_load` (the history and the settings it is replayed with),
     :class:`_Replay` (the in-memory database, the engine and its driver),
@@ -297,6 +343,8 @@ def replay(
     """
     started = time.perf_counter()
     history, setup = _load(session_or_history, context_window, model, summaries)
+    params = with_client_version(history, engine_or_preset, params)
+    check = resolve_trigger_check(history, engine_or_preset, trigger_check)
     run = _Replay(
         history,
         setup,
@@ -307,10 +355,69 @@ def replay(
         tools=tools,
         keep_contexts=keep_contexts,
         feed_usage=feed_usage,
+        trigger_check=check,
     )
     for index, msg in enumerate(history.messages):
         run.step(index, msg)
     return run.result(started, params)
+
+
+# -- the recording's client: version and trigger check ---------------------------------------
+
+_NO_VERSION_WARNED: set[str] = set()
+_NO_VERSION_LOCK = threading.Lock()
+
+
+def preset_client(engine_or_preset: Any) -> str | None:
+    """The client a preset models (``"claude-code"``, ``"codex"``), ``None`` for the others.
+
+    Preset names look the client up in ``PRESETS``; objects that take a client
+    version (a ``CalibratedPreset``: ``accepts_client_version``) say it in ``client``.
+    """
+    from .presets import PRESETS
+
+    if isinstance(engine_or_preset, str):
+        spec = PRESETS.get(engine_or_preset)
+        return spec.client if spec is not None else None
+    if getattr(engine_or_preset, "accepts_client_version", False):
+        return getattr(engine_or_preset, "client", None)
+    return None
+
+
+def with_client_version(history: RecordedHistory, engine_or_preset: Any, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` with the recording's ``client_version`` for a preset that models its client.
+
+    Explicit ``client_version`` wins; a preset of another client (or none) gets
+    nothing. The version is the one in force where the replayed stream starts
+    (``version_at(prefix_len)``: a ``resume_after`` segment starts after its head and
+    summary). A recording of the client that names no version resolves the default
+    rule of ``TRIGGER_RULES`` (said once per process and client).
+    """
+    client = preset_client(engine_or_preset)
+    if client is None or "client_version" in params or client != history.client:
+        return params
+    version = history.version_at(history.prefix_len) if history.messages else history.client_version
+    if version is None:
+        with _NO_VERSION_LOCK:
+            first = client not in _NO_VERSION_WARNED
+            _NO_VERSION_WARNED.add(client)
+        if first:
+            logger.warning(
+                "replay: a %s recording names no client version (%s); its %s preset uses the default rule "
+                "of opctx.lab.presets.TRIGGER_RULES (pass client_version= to choose one)",
+                client, history.session_id or history.title or "a message list", client,
+            )
+    return {**params, "client_version": version}
+
+
+def resolve_trigger_check(history: RecordedHistory, engine_or_preset: Any, trigger_check: str | None) -> str:
+    """``trigger_check`` or its default: the client's way for its own recordings."""
+    if trigger_check is not None:
+        if trigger_check not in TRIGGER_CHECKS:
+            raise ValueError(f"trigger_check must be one of {TRIGGER_CHECKS}, got {trigger_check!r}")
+        return trigger_check
+    client = preset_client(engine_or_preset)
+    return "last-response" if client is not None and client == history.client else "request"
 
 
 @dataclass
@@ -365,6 +472,7 @@ class _Replay:
         tools: list[dict] | None,
         keep_contexts: bool,
         feed_usage: bool,
+        trigger_check: str = "request",
     ) -> None:
         from opctx.context.tokens import Estimator
 
@@ -373,6 +481,17 @@ class _Replay:
         self.history = history
         self.setup = setup
         self.feed_usage = feed_usage
+        self.trigger_check = trigger_check
+        # provider count minus the estimate of the recorded context (module docstring): the
+        # part measured at the first counted request, and the drift since with the history
+        # estimate it was measured at
+        self.overhead: int | None = None
+        self.overhead_base = 0
+        self.overhead_drift = 0
+        self.overhead_history = 0
+        # prompt + output of the previous request as the replay saw it ("last-response" check)
+        self.last_response_total: int | None = None
+        self.check_tokens = 0  # the figure this request's decision was taken on
         model_name = setup.model
         messages = history.messages
         first_time = next((m.get("timestamp") for m in messages if m.get("timestamp") is not None), 0.0)
@@ -410,9 +529,10 @@ class _Replay:
         # per stream message, once per history and estimator method: every replay of a
         # sweep over this history shares it
         # (estimated for the replay's model, as the engine estimates: same tokenizer and scale)
+        # (display-only lines are never sent: they cost nothing, as in the engine's budget)
         self.stream_tokens = history.derived(
-            ("tokens", getattr(estimator, "method", "auto"), model_name),
-            lambda: [estimator.message_tokens(m, model_name or None) for m in messages],
+            ("sent_tokens", getattr(estimator, "method", "auto"), model_name),
+            lambda: [0 if is_display_only(m) else estimator.message_tokens(m, model_name or None) for m in messages],
         )
         self.turn = 0
         self.prev_ctx: list[dict] = []
@@ -428,7 +548,7 @@ class _Replay:
         hit = self.token_cache.get(id(msg))
         if hit is not None and hit[0] is msg:
             return hit[1]
-        tokens = self.estimator.message_tokens(msg, self.setup.model or None)
+        tokens = 0 if is_display_only(msg) else self.estimator.message_tokens(msg, self.setup.model or None)
         self.token_cache[id(msg)] = (msg, tokens)
         return tokens
 
@@ -439,6 +559,12 @@ class _Replay:
         self.clock.set(msg.get("timestamp"))
         recorded = self.recorded
         while self.next_recorded < len(recorded) and recorded[self.next_recorded].stream_index <= index:
+            if recorded[self.next_recorded].stream_index <= 0:
+                # the session *starts* from a summary: nothing before it to fold, and the
+                # recording's counts describe exactly what is replayed (plus what it
+                # continued from, which the unseen overhead carries)
+                self.next_recorded += 1
+                continue
             self.recording_diverged = True
             self.pending_recorded = recorded[self.next_recorded]
             self.next_recorded += 1
@@ -472,12 +598,13 @@ class _Replay:
         """One request: prepare, decide, compact if the decision says so, record the step."""
         driver = self.driver
         prep = driver.prepare(self.active)
-        decision = driver.decide(prep)
+        decision = self._decide(prep)
         tokens_before = driver.tokens(prep)
         compacted = False
         if self.pending_decision is not None:
             decision, compacted, self.pending_decision = self.pending_decision, True, None
             tokens_before = self.compactions[-1].tokens_before
+            prep = self._with_overhead(prep)
         elif decision in ("auto", "emergency"):
             comp = driver.compact(reason=decision, force_structural=decision == "emergency")
             if comp is not None and comp.ok:
@@ -485,7 +612,7 @@ class _Replay:
                 self.diverged = True
                 self.active = driver.branch()
                 _register_copies(self.active, self.origin_ids)
-                prep = driver.prepare(self.active)
+                prep = self._with_overhead(driver.prepare(self.active))
                 record = _compaction_record(comp, driver, len(self.rows), index, self.turn, decision, self.origin_ids)
                 record.tokens_before = tokens_before
                 record.tokens_after = driver.tokens(prep)
@@ -493,6 +620,96 @@ class _Replay:
             elif comp is not None:
                 self.events.append({"step": len(self.rows), "event": "compaction_failed", "error": comp.error})
         self._record_step(index, msg, prep, decision, tokens_before, compacted)
+
+    # -- the client's trigger check and the unseen overhead (module docstring) -------------------
+
+    def _decide(self, prep: Any) -> str:
+        """The decision for this request: the engine's, or the client's "last-response" check."""
+        if self.trigger_check != "last-response" or self.last_response_total is None:
+            # the first request has no response before it: the engine's own check
+            self.check_tokens = self.driver.tokens(prep)
+            return self.driver.decide(prep)
+        self.check_tokens = self.last_response_total
+        return self._decide_on_last_response(prep)
+
+    def _decide_on_last_response(self, prep: Any) -> str:
+        """The engine's thresholds applied to the last response's prompt + output.
+
+        The engine's ``prepare`` measures the request about to be sent (with the tool
+        results appended since the last response); Claude Code and Codex compare the
+        last response's reported total instead (``preTokens`` equals it on the
+        corpus), for the blocking limit as for the trigger. The engine's guard
+        (auto-compaction disabled) still applies.
+        """
+        import dataclasses
+
+        if not dataclasses.is_dataclass(prep):
+            return self.driver.decide(prep)
+        budget = max(1, self.driver.input_budget(prep))
+        pct = self.last_response_total / budget
+        tail = ("ok", "recommend", "auto_compact", "emergency")
+        path = [p for p in (getattr(prep, "decision_path", ()) or ()) if p not in tail]
+        if "auto_compact_disabled" not in path and pct >= getattr(self.driver.engine, "emergency_pct", math.inf):
+            path.append("emergency")
+        view = dataclasses.replace(prep, budget_pct=pct, decision_path=path)
+        return self.driver.decide(view)
+
+    def _measure_overhead(self, provider_tokens: int | None) -> None:
+        """Provider count minus the estimate of the recorded context, while the replay knows it.
+
+        The recorded context is everything appended so far (``stream_tokens_sum``:
+        display-only lines cost nothing) until the recording's next compaction;
+        after it, the last figure is carried.
+        """
+        if provider_tokens is not None and provider_tokens > 0 and not self.recording_diverged:
+            overhead = int(provider_tokens) - (self.fixed_tokens + self.stream_tokens_sum)
+            if self.overhead is None:
+                self.overhead_base = overhead
+            self.overhead = overhead
+            self.overhead_drift = overhead - self.overhead_base
+            self.overhead_history = self.stream_tokens_sum
+
+    def _overhead_for(self, request_estimate: int) -> int:
+        """The overhead carried to a request whose estimate is ``request_estimate``.
+
+        Two parts: what the first counted request had beyond its estimate (system
+        prompt, tool schemas, re-attached files, a continued session's earlier
+        context: it stays whatever the history becomes), and the drift measured since
+        (what the estimate misses of the content added since), which belongs to the
+        history it was measured on and scales with it: a compaction that folds the
+        history folds its drift too. While the replay sends what the recording sent,
+        the sum is exactly the measured overhead.
+        """
+        if self.overhead is None:
+            return 0
+        history = max(0, int(request_estimate) - self.fixed_tokens)
+        if not self.overhead_drift or not self.overhead_history or history == self.overhead_history:
+            return self.overhead_base + self.overhead_drift
+        return self.overhead_base + int(round(self.overhead_drift * history / self.overhead_history))
+
+    def _request_estimate(self, prep: Any) -> int:
+        """opctx's estimate of the request as the replay sends it (display-only lines excluded)."""
+        return self.fixed_tokens + sum(self.est(m) for m in self.driver.context(prep))
+
+    def _feed_usage(self, prep: Any, request_estimate: int, output_tokens: int) -> int | None:
+        """Feed the engine this request's count: its estimate + the unseen overhead.
+
+        While the replay sends what the recording sent this is exactly the recorded
+        count; after any divergence it is what the provider would have counted for
+        the replayed request. ``None`` (nothing fed) before any overhead is known.
+        """
+        if not self.feed_usage or self.overhead is None:
+            return None
+        prompt = max(0, int(request_estimate) + self._overhead_for(request_estimate))
+        self.driver.after_turn({"input_tokens": prompt, "output_tokens": int(output_tokens)}, prep)
+        return prompt
+
+    def _with_overhead(self, prep: Any) -> Any:
+        """After a compaction, the request again with the overhead (the engine forgot its count)."""
+        if not self.feed_usage or self.overhead is None:
+            return prep
+        self._feed_usage(prep, self._request_estimate(prep), 0)
+        return self.driver.prepare(self.active)
 
     def _record_step(
         self, index: int, msg: dict, prep: Any, decision: str, tokens_before: int, compacted: bool
@@ -520,6 +737,10 @@ class _Replay:
         if output_tokens is None:
             output_tokens = self.est(msg)
         diverged = self.diverged or self.recording_diverged
+        if self.feed_usage:
+            self._measure_overhead(provider_tokens)
+        # the "none" baseline as the provider would count it too, when counts are fed
+        overhead = self._overhead_for(self.fixed_tokens + self.stream_tokens_sum) if self.feed_usage else 0
         rows.append(
             {
                 "step": len(rows),
@@ -528,8 +749,9 @@ class _Replay:
                 "turn": self.turn,
                 "timestamp": float(self.clock.now),
                 "tokens": int(tokens),
-                "tokens_none": int(self.fixed_tokens + self.stream_tokens_sum),
+                "tokens_none": int(self.fixed_tokens + self.stream_tokens_sum + overhead),
                 "tokens_before_compaction": int(tokens_before),
+                "check_tokens": int(self.check_tokens),
                 "budget_pct": float(driver.budget_pct(prep)),
                 "input_budget": int(driver.input_budget(prep)),
                 "decision": decision,
@@ -546,8 +768,8 @@ class _Replay:
         )
         if self.contexts is not None:
             self.contexts.append(ctx)
-        if self.feed_usage and usage and not diverged:
-            driver.after_turn(usage, prep)
+        fed = self._feed_usage(prep, self.fixed_tokens + cum[-1], int(output_tokens))
+        self.last_response_total = (fed if fed is not None else int(tokens)) + int(output_tokens)
         self.prev_ctx, self.prev_cum, self.prev_total = ctx, cum, int(tokens)
 
     def _append(self, index: int, msg: dict) -> None:
@@ -568,7 +790,7 @@ class _Replay:
         result = ReplayResult(
             history=self.history,
             preset=self.preset_name,
-            params={**self.engine_cfg, **params},
+            params={**self.engine_cfg, **params, "trigger_check": self.trigger_check},
             model=setup.model,
             context_window=setup.window,
             summaries=setup.summaries_label,
@@ -620,7 +842,7 @@ def _compaction_record(comp: Any, driver: Any, step: int, index: int, turn: int,
 
 
 _INT_COLUMNS = (
-    "step", "stream_index", "turn", "tokens", "tokens_none", "tokens_before_compaction",
+    "step", "stream_index", "turn", "tokens", "tokens_none", "tokens_before_compaction", "check_tokens",
     "input_budget", "redacted", "tokens_freed_by_aging", "context_messages",
     "prefix_kept_tokens", "prefix_invalidated_tokens", "output_tokens",
 )
@@ -637,7 +859,7 @@ def _steps_frame(rows: list[dict[str, Any]]) -> Any:
     timestamps = np.asarray(col("timestamp"), dtype="float64")
     data: dict[str, Any] = {}
     for name in ("step", "stream_index", "node_id", "turn", "timestamp", "time", "tokens", "tokens_none",
-                 "tokens_before_compaction", "budget_pct", "input_budget", "decision", "compacted",
+                 "tokens_before_compaction", "check_tokens", "budget_pct", "input_budget", "decision", "compacted",
                  "redacted", "tokens_freed_by_aging", "context_messages", "prefix_kept_tokens",
                  "prefix_invalidated_tokens", "provider_input_tokens", "output_tokens", "diverged"):
         if name in _INT_COLUMNS:

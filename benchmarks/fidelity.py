@@ -1,0 +1,351 @@
+"""Fidelity of the client presets: how many recorded automatic compactions a replay predicts.
+
+Reads every transcript under ``--corpus`` (any folder of transcripts, with or without
+``manifest.json``; files that never mention a compaction are not imported: a byte
+search for ``compact`` first), keeps the Claude Code and Codex sessions that recorded a
+compaction, and prints per client and client version the share of *automatic*
+compactions that a replay predicts within one request of the real one
+(``opctx.lab.fidelity``), in both modes:
+
+``resync``
+    each compaction predicted from the context the agent had after the previous one;
+``free``
+    one replay of the whole session from its start.
+
+Variants (rows):
+
+``default``
+    the client presets as shipped (``claude-code``, ``codex``): trigger from the
+    recording's client version (``TRIGGER_RULES``), the client's "last-response" check;
+``default, request check``
+    the same with ``trigger_check="request"`` (the engine's own check of the request
+    about to be sent, tool results appended since the last response included): the
+    comparison that decides which check the presets use;
+``default, aging off``
+    the trigger alone (``aging=False``): the preset's tool-result aging is opctx's
+    model of what the client clears, and a replay that clears what the client did not
+    sends less than the recording; without it the replayed context is the recorded
+    one up to the prediction;
+``calibrated (LOSO)``
+    ``opctx.lab.calibrate.loso_fidelity_table``: every session group replayed under a
+    preset whose trigger was fitted on the *other* sessions only (nothing is scored by a
+    fit that saw it).
+
+Automatic = recorded ``trigger == "auto"``, or no recorded trigger and compacted in the
+middle of a tool loop (``trigger_inferred``: Codex rollouts do not say why). Each
+client's recordings are scored with its own preset. The calibration section gives
+the fit per client version group and its leave-one-session-out error (predicted
+trigger minus the recorded ``preTokens``/provider total of each row). The check
+section compares ``preTokens`` with the last response's prompt + output and with the
+tool results appended after it: the evidence for the "last-response" check.
+
+``--baseline-rev REV`` runs this same script against another git revision of opctx
+(``git worktree add --detach`` into a temporary folder, run there with ``PYTHONPATH``
+pointing at it, removed afterwards) and prints both side by side; variants the other
+revision cannot run are ``n/a``. ``--json`` prints one JSON object.
+
+Run:  .venv/bin/python benchmarks/fidelity.py [--corpus DIR] [--json] [--baseline-rev REV]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# the package measured: this checkout, or another revision's (--baseline-rev runs this file there)
+ROOT = Path(os.environ.get("OPCTX_FIDELITY_ROOT") or Path(__file__).resolve().parents[1])
+sys.path.insert(0, str(ROOT))
+
+CLIENT_PRESET = {"claude-code": "claude-code", "codex": "codex"}
+VARIANTS = ("default", "default, request check", "default, aging off", "calibrated (LOSO)")
+
+
+def load_histories(corpus: Path) -> tuple[list, list[str]]:
+    """The client recordings under ``corpus`` that compacted, and files that could not be read."""
+    from opctx.importers import iter_transcript_files, parse_path
+    from opctx.lab.history import as_history
+
+    histories, problems = [], []
+    for path, _ in iter_transcript_files([corpus]):
+        try:
+            with open(path, "rb") as fh:
+                if b"compact" not in fh.read():
+                    continue
+            imported = parse_path(path, on_error="skip")
+        except Exception as exc:  # a benchmark reports unreadable files, it does not stop on them
+            problems.append(f"{path}: {type(exc).__name__}: {exc}")
+            continue
+        for one in imported:
+            history = as_history(one)
+            if history.compactions and history.client in CLIENT_PRESET:
+                histories.append(history)
+    return histories, problems
+
+
+def _automatic(table):
+    if table is None or len(table) == 0:
+        return table
+    column = "trigger_inferred" if "trigger_inferred" in table.columns else "trigger"
+    return table[table[column].astype(str) == "auto"]
+
+
+def _score(table, label_of) -> list[dict]:
+    """Per (client, version): automatic rows, replayable ones, within one request."""
+    auto = _automatic(table)
+    if auto is None or len(auto) == 0:
+        return []
+    out = []
+    client_col = "client" if "client" in auto.columns else None
+    for (client, version), rows in auto.groupby(
+        [auto[client_col].astype(str) if client_col else auto["format"].astype(str),
+         auto["client_version"].astype(str) if "client_version" in auto.columns else auto["format"].astype(str)],
+        observed=True,
+    ):
+        label = label_of(client)
+        column = f"{label}_delta_requests"
+        if column not in rows.columns:
+            continue
+        replayable = rows[rows["replayable"]] if "replayable" in rows.columns else rows
+        within = int((replayable[column].abs() <= 1).fillna(False).sum())
+        out.append({"client": client, "version": version, "automatic": len(rows), "replayable": len(replayable),
+                    "within_one": within, "share": within / len(replayable) if len(replayable) else None})
+    return out
+
+
+def measure(histories: list) -> dict:
+    """Every variant in both modes, the calibration report and the check evidence."""
+    from opctx.lab import fidelity
+
+    results: list[dict] = []
+    per_row: list[dict] = []
+    errors: dict[str, str] = {}
+    for mode in ("resync", "free"):
+        for variant in VARIANTS:
+            started = time.perf_counter()
+            try:
+                rows, detail = _variant(histories, mode, variant, fidelity)
+            except Exception as exc:  # an older revision without the variant: reported, not fatal
+                errors[f"{mode}/{variant}"] = f"{type(exc).__name__}: {exc}"
+                continue
+            for row in rows:
+                results.append({"mode": mode, "variant": variant, **row,
+                                "seconds": round(time.perf_counter() - started, 1)})
+            per_row += [{"mode": mode, "variant": variant, **d} for d in detail]
+    return {"results": results, "rows": per_row, "errors": errors, "calibration": calibration(histories),
+            "check": check_evidence(histories)}
+
+
+def _variant(histories: list, mode: str, variant: str, fidelity) -> tuple[list[dict], list[dict]]:
+    rows: list[dict] = []
+    detail: list[dict] = []
+    for client, preset in CLIENT_PRESET.items():
+        mine = [h for h in histories if h.client == client]
+        if not mine:
+            continue
+        if variant == "calibrated (LOSO)":
+            from opctx.lab.calibrate import loso_fidelity_table
+
+            table = loso_fidelity_table(mine, preset, mode=mode)
+            label = f"{preset}+calibrated"
+        else:
+            kw = ({"trigger_check": "request"} if variant == "default, request check"
+                  else {"aging": False} if variant == "default, aging off" else {})
+            table = fidelity.fidelity_table(mine, presets=(preset,), mode=mode, **kw)
+            label = preset
+        rows += _score(table, lambda _c, label=label: label)
+        detail += _detail(table, label)
+    return rows, detail
+
+
+def _detail(table, label: str) -> list[dict]:
+    """One dict per automatic recorded compaction: where it was and where the preset's trigger fired."""
+    auto = _automatic(table)
+    if auto is None or len(auto) == 0:
+        return []
+
+    import pandas as pd
+
+    def value(row, column):
+        v = row.get(column)
+        return None if v is None or pd.isna(v) else int(v)
+
+    out = []
+    for _, row in auto.iterrows():
+        out.append({"session": str(row["session"])[:11], "compaction": int(row["compaction"]),
+                    "client_version": str(row.get("client_version")), "recorded_request": value(row, "recorded_request"),
+                    "recorded_last_total": value(row, "recorded_last_total"),
+                    "believed_tokens": value(row, f"{label}_believed_tokens"),
+                    "delta_requests": value(row, f"{label}_delta_requests")})
+    return out
+
+
+def calibration(histories: list) -> list[dict]:
+    """Per client and fit group: the fit on every session and its leave-one-session-out error."""
+    try:
+        from opctx.lab.calibrate import calibrate
+    except ImportError as exc:
+        return [{"error": str(exc)}]
+    out = []
+    for client, preset in CLIENT_PRESET.items():
+        mine = [h for h in histories if h.client == client]
+        if not mine:
+            continue
+        cal = calibrate(mine, preset)
+        report = cal.report
+        for group, rows in report.groupby("group"):
+            errors = [abs(int(e)) for e in rows["error_tokens"]]
+            out.append({
+                "client": client, "group": group, "unit": cal.unit, "rows": len(rows),
+                "versions": sorted(set(rows["version"].astype(str))),
+                "fit_all_sessions": round(float(cal.fits[group]), 4),
+                "loso_median_abs_error_tokens": statistics.median(errors),
+                "loso_max_abs_error_tokens": max(errors),
+                "loso_within_interval": int(rows["within_interval"].sum()),
+                "discounted": [f"{s} #{k}" for s, k, d in zip(rows["session"], rows["compaction"], rows["discounted"],
+                                                            strict=True) if d],
+            })
+    return out
+
+
+def check_evidence(histories: list) -> list[dict]:
+    """Per recorded automatic compaction: preTokens, the last response's total, what came after it."""
+    from opctx.context.tokens import Estimator
+    from opctx.lab.fidelity import recorded_compaction_points
+
+    estimator = Estimator()
+    out = []
+    for h in histories:
+        for point in recorded_compaction_points(h):
+            if point.get("trigger") != "auto" or point.get("recorded_pre_tokens") is None:
+                continue
+            idx = point["recorded_index"]
+            last = max((i for i in range(idx) if h.messages[i].get("role") == "assistant"), default=None)
+            appended = sum(estimator.message_tokens(m, h.model or None) for m in h.messages[last + 1: idx]
+                           if not m.get("display_only")) if last is not None else 0
+            out.append({"session": (h.session_id or "")[:16], "client_version": point.get("client_version"),
+                        "pre_tokens": point["recorded_pre_tokens"], "last_total": point.get("recorded_last_total"),
+                        "appended_after_last_response": appended})
+    return out
+
+
+def revision() -> str:
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def run_baseline(rev: str, corpus: Path) -> dict:
+    """This script's ``--json`` on another revision (a temporary git worktree)."""
+    here = Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory(prefix="opctx-fidelity-") as tmp:
+        tree = Path(tmp) / "tree"
+        subprocess.run(["git", "-C", str(here), "worktree", "add", "--detach", str(tree), rev], check=True,
+                       capture_output=True)
+        try:
+            env = {**os.environ, "PYTHONPATH": str(tree), "OPCTX_FIDELITY_ROOT": str(tree)}
+            done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--json", "--corpus", str(corpus)],
+                                  env=env, capture_output=True, text=True, cwd=str(tree))
+            if done.returncode != 0:
+                return {"revision": rev, "failed": done.stderr.strip().splitlines()[-5:]}
+            return json.loads(done.stdout)
+        finally:
+            subprocess.run(["git", "-C", str(here), "worktree", "remove", "--force", str(tree)], capture_output=True)
+
+
+def _fmt_share(row: dict | None) -> str:
+    if row is None:
+        return "n/a"
+    return f"{row['within_one']}/{row['replayable']}" + (f" ({100 * row['share']:.0f}%)" if row["share"] is not None else "")
+
+
+def print_report(report: dict, baseline: dict | None, show_rows: bool = False) -> None:
+    print(f"opctx {report['revision']}: {report['sessions']} client sessions with compactions under {report['corpus']}")
+    keys = sorted({(r["client"], r["version"], r["mode"], r["variant"]) for r in report["results"]}
+                  | ({(r["client"], r["version"], r["mode"], r["variant"]) for r in baseline.get("results", [])}
+                     if baseline else set()),
+                  key=lambda k: (k[0], k[1], ("resync", "free").index(k[2]), VARIANTS.index(k[3])))
+    index = {(r["client"], r["version"], r["mode"], r["variant"]): r for r in report["results"]}
+    base_index = {(r["client"], r["version"], r["mode"], r["variant"]): r
+                  for r in (baseline or {}).get("results", [])}
+    head = f"{'client':<12} {'version':<9} {'mode':<7} {'variant':<24} {'automatic':>9}  within one request"
+    if baseline:
+        head += f"   baseline {baseline.get('revision', '?')}"
+    print("\n" + head)
+    for key in keys:
+        row = index.get(key)
+        line = f"{key[0]:<12} {key[1]:<9} {key[2]:<7} {key[3]:<24} {(row or base_index[key])['automatic']:>9}  {_fmt_share(row):<18}"
+        if baseline:
+            line += f"   {_fmt_share(base_index.get(key))}"
+        print(line)
+    for name, rep in (("this revision", report), ("baseline", baseline or {})):
+        for what, err in rep.get("errors", {}).items():
+            print(f"  {name}: {what} not run: {err}")
+    if report.get("rows") and show_rows:
+        print("\nper automatic compaction (delta = replay minus recording, in requests; believed = the replay's "
+              "check figure at the recorded point, last total = the provider's):")
+        keys = list(dict.fromkeys((r["mode"], r["variant"]) for r in report["rows"]))
+        by = {}
+        for r in report["rows"]:
+            by.setdefault((r["session"], r["compaction"]), {})[(r["mode"], r["variant"])] = r
+        print("| session | version | request | last total | " + " | ".join(f"{m} {v}" for m, v in keys) + " |")
+        print("|---" * (4 + len(keys)) + "|")
+        for (session, k), cells in by.items():
+            first = next(iter(cells.values()))
+            shown = []
+            for key in keys:
+                c = cells.get(key)
+                delta = "-" if c is None or c["delta_requests"] is None else f"{c['delta_requests']:+d}"
+                believed = "" if c is None or c["believed_tokens"] is None else f" ({c['believed_tokens']:,})"
+                shown.append(delta + believed)
+            last = first["recorded_last_total"]
+            print(f"| {session} #{k} | {first['client_version']} | {first['recorded_request']} | "
+                  f"{last if last is None else format(last, ',')} | " + " | ".join(shown) + " |")
+    print("\ncalibration (fit on every session; error of the fit without each row's session):")
+    for c in report["calibration"]:
+        if "error" in c:
+            print("  ", c["error"])
+            continue
+        print(f"  {c['client']:<12} {c['group']:<28} rows {c['rows']}  fit {c['fit_all_sessions']:,} ({c['unit']})  "
+              f"LOSO |error| median {c['loso_median_abs_error_tokens']:,} max {c['loso_max_abs_error_tokens']:,} tokens, "
+              f"{c['loso_within_interval']}/{c['rows']} at the same check; discounted: {', '.join(c['discounted']) or '-'}")
+    print("\ncheck: preTokens vs the last response's prompt + output, and what came after that response:")
+    for c in report["check"]:
+        gap = None if c["last_total"] is None else c["pre_tokens"] - c["last_total"]
+        print(f"  {c['session']:<17} {c['client_version'] or '?':<8} preTokens {c['pre_tokens']:>8,}  "
+              f"preTokens - last total {gap if gap is not None else 'n/a':>6}  appended after it ~{c['appended_after_last_response']:,}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--corpus", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "corpus")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--baseline-rev", help="also run on this git revision and print both")
+    ap.add_argument("--rows", action="store_true", help="also print one line per automatic compaction")
+    args = ap.parse_args(argv)
+    if not args.corpus.is_dir():
+        print(f"no corpus folder at {args.corpus}", file=sys.stderr)
+        return 2
+    histories, problems = load_histories(args.corpus)
+    report = {"revision": revision(), "corpus": str(args.corpus), "sessions": len(histories),
+              "unreadable": len(problems), **measure(histories)}
+    baseline = run_baseline(args.baseline_rev, args.corpus) if args.baseline_rev else None
+    if args.json:
+        print(json.dumps({**report, "baseline": baseline} if baseline else report, default=str))
+    else:
+        print_report(report, baseline, show_rows=args.rows)
+    return 0
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.ERROR)  # per-version notes are said once each; keep the table readable
+    sys.exit(main())
