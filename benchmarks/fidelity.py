@@ -65,7 +65,8 @@ ROOT = Path(os.environ.get("OPCTX_FIDELITY_ROOT") or Path(__file__).resolve().pa
 sys.path.insert(0, str(ROOT))
 
 CLIENT_PRESET = {"claude-code": "claude-code", "codex": "codex"}
-VARIANTS = ("default", "default, request check", "default, aging off", "calibrated (LOSO)")
+VARIANTS = ("default", "default, request check", "default, aging off", "microcompaction, all versions",
+            "calibrated (LOSO)")
 
 
 def load_histories(corpus: Path) -> tuple[list, list[str]]:
@@ -157,7 +158,9 @@ def _variant(histories: list, mode: str, variant: str, fidelity) -> tuple[list[d
             label = f"{preset}+calibrated"
         else:
             kw = ({"trigger_check": "request"} if variant == "default, request check"
-                  else {"aging": False} if variant == "default, aging off" else {})
+                  else {"aging": False} if variant == "default, aging off"
+                  else {"microcompact": True} if variant == "microcompaction, all versions" and client == "claude-code"
+                  else {})
             table = fidelity.fidelity_table(mine, presets=(preset,), mode=mode, **kw)
             label = preset
         rows += _score(table, lambda _c, label=label: label)
