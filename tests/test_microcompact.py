@@ -116,6 +116,20 @@ def test_claude_code_preset_uses_it_for_recording_versions(version, flag, expect
     assert microcompactor_for(version, flag, 200_000) is not None if expected else True
 
 
+@pytest.mark.parametrize(("version", "flag", "ages"), [
+    ("2.0.74", None, False),  # a known client before 2.1.0: Claude Code clears nothing the spec's way
+    (None, None, True),       # no version: the spec's aging, as before
+    ("2.0.74", False, True),  # microcompaction explicitly off: the preset's own aging
+])
+def test_claude_code_before_2_1_runs_no_turn_aging(version, flag, ages):
+    params = {"client_version": version} if version else {}
+    if flag is not None:
+        params["microcompact"] = flag
+    engine = build_engine("claude-code", context_window=200_000, model="claude-opus-4-5", **params)
+    assert (engine.ager is not None) is ages
+    assert not isinstance(engine.ager, ClaudeCodeMicrocompactor)
+
+
 def test_other_presets_never_microcompact():
     engine = build_engine("default", context_window=200_000, model="claude-opus-4-5")
     assert not isinstance(engine.ager, ClaudeCodeMicrocompactor)

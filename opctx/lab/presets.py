@@ -829,7 +829,14 @@ def build_engine(
     elif aging:
         ager = _make_ager(clock, aging_kw)
     if spec.client == "claude-code" and aging:
-        ager = microcompactor_for(client_version, microcompact, window) or ager
+        clearing = microcompactor_for(client_version, microcompact, window)
+        if clearing is not None:
+            ager = clearing
+        elif client_version is not None and microcompact is None:
+            # a known client from before microcompaction was recorded (< 2.1.0): Claude Code
+            # never ran the spec's turn-based aging, and where the 2.1.x rule would clear,
+            # the provider's counts of 2.0.74 show nothing cleared (docs/lab.md, "Recorded aging")
+            ager = None
     engine = DefaultContextEngine(
         usage_tracker=UsageTracker(session_db, clock=clock),
         budget_allocator=budget,
