@@ -12,7 +12,7 @@ from opctx.importers import import_paths
 from opctx.importers.fuzz import MUTATIONS, cases, check, mutate, sample_files
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples"
-CASES = 2_200  # 200 per sample: every mutation on every sample 20 times
+CASES = 2_400  # 200 per sample (12): every mutation on every sample 20 times
 SEED = 20260115
 
 

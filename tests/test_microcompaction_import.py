@@ -84,3 +84,13 @@ def test_corpus_boundaries(corpus_dir):
         merged = set(names).union(*hit)
         groups = [g for g in groups if not (g & names)] + [merged]
     assert len(groups) == 11
+
+
+def test_the_sample_in_data_is_this_module_s_output():
+    """data/samples holds the same made-up session (the sample database and notebook 07 show it);
+    it is regenerated with ``write_sample(Path("data/samples"))`` when the generator changes."""
+    from pathlib import Path
+
+    sample = Path(__file__).resolve().parents[1] / "data" / "samples" / f"{sample_lines()[0]['sessionId']}.jsonl"
+    expected = "".join(json.dumps(line) + "\n" for line in sample_lines())
+    assert sample.read_text(encoding="utf-8") == expected
