@@ -296,3 +296,19 @@ def test_export_frames_command(mixed_db, tmp_path, capsys):
     (tmp_path / "file").write_text("x")
     assert main(["export-frames", "--db", str(mixed_db), "--out", str(tmp_path / "file")]) == EXIT_USAGE
     assert "not a folder" in capsys.readouterr().err
+
+
+def test_display_only_lines_cost_no_tokens(tmp_path):
+    """A line the client showed but never sent keeps its text in the frame and costs 0 tokens,
+    as in every request and replay figure (issue 14 item 5)."""
+    from pathlib import Path
+
+    from opctx.importers import import_paths
+
+    sample = Path(__file__).resolve().parents[1] / "data" / "samples" / "claude_code_hook_chat.json"
+    db = tmp_path / "hook.db"
+    import_paths([sample], db)
+    nodes = frames.nodes_df(db, columns=["id", "text", "tokens", "data"])
+    shown = nodes[[bool((d.get("metadata") or {}).get("display_only")) for d in nodes["data"]]]
+    assert len(shown) and (shown["tokens"] == 0).all() and shown["text"].str.len().gt(0).all()
+    assert nodes.loc[~nodes.index.isin(shown.index), "tokens"].gt(0).any()

@@ -19,7 +19,8 @@ compact JSON where a quote inside a string is always escaped, so a key such as
 ``"type":"tool_result"`` cannot be faked by message text. Python never parses a
 node's full JSON unless a column needs it: ``data`` (the whole ``{name, input,
 output, reads, metadata}`` dict), ``text`` (``opctx.dag.messages.message_text``)
-and ``tokens`` (the estimate of that text) are computed only when asked for.
+and ``tokens`` (what the message costs in a request: the estimate of that text, 0 for
+a display-only line, which is never sent) are computed only when asked for.
 Databases are opened read-only (``mode=ro`` URI), so a frame never migrates,
 locks or creates a file.
 
@@ -417,9 +418,11 @@ def _add_python_columns(df: pd.DataFrame, cols: list[str], model: str | None) ->
         if "text" in cols:
             df["text"] = [message_text(m) for m in messages]
         if "tokens" in cols:
+            from opctx.context.provider_messages import is_display_only
             from opctx.context.tokens import estimate_message_tokens
 
-            df["tokens"] = pd.array([estimate_message_tokens(m, model) for m in messages], dtype="int64")
+            df["tokens"] = pd.array([0 if is_display_only(m) else estimate_message_tokens(m, model)
+                                     for m in messages], dtype="int64")
 
 
 # -- edges -------------------------------------------------------------------------------------
