@@ -23,7 +23,7 @@ VERSION = "2.1.15"
 def _line(kind: str, uuid: str, parent: str | None, minute: int, session: str = SESSION, **fields: Any) -> dict:
     return {"type": kind, "uuid": uuid, "parentUuid": parent, "sessionId": session,
             "version": VERSION, "cwd": "/tmp/sample", "isSidechain": False, "userType": "external",
-            "timestamp": f"2026-01-10T10:{minute:02d}:00.000Z", **fields}
+            "timestamp": f"2026-03-10T10:{minute:02d}:00.000Z", **fields}
 
 
 def tool_id(i: int) -> str:
@@ -52,7 +52,7 @@ def sample_lines(n_reads: int = 6, n_cleared: int = 3, result_chars: int = 40_00
             "content": [{"type": "tool_use", "id": tool_id(i), "name": name, "input": args}],
             "usage": {"input_tokens": 10, "cache_read_input_tokens": usage_before - 10 - 5000 * (n_reads - i),
                       "cache_creation_input_tokens": 0, "output_tokens": 50}}))
-        text = (f"<script>alert({i})</script> line of file {i}\n" * (result_chars // 40))[:result_chars]
+        text = (f"<script>alert({i})</script> line of text {i}\n" * (result_chars // 40))[:result_chars]
         add(_line("user", f"r-{i:03d}", parent, minute, message={"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": tool_id(i), "content": text}]}))
         minute += 1
