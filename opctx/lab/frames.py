@@ -622,19 +622,7 @@ def compactions_df(
     }
     if with_text:
         select["summary_text"] = "json_extract(n.data_json, '$.output')"
-    cols = list(select)
-    paths, multi = _as_paths(db)
-    frames = []
-    for path in paths:
-        where, params = _session_filter("n", session_ids)
-        sql = (
-            "SELECT " + ", ".join(f"{v} AS {k}" for k, v in select.items())
-            + " FROM nodes n WHERE json_type(n.data_json, '$.metadata.compaction') IS NOT NULL"
-            + where + " ORDER BY n.session_id, n.seq"
-        )
-        with closing(open_readonly(path)) as conn:
-            df = pd.DataFrame(conn.execute(sql, params).fetchall(), columns=cols)
-        df["created_at"] = _to_utc(df["created_at"])
+    def typed(df: pd.DataFrame) -> pd.DataFrame:
         for col in ("recorded", "fell_back_to_structural"):
             df[col] = df[col].fillna(0).astype(bool)
         for col in ("pre_tokens", "tokens_after"):
@@ -643,7 +631,31 @@ def compactions_df(
             df[col] = pd.to_numeric(df[col], errors="coerce").fillna(0).astype("int64")
         df["format"] = df["format"].fillna("opctx").astype("category")
         df["reason"] = df["reason"].astype(pd.CategoricalDtype(["auto", "manual", "recovered", "recorded"]))
-        frames.append(df)
+        return df
+
+    return _node_rows_df(db, select, "json_type(n.data_json, '$.metadata.compaction') IS NOT NULL",
+                         session_ids, typed)
+
+
+def _node_rows_df(
+    db: DbArg, select: dict[str, str], condition: str, session_ids: Iterable[str] | None,
+    typed: Any,
+) -> pd.DataFrame:
+    """One row per node matching ``condition``, columns ``select`` (name -> SQL), in session
+    and branch-time order, over one or several databases; ``typed`` sets each frame's dtypes."""
+    cols = list(select)
+    paths, multi = _as_paths(db)
+    frames = []
+    for path in paths:
+        where, params = _session_filter("n", session_ids)
+        sql = (
+            "SELECT " + ", ".join(f"{v} AS {k}" for k, v in select.items())
+            + " FROM nodes n WHERE " + condition + where + " ORDER BY n.session_id, n.seq"
+        )
+        with closing(open_readonly(path)) as conn:
+            df = pd.DataFrame(conn.execute(sql, params).fetchall(), columns=cols)
+        df["created_at"] = _to_utc(df["created_at"])
+        frames.append(typed(df))
     return _concat(frames, paths, multi, cols)
 
 
@@ -684,21 +696,8 @@ def recorded_aging_df(
     select = dict(_RECORDED_AGING_SQL)
     if with_ids:
         select["tool_call_ids"] = f"{_MC}.tool_call_ids')"
-    cols = list(select)
-    paths, multi = _as_paths(db)
-    frames = []
-    for path in paths:
-        where, params = _session_filter("n", session_ids)
-        # the substring test skips JSON parsing for every node that is not a candidate
-        sql = (
-            "SELECT " + ", ".join(f"{v} AS {k}" for k, v in select.items())
-            + " FROM nodes n WHERE n.type = 'llm' AND instr(n.data_json, '\"microcompaction\":{') > 0"
-            + " AND json_type(n.data_json, '$.metadata.microcompaction') IS NOT NULL"
-            + where + " ORDER BY n.session_id, n.seq"
-        )
-        with closing(open_readonly(path)) as conn:
-            df = pd.DataFrame(conn.execute(sql, params).fetchall(), columns=cols)
-        df["created_at"] = _to_utc(df["created_at"])
+
+    def typed(df: pd.DataFrame) -> pd.DataFrame:
         for col in ("pre_tokens", "tokens_saved"):
             df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
         for col in ("seq", "request_index", "cleared", "cleared_attachments", "missing"):
@@ -706,8 +705,12 @@ def recorded_aging_df(
         df["trigger"] = df["trigger"].astype("category")
         if with_ids:
             df["tool_call_ids"] = [json.loads(v) if isinstance(v, str) else [] for v in df["tool_call_ids"]]
-        frames.append(df)
-    return _concat(frames, paths, multi, cols)
+        return df
+
+    # the substring test skips JSON parsing for every node that is not a candidate
+    condition = ("n.type = 'llm' AND instr(n.data_json, '\"microcompaction\":{') > 0"
+                 " AND json_type(n.data_json, '$.metadata.microcompaction') IS NOT NULL")
+    return _node_rows_df(db, select, condition, session_ids, typed)
 
 
 # -- Parquet, a batch of sessions at a time ----------------------------------------------------
