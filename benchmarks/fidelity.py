@@ -29,7 +29,21 @@ Variants (rows):
 ``calibrated (LOSO)``
     ``opctx.lab.calibrate.loso_fidelity_table``: every session group replayed under a
     preset whose trigger was fitted on the *other* sessions only (nothing is scored by a
-    fit that saw it).
+    fit that saw it);
+``microcompaction, all versions``
+    the 2.1.x microcompaction model applied to every client version;
+``re-attach off``
+    the ``claude-code`` preset without ``post_compaction_tokens`` (0): after its own
+    compactions the replay adds nothing for the files Claude Code re-reads;
+``re-attach (LOSO)``, ``re-attach (LOSO), aging off``
+    ``post_compaction_tokens`` per session group fitted on the *other* groups only
+    (``reattached_loso``: the median of the recorded re-attached tokens, ``--post``);
+    the preset's shipped value is the fit on every session, so ``default`` in ``free``
+    mode is scored by a fit that saw it and these rows are the honest figure.
+
+``--post`` prints only the post-compaction table (``post_compaction``): per recorded
+automatic Claude Code compaction, the first request after it, real and replayed, with
+their parts.
 
 Automatic = recorded ``trigger == "auto"``, or no recorded trigger and compacted in the
 middle of a tool loop (``trigger_inferred``: Codex rollouts do not say why). Each
@@ -44,7 +58,7 @@ tool results appended after it: the evidence for the "last-response" check.
 pointing at it, removed afterwards) and prints both side by side; variants the other
 revision cannot run are ``n/a``. ``--json`` prints one JSON object.
 
-Run:  .venv/bin/python benchmarks/fidelity.py [--corpus DIR] [--json] [--baseline-rev REV]
+Run:  .venv/bin/python benchmarks/fidelity.py [--corpus DIR] [--json] [--baseline-rev REV] [--rows] [--post]
 """
 
 from __future__ import annotations
@@ -68,7 +82,7 @@ sys.path.insert(0, str(ROOT))
 
 CLIENT_PRESET = {"claude-code": "claude-code", "codex": "codex"}
 VARIANTS = ("default", "default, request check", "default, aging off", "microcompaction, all versions",
-            "calibrated (LOSO)")
+            "calibrated (LOSO)", "re-attach off", "re-attach (LOSO)", "re-attach (LOSO), aging off")
 # the --post table's free replays: the preset as shipped, and its trigger alone
 POST_VARIANTS = (("default", {}), ("aging off", {"aging": False}))
 
@@ -155,7 +169,11 @@ def _variant(histories: list, mode: str, variant: str, fidelity) -> tuple[list[d
         mine = [h for h in histories if h.client == client]
         if not mine:
             continue
-        if variant == "calibrated (LOSO)":
+        if variant.startswith("re-attach (LOSO)") and client == "claude-code":
+            table = _reattach_loso_table(mine, preset, mode, fidelity,
+                                         {"aging": False} if variant.endswith("aging off") else {})
+            label = preset
+        elif variant == "calibrated (LOSO)":
             from opctx.lab.calibrate import loso_fidelity_table
 
             table = loso_fidelity_table(mine, preset, mode=mode)
@@ -164,12 +182,34 @@ def _variant(histories: list, mode: str, variant: str, fidelity) -> tuple[list[d
             kw = ({"trigger_check": "request"} if variant == "default, request check"
                   else {"aging": False} if variant == "default, aging off"
                   else {"microcompact": True} if variant == "microcompaction, all versions" and client == "claude-code"
+                  else {"post_compaction_tokens": 0} if variant == "re-attach off" and client == "claude-code"
+                  else {"aging": False} if variant == "re-attach (LOSO), aging off"
                   else {})
             table = fidelity.fidelity_table(mine, presets=(preset,), mode=mode, **kw)
             label = preset
         rows += _score(table, lambda _c, label=label: label)
         detail += _detail(table, label)
     return rows, detail
+
+
+def _reattach_loso_table(histories: list, preset: str, mode: str, fidelity, params: dict):
+    """``fidelity_table`` with each session group's ``post_compaction_tokens`` fitted on the others."""
+    import pandas as pd
+
+    fits = reattached_loso(histories)
+    tables = []
+    for h, fit in zip(histories, fits, strict=True):
+        kw = {**params, **({"post_compaction_tokens": fit} if fit is not None else {})}
+        tables.append(fidelity.fidelity_table([h], presets=(preset,), mode=mode, **kw))
+    tables = [t for t in tables if t is not None and len(t)]
+    if not tables:
+        return None
+    # categories differ between the one-session tables: plain strings before concatenating
+    for t in tables:
+        for col in t.columns:
+            if isinstance(t[col].dtype, pd.CategoricalDtype):
+                t[col] = t[col].astype(str)
+    return pd.concat(tables, ignore_index=True)
 
 
 def _detail(table, label: str) -> list[dict]:
@@ -259,54 +299,29 @@ def post_compaction(histories: list, variants: Sequence[tuple[str, dict]] = (("d
     Replay (``free`` mode, one replay per session and variant, ``feed_usage=True``): the
     replay's own compaction matched to the recorded one as ``fidelity_table`` matches it
     (its first compaction after the previous recorded point), and the request it then
-    sent: ``post`` (what the engine counted, the carried overhead included), ``summary``,
+    sent: ``post`` (what the engine counted: the carried overhead and the preset's
+    ``post_compaction_tokens`` included), ``summary``,
     ``request`` (the kept user requests: the latest one, pinned or heading the tail),
     ``kept`` (the rest of what was kept verbatim) and ``overhead`` = post minus the
     estimate of the messages. ``delta`` is the
     replay's post minus the real one.
     """
-    from opctx.context.tokens import Estimator
     from opctx.dag.messages import is_tool_result
-    from opctx.lab.history import provider_prompt_tokens
     from opctx.lab.replay import replay
 
-    estimator = Estimator()
     out: list[dict] = []
     for h in histories:
         if h.client != "claude-code":
             continue
-        model = h.model or None
-
-        def est(m: dict, model: str | None = model) -> int:
-            return 0 if m.get("display_only") else estimator.message_tokens(m, model)
-
-        requests = [i for i, m in enumerate(h.messages) if m.get("role") == "assistant"
-                    and provider_prompt_tokens(m) is not None]
-        first = requests[0] if requests else None
-        base_overhead = (provider_prompt_tokens(h.messages[first]) - sum(est(m) for m in h.messages[:first])
-                         if first is not None else None)
+        real = recorded_post_parts(h)
+        if not real:
+            continue
+        est = _estimate_for(h)
         replays = {name: replay(h, "claude-code", feed_usage=True, keep_contexts=True,
                                 client_version=h.client_version, **kw) for name, kw in variants}
         used: dict[str, set[int]] = {name: set() for name in replays}
-        previous = -1
-        for k, comp in enumerate(h.compactions):
-            start = comp.stream_index
-            if comp.trigger != "auto" or start <= 0:
-                previous = start
-                continue
-            nxt = next((i for i in requests if i >= start), None)
-            summary = comp.summary_message or {"role": "user", "content": comp.summary_text}
-            row: dict[str, Any] = {
-                "session": (h.session_id or "")[:11], "compaction": k, "client_version": h.version_at(start)
-                if hasattr(h, "version_at") else h.client_version,
-                "real_post": provider_prompt_tokens(h.messages[nxt]) if nxt is not None else None,
-                "real_cache_read": int((h.messages[nxt].get("usage") or {}).get("cache_read_tokens") or 0)
-                if nxt is not None else None,
-                "real_summary": est(summary), "real_overhead": base_overhead,
-                "real_between": sum(est(m) for m in h.messages[start:nxt]) if nxt is not None else None,
-            }
-            if None not in (row["real_post"], base_overhead):
-                row["real_reattached"] = row["real_post"] - base_overhead - row["real_summary"] - row["real_between"]
+        for row in real:
+            previous = row.pop("_previous")
             for name, result in replays.items():
                 match = next((j for j, c in enumerate(result.compactions) if j not in used[name]
                               and c.stream_index > previous and c.ok), None)
@@ -328,8 +343,71 @@ def post_compaction(histories: list, variants: Sequence[tuple[str, dict]] = (("d
                 if row["real_post"] is not None:
                     row[f"{name}_delta"] = int(c.tokens_after) - row["real_post"]
             out.append(row)
-            previous = start
     return out
+
+
+def _estimate_for(h: Any) -> Any:
+    from opctx.context.tokens import Estimator
+
+    estimator, model = Estimator(), h.model or None
+
+    def est(m: dict) -> int:
+        return 0 if m.get("display_only") else estimator.message_tokens(m, model)
+    return est
+
+
+def recorded_post_parts(h: Any) -> list[dict]:
+    """The real side of ``post_compaction`` for one Claude Code recording (its docstring)."""
+    from opctx.lab.history import provider_prompt_tokens
+
+    est = _estimate_for(h)
+    requests = [i for i, m in enumerate(h.messages) if m.get("role") == "assistant"
+                and provider_prompt_tokens(m) is not None]
+    first = requests[0] if requests else None
+    base_overhead = (provider_prompt_tokens(h.messages[first]) - sum(est(m) for m in h.messages[:first])
+                     if first is not None else None)
+    out: list[dict] = []
+    previous = -1
+    for k, comp in enumerate(h.compactions):
+        start = comp.stream_index
+        if comp.trigger != "auto" or start <= 0:
+            previous = start
+            continue
+        nxt = next((i for i in requests if i >= start), None)
+        summary = comp.summary_message or {"role": "user", "content": comp.summary_text}
+        row: dict[str, Any] = {
+            "session": (h.session_id or "")[:11], "compaction": k, "client_version": h.version_at(start),
+            "real_post": provider_prompt_tokens(h.messages[nxt]) if nxt is not None else None,
+            "real_cache_read": int((h.messages[nxt].get("usage") or {}).get("cache_read_tokens") or 0)
+            if nxt is not None else None,
+            "real_summary": est(summary), "real_overhead": base_overhead,
+            "real_between": sum(est(m) for m in h.messages[start:nxt]) if nxt is not None else None,
+            "_previous": previous,
+        }
+        if None not in (row["real_post"], base_overhead):
+            row["real_reattached"] = row["real_post"] - base_overhead - row["real_summary"] - row["real_between"]
+        out.append(row)
+        previous = start
+    return out
+
+
+def reattached_loso(histories: list) -> list[int | None]:
+    """Per history: ``post_compaction_tokens`` fitted without its session group.
+
+    The fit is the median of ``real_reattached`` (``recorded_post_parts``) over the
+    recorded automatic Claude Code compactions of the *other* groups
+    (``opctx.lab.calibrate.session_groups``); ``None`` when they have none.
+    """
+    from opctx.lab.calibrate import session_groups
+
+    groups = session_groups(histories)
+    measured = [[r["real_reattached"] for r in recorded_post_parts(h) if r.get("real_reattached") is not None]
+                if h.client == "claude-code" else [] for h in histories]
+    fits: list[int | None] = []
+    for g in groups:
+        others = [v for h_group, values in zip(groups, measured, strict=True) if h_group != g for v in values]
+        fits.append(int(statistics.median(others)) if others else None)
+    return fits
 
 
 def print_post(rows: list[dict], variants: Sequence[str]) -> None:

@@ -31,6 +31,8 @@ class SummarizerConfig:
     min_prompt_ratio: float = 0.25
     # addition (the cut): fold the current turn too, keeping only the latest request verbatim
     fold_current_turn: bool = False
+    # addition (replays): tokens a client adds after each compaction that no history holds
+    post_compaction_tokens: int = 0
     # additions: the summary call itself
     max_message_chars: int = 4_000
     structural_head_chars: int = 60
@@ -58,6 +60,7 @@ class SummarizerConfig:
             "max_message_chars",
             "structural_head_chars",
             "summary_output_tokens",
+            "post_compaction_tokens",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:

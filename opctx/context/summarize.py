@@ -17,7 +17,11 @@ Parameters (``SummarizerConfig``, spec §4 table)
 summary *call*: ``max_message_chars`` (how much of one folded message goes into
 the summary prompt), ``structural_head_chars`` (60, §4.5), ``summary_output_tokens``
 (what the engine reserves for the summary reply), ``timeout`` (seconds); and one
-about the cut, ``fold_current_turn`` (False; "Folding the current turn" below).
+about the cut, ``fold_current_turn`` (False; "Folding the current turn" below); and
+``post_compaction_tokens`` (0): what a client adds to its context after each
+compaction that no history holds (Claude Code re-reads recently read files and
+its task list). The engine does not invent content for it; ``opctx.lab.replay``
+counts it as unseen overhead after each of its own compactions, until the next.
 
 The cut (§4.2, with the SPEC-NOTES invariants)
 ==============================================
