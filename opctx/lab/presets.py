@@ -31,12 +31,16 @@ a percentage for the replay's window (``thresholds_for``).
     window = window - min(max output, 20,000); auto-compact when 13,000 tokens
     are left of it (167,000 at 200K: ~92-93% of the input budget, the figure
     SPEC-NOTES gives), warn at 20,000 left, block at 3,000 left;
-    the whole conversation is summarised (tail ~0: keep tokens 0, keep
-    messages 0, protect_first_n 0, protect_last_n 0; the cut still keeps the
-    latest user request, an opctx invariant); tool-result aging kept (the spec's
+    the whole conversation is summarised, the running turn included
+    (``fold_current_turn``: the kept tail is empty and only the latest user
+    request stays, pinned after the summary, an opctx invariant; keep tokens 0,
+    keep messages 0, protect_first_n 0, protect_last_n 0); what Claude Code
+    re-attaches after a compaction (recently read files, its task list; no
+    transcript holds them) is ``post_compaction_tokens`` 10,000, which replays
+    count after their own compactions (measured on the corpus; sources in
+    ``PRESETS["claude-code"].sources``); tool-result aging kept (the spec's
     comparison table credits Claude Code with aging) but without a protected
-    head. Not modelled: Claude Code re-attaching recently read files after a
-    compaction.
+    head.
 ``hermes``
     Hermes Agent-like (SPEC-NOTES, spec §4 parameter and comparison tables):
     auto-compact at 0.50, ``protect_first_n`` 3, tail 10% of the window with no
@@ -217,7 +221,8 @@ PRESETS: dict[str, PresetSpec] = {
     ),
     "claude-code": PresetSpec(
         name="claude-code",
-        description="Claude Code-like: compact 13K tokens before the effective window, summarise everything.",
+        description="Claude Code-like: compact 13K tokens before the effective window, summarise everything "
+                    "(current turn included), count the files it re-attaches.",
         params={
             "output_reserve": 20_000,
             "keep_ratio": 0.0,
