@@ -16,10 +16,10 @@ from __future__ import annotations
 import pytest
 
 from opctx.context.summarize import SummarizerConfig, find_cut_index
-from opctx.lab.fidelity import fidelity_table
-from opctx.lab.replay import replay
 from opctx.lab.calibrate import simulated_recording
+from opctx.lab.fidelity import fidelity_table
 from opctx.lab.presets import PRESETS, build_engine
+from opctx.lab.replay import replay
 
 
 def _user(i: int, text: str = "please continue") -> dict:
