@@ -14,7 +14,10 @@ replay then predicts every automatic compaction.
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from opctx.context.anthropic_messages import to_anthropic_request
 from opctx.context.summarize import SummarizerConfig, find_cut_index
 from opctx.lab.calibrate import simulated_recording
 from opctx.lab.fidelity import fidelity_table
@@ -67,6 +70,11 @@ def test_fold_current_turn_keeps_only_the_latest_request(thinking: bool) -> None
     kept = [msgs[i] for i in cut.pinned] + msgs[cut.index:]
     assert _tool_pairs_whole(kept)
     assert any("fold_current_turn" in s for s in cut.steps)
+    # the request the provider then gets: the summary, then the request; no orphan tool
+    # block and no running loop that would need its thinking block
+    request = to_anthropic_request([{"id": "s", "role": "system", "content": "summary"}, *kept])
+    assert [t["role"] for t in request["messages"]] == ["user"]
+    assert all(b.get("type") == "text" for t in request["messages"] for b in t["content"])
 
 
 def test_without_the_option_the_current_turn_is_kept() -> None:
@@ -216,3 +224,40 @@ def test_post_table_parts_add_up_and_loso_leaves_the_session_out() -> None:
     for i, fit in enumerate(fits):
         others = [v for j, values in enumerate(parts) if j != i for v in values]
         assert fit == int(statistics.median(others))
+
+
+@st.composite
+def _histories(draw) -> list[dict]:
+    """User turns, each a run of tool groups (some opening with thinking) and a final answer."""
+    msgs: list[dict] = []
+    n = 0
+    for turn in range(draw(st.integers(1, 4))):
+        msgs.append(_user(n, f"turn {turn}"))
+        n += 1
+        for g in range(draw(st.integers(0, 4))):
+            call_id = f"c{n}"
+            msgs.append(_call(n, call_id, thinking=draw(st.booleans()) and g == 0))
+            msgs.append(_result(n, call_id))
+            n += 1
+        if draw(st.booleans()):
+            msgs.append({"id": f"a{n}", "role": "assistant", "content": "answer " * draw(st.integers(1, 300))})
+            n += 1
+    return msgs
+
+
+@settings(max_examples=150, deadline=None)
+@given(_histories(), st.integers(0, 4))
+def test_fold_current_turn_invariants(msgs: list[dict], protect_first_n: int) -> None:
+    cfg = SummarizerConfig(**{**FOLD.to_dict(), "protect_first_n": protect_first_n})
+    cut = find_cut_index(msgs, 200_000, cfg)
+    if not cut.ok:
+        return
+    head = msgs[: cut.protected_head]
+    kept = head + [msgs[i] for i in cut.pinned] + msgs[cut.index:]
+    assert _tool_pairs_whole(kept)  # no call without its result, no result without its call
+    last_user = max(i for i, m in enumerate(msgs) if m["role"] == "user")
+    # the latest request is on the new branch: in the head, pinned, or in the tail
+    assert last_user < cut.protected_head or last_user in cut.pinned or last_user >= cut.index
+    # the provider request built from the new branch opens with a user turn
+    request = to_anthropic_request([{"id": "s", "role": "system", "content": "summary"}, *kept])
+    assert request["messages"][0]["role"] == "user"
