@@ -29,7 +29,21 @@ Variants (rows):
 ``calibrated (LOSO)``
     ``opctx.lab.calibrate.loso_fidelity_table``: every session group replayed under a
     preset whose trigger was fitted on the *other* sessions only (nothing is scored by a
-    fit that saw it).
+    fit that saw it);
+``microcompaction, all versions``
+    the 2.1.x microcompaction model applied to every client version;
+``re-attach off``
+    the ``claude-code`` preset without ``post_compaction_tokens`` (0): after its own
+    compactions the replay adds nothing for the files Claude Code re-reads;
+``re-attach (LOSO)``, ``re-attach (LOSO), aging off``
+    ``post_compaction_tokens`` per session group fitted on the *other* groups only
+    (``reattached_loso``: the median of the recorded re-attached tokens, ``--post``);
+    the preset's shipped value is the fit on every session, so ``default`` in ``free``
+    mode is scored by a fit that saw it and these rows are the honest figure.
+
+``--post`` prints only the post-compaction table (``post_compaction``): per recorded
+automatic Claude Code compaction, the first request after it, real and replayed, with
+their parts.
 
 Automatic = recorded ``trigger == "auto"``, or no recorded trigger and compacted in the
 middle of a tool loop (``trigger_inferred``: Codex rollouts do not say why). Each
@@ -44,7 +58,7 @@ tool results appended after it: the evidence for the "last-response" check.
 pointing at it, removed afterwards) and prints both side by side; variants the other
 revision cannot run are ``n/a``. ``--json`` prints one JSON object.
 
-Run:  .venv/bin/python benchmarks/fidelity.py [--corpus DIR] [--json] [--baseline-rev REV]
+Run:  .venv/bin/python benchmarks/fidelity.py [--corpus DIR] [--json] [--baseline-rev REV] [--rows] [--post]
 """
 
 from __future__ import annotations
@@ -58,7 +72,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 # the package measured: this checkout, or another revision's (--baseline-rev runs this file there)
 ROOT = Path(os.environ.get("OPCTX_FIDELITY_ROOT") or Path(__file__).resolve().parents[1])
@@ -66,7 +82,9 @@ sys.path.insert(0, str(ROOT))
 
 CLIENT_PRESET = {"claude-code": "claude-code", "codex": "codex"}
 VARIANTS = ("default", "default, request check", "default, aging off", "microcompaction, all versions",
-            "calibrated (LOSO)")
+            "calibrated (LOSO)", "re-attach off", "re-attach (LOSO)", "re-attach (LOSO), aging off")
+# the --post table's free replays: the preset as shipped, and its trigger alone
+POST_VARIANTS = (("default", {}), ("aging off", {"aging": False}))
 
 
 def load_histories(corpus: Path) -> tuple[list, list[str]]:
@@ -151,7 +169,11 @@ def _variant(histories: list, mode: str, variant: str, fidelity) -> tuple[list[d
         mine = [h for h in histories if h.client == client]
         if not mine:
             continue
-        if variant == "calibrated (LOSO)":
+        if variant.startswith("re-attach (LOSO)") and client == "claude-code":
+            table = _reattach_loso_table(mine, preset, mode, fidelity,
+                                         {"aging": False} if variant.endswith("aging off") else {})
+            label = preset
+        elif variant == "calibrated (LOSO)":
             from opctx.lab.calibrate import loso_fidelity_table
 
             table = loso_fidelity_table(mine, preset, mode=mode)
@@ -160,12 +182,34 @@ def _variant(histories: list, mode: str, variant: str, fidelity) -> tuple[list[d
             kw = ({"trigger_check": "request"} if variant == "default, request check"
                   else {"aging": False} if variant == "default, aging off"
                   else {"microcompact": True} if variant == "microcompaction, all versions" and client == "claude-code"
+                  else {"post_compaction_tokens": 0} if variant == "re-attach off" and client == "claude-code"
+                  else {"aging": False} if variant == "re-attach (LOSO), aging off"
                   else {})
             table = fidelity.fidelity_table(mine, presets=(preset,), mode=mode, **kw)
             label = preset
         rows += _score(table, lambda _c, label=label: label)
         detail += _detail(table, label)
     return rows, detail
+
+
+def _reattach_loso_table(histories: list, preset: str, mode: str, fidelity, params: dict):
+    """``fidelity_table`` with each session group's ``post_compaction_tokens`` fitted on the others."""
+    import pandas as pd
+
+    fits = reattached_loso(histories)
+    tables = []
+    for h, fit in zip(histories, fits, strict=True):
+        kw = {**params, **({"post_compaction_tokens": fit} if fit is not None else {})}
+        tables.append(fidelity.fidelity_table([h], presets=(preset,), mode=mode, **kw))
+    tables = [t for t in tables if t is not None and len(t)]
+    if not tables:
+        return None
+    # categories differ between the one-session tables: plain strings before concatenating
+    for t in tables:
+        for col in t.columns:
+            if isinstance(t[col].dtype, pd.CategoricalDtype):
+                t[col] = t[col].astype(str)
+    return pd.concat(tables, ignore_index=True)
 
 
 def _detail(table, label: str) -> list[dict]:
@@ -237,6 +281,155 @@ def check_evidence(histories: list) -> list[dict]:
                         "pre_tokens": point["recorded_pre_tokens"], "last_total": point.get("recorded_last_total"),
                         "appended_after_last_response": appended})
     return out
+
+
+def post_compaction(histories: list, variants: Sequence[tuple[str, dict]] = (("default", {}),)) -> list[dict]:
+    """Per recorded automatic Claude Code compaction: the first request after it, real vs replayed.
+
+    Real (the recording): ``real_post`` = the provider's prompt count of the first request
+    after the summary; its parts: ``real_summary`` (opctx's estimate of the summary message
+    the agent saw), ``real_overhead`` (the unseen part of the session's *first* request:
+    provider count minus the estimate of what the file holds before it, i.e. system prompt
+    and tool schemas), ``real_between`` (messages the file holds between the summary and
+    that request) and ``real_reattached`` = the rest: what Claude Code adds after a
+    compaction and does not write to the transcript (re-read files, todo list, plan),
+    plus the estimate's error on the summary. ``real_cache_read`` is that request's cached
+    prefix (the system prompt and tools the previous requests had cached).
+
+    Replay (``free`` mode, one replay per session and variant, ``feed_usage=True``): the
+    replay's own compaction matched to the recorded one as ``fidelity_table`` matches it
+    (its first compaction after the previous recorded point), and the request it then
+    sent: ``post`` (what the engine counted: the carried overhead and the preset's
+    ``post_compaction_tokens`` included), ``summary``,
+    ``request`` (the kept user requests: the latest one, pinned or heading the tail),
+    ``kept`` (the rest of what was kept verbatim) and ``overhead`` = post minus the
+    estimate of the messages. ``delta`` is the
+    replay's post minus the real one.
+    """
+    from opctx.dag.messages import is_tool_result
+    from opctx.lab.replay import replay
+
+    out: list[dict] = []
+    for h in histories:
+        if h.client != "claude-code":
+            continue
+        real = recorded_post_parts(h)
+        if not real:
+            continue
+        est = _estimate_for(h)
+        replays = {name: replay(h, "claude-code", feed_usage=True, keep_contexts=True,
+                                client_version=h.client_version, **kw) for name, kw in variants}
+        used: dict[str, set[int]] = {name: set() for name in replays}
+        for row in real:
+            previous = row.pop("_previous")
+            for name, result in replays.items():
+                match = next((j for j, c in enumerate(result.compactions) if j not in used[name]
+                              and c.stream_index > previous and c.ok), None)
+                if match is None:
+                    row[f"{name}_post"] = None
+                    continue
+                used[name].add(match)
+                c = result.compactions[match]
+                context = result.context(c.step)
+                summary_tokens = sum(est(m) for m in context if m.get("id") == c.summary_id)
+                # the kept user requests (pinned or heading the tail) apart from the rest of the tail
+                others = sum(est(m) for m in context if m.get("id") != c.summary_id and m.get("role") == "user"
+                             and not is_tool_result(m))
+                kept = sum(est(m) for m in context) - summary_tokens - others
+                row.update({f"{name}_at": int(result.steps_df.iloc[c.step]["stream_index"]),
+                            f"{name}_post": int(c.tokens_after), f"{name}_summary": summary_tokens,
+                            f"{name}_request": others, f"{name}_kept": kept,
+                            f"{name}_overhead": int(c.tokens_after) - summary_tokens - kept - others})
+                if row["real_post"] is not None:
+                    row[f"{name}_delta"] = int(c.tokens_after) - row["real_post"]
+            out.append(row)
+    return out
+
+
+def _estimate_for(h: Any) -> Any:
+    from opctx.context.tokens import Estimator
+
+    estimator, model = Estimator(), h.model or None
+
+    def est(m: dict) -> int:
+        return 0 if m.get("display_only") else estimator.message_tokens(m, model)
+    return est
+
+
+def recorded_post_parts(h: Any) -> list[dict]:
+    """The real side of ``post_compaction`` for one Claude Code recording (its docstring)."""
+    from opctx.lab.history import provider_prompt_tokens
+
+    est = _estimate_for(h)
+    requests = [i for i, m in enumerate(h.messages) if m.get("role") == "assistant"
+                and provider_prompt_tokens(m) is not None]
+    first = requests[0] if requests else None
+    base_overhead = (provider_prompt_tokens(h.messages[first]) - sum(est(m) for m in h.messages[:first])
+                     if first is not None else None)
+    out: list[dict] = []
+    previous = -1
+    for k, comp in enumerate(h.compactions):
+        start = comp.stream_index
+        if comp.trigger != "auto" or start <= 0:
+            previous = start
+            continue
+        nxt = next((i for i in requests if i >= start), None)
+        summary = comp.summary_message or {"role": "user", "content": comp.summary_text}
+        row: dict[str, Any] = {
+            "session": (h.session_id or "")[:11], "compaction": k, "client_version": h.version_at(start),
+            "real_post": provider_prompt_tokens(h.messages[nxt]) if nxt is not None else None,
+            "real_cache_read": int((h.messages[nxt].get("usage") or {}).get("cache_read_tokens") or 0)
+            if nxt is not None else None,
+            "real_summary": est(summary), "real_overhead": base_overhead,
+            "real_between": sum(est(m) for m in h.messages[start:nxt]) if nxt is not None else None,
+            "_previous": previous,
+        }
+        if None not in (row["real_post"], base_overhead):
+            row["real_reattached"] = row["real_post"] - base_overhead - row["real_summary"] - row["real_between"]
+        out.append(row)
+        previous = start
+    return out
+
+
+def reattached_loso(histories: list) -> list[int | None]:
+    """Per history: ``post_compaction_tokens`` fitted without its session group.
+
+    The fit is the median of ``real_reattached`` (``recorded_post_parts``) over the
+    recorded automatic Claude Code compactions of the *other* groups
+    (``opctx.lab.calibrate.session_groups``); ``None`` when they have none.
+    """
+    from opctx.lab.calibrate import session_groups
+
+    groups = session_groups(histories)
+    measured = [[r["real_reattached"] for r in recorded_post_parts(h) if r.get("real_reattached") is not None]
+                if h.client == "claude-code" else [] for h in histories]
+    fits: list[int | None] = []
+    for g in groups:
+        others = [v for h_group, values in zip(groups, measured, strict=True) if h_group != g for v in values]
+        fits.append(int(statistics.median(others)) if others else None)
+    return fits
+
+
+def print_post(rows: list[dict], variants: Sequence[str]) -> None:
+    """The ``--post`` table (see ``post_compaction``)."""
+    def f(v: Any) -> str:
+        return "-" if v is None else f"{v:,}"
+
+    print("\nafter each automatic compaction: the first request, real (provider count and its parts) vs the "
+          "free replay's (engine count and its parts):")
+    head = "| session | version | real post | summary | overhead | between | re-attached (rest) | cache read |"
+    for name in variants:
+        head += f" {name}: post | summary | request | kept | overhead | delta |"
+    print(head)
+    print("|---" * (8 + 6 * len(variants)) + "|")
+    for r in rows:
+        line = (f"| {r['session']} #{r['compaction']} | {r['client_version']} | {f(r['real_post'])} | "
+                f"{f(r['real_summary'])} | {f(r['real_overhead'])} | {f(r['real_between'])} | "
+                f"{f(r.get('real_reattached'))} | {f(r['real_cache_read'])} |")
+        for name in variants:
+            line += " " + " | ".join(f(r.get(f"{name}_{part}")) for part in
+                                     ("post", "summary", "request", "kept", "overhead", "delta")) + " |"
+        print(line)
 
 
 def revision() -> str:
@@ -334,11 +527,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--baseline-rev", help="also run on this git revision and print both")
     ap.add_argument("--rows", action="store_true", help="also print one line per automatic compaction")
+    ap.add_argument("--post", action="store_true",
+                    help="only the post-compaction table: the first request after each automatic compaction, "
+                         "real vs free replay, with their parts")
     args = ap.parse_args(argv)
     if not args.corpus.is_dir():
         print(f"no corpus folder at {args.corpus}", file=sys.stderr)
         return 2
     histories, problems = load_histories(args.corpus)
+    if args.post:
+        rows = post_compaction(histories, POST_VARIANTS)
+        if args.json:
+            print(json.dumps({"revision": revision(), "post": rows}, default=str))
+        else:
+            print_post(rows, [name for name, _ in POST_VARIANTS])
+        return 0
     report = {"revision": revision(), "corpus": str(args.corpus), "sessions": len(histories),
               "unreadable": len(problems), **measure(histories)}
     baseline = run_baseline(args.baseline_rev, args.corpus) if args.baseline_rev else None

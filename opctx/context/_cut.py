@@ -81,6 +81,10 @@ def find_cut_index(
         return _cut_point(table, limits, steps, 0, False, "empty history: nothing to fold")
 
     head_end = _protected_head(table, cfg.protect_first_n, max(limits.ceiling, limits.effective), steps)
+    if cfg.fold_current_turn:
+        whole = _fold_current_turn(table, head_end, steps)
+        if whole is not None:
+            return _cut_point(table, limits, steps, len(table), True, None, head_end, whole)
     cut = _gate_cut(table, head_end, limits, cfg.keep_min_messages, steps)
     if cut is None:
         reason = (
@@ -94,6 +98,35 @@ def find_cut_index(
     if chosen is None or chosen <= head_end:
         return _nothing_to_fold(table, limits, steps, head_end)
     return _cut_point(table, limits, steps, chosen, True, None, head_end, pinned)
+
+
+def _fold_current_turn(table: FactsTable, head_end: int, steps: list[str]) -> tuple[int, ...] | None:
+    """``SummarizerConfig.fold_current_turn``: everything after the head is folded but the
+    latest user request, pinned after the summary; the pinned positions, or ``None``.
+
+    The kept tail is empty, so no tool pair and no thinking unit can be split: the
+    running tool loop is folded whole, calls, results and thinking together (a client
+    that summarises the whole conversation, Claude Code, continues from its summary the
+    same way). The latest request stays on the branch, pinned; a request inside the head
+    is kept there. ``None`` (the ordinary steps decide) when the request cannot stand
+    alone (a tool exchange runs across it) or nothing but it would be folded.
+    """
+    n, users = len(table), table.users
+    last_user = users[-1] if users else None
+    if last_user is None or last_user < head_end:
+        pinned: tuple[int, ...] = ()
+    elif table.forbid[last_user] or table.forbid[last_user + 1]:
+        steps.append("6:fold_current_turn: a tool exchange runs across the latest request; ordinary cut")
+        return None
+    else:
+        pinned = (last_user,)
+    if n - head_end - len(pinned) <= 0:
+        return None
+    steps.append(
+        f"6:fold_current_turn: cut at {n} (empty tail); "
+        + (f"latest user request {last_user} pinned after the summary" if pinned else "no request after the head")
+    )
+    return pinned
 
 
 def _cut_point(

@@ -29,6 +29,10 @@ class SummarizerConfig:
     protect_last_n: int = 20
     min_prompt_budget: int = 8_000
     min_prompt_ratio: float = 0.25
+    # addition (the cut): fold the current turn too, keeping only the latest request verbatim
+    fold_current_turn: bool = False
+    # addition (replays): tokens a client adds after each compaction that no history holds
+    post_compaction_tokens: int = 0
     # additions: the summary call itself
     max_message_chars: int = 4_000
     structural_head_chars: int = 60
@@ -56,12 +60,17 @@ class SummarizerConfig:
             "max_message_chars",
             "structural_head_chars",
             "summary_output_tokens",
+            "post_compaction_tokens",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(
                     f"SummarizerConfig.{name} must be a non-negative int, got {value!r}"
                 )
+        if not isinstance(self.fold_current_turn, bool):
+            raise ValueError(
+                f"SummarizerConfig.fold_current_turn must be a bool, got {self.fold_current_turn!r}"
+            )
         if self.keep_min_tokens > self.keep_max_tokens:
             raise ValueError(
                 f"SummarizerConfig.keep_min_tokens ({self.keep_min_tokens}) exceeds "

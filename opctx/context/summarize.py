@@ -16,7 +16,12 @@ Parameters (``SummarizerConfig``, spec §4 table)
 ``min_prompt_budget`` 8,000, ``min_prompt_ratio`` 0.25. Additions, all about the
 summary *call*: ``max_message_chars`` (how much of one folded message goes into
 the summary prompt), ``structural_head_chars`` (60, §4.5), ``summary_output_tokens``
-(what the engine reserves for the summary reply), ``timeout`` (seconds).
+(what the engine reserves for the summary reply), ``timeout`` (seconds); and one
+about the cut, ``fold_current_turn`` (False; "Folding the current turn" below); and
+``post_compaction_tokens`` (0): what a client adds to its context after each
+compaction that no history holds (Claude Code re-reads recently read files and
+its task list). The engine does not invent content for it; ``opctx.lab.replay``
+counts it as unseen overhead after each of its own compactions, until the next.
 
 The cut (§4.2, with the SPEC-NOTES invariants)
 ==============================================
@@ -78,6 +83,18 @@ tool-result ids):
    ``CutPoint(ok=False, reason=...)``. The forward snap of (a) may give back the
    one assistant message in front of the user request that the gates counted;
    that is the specification's behaviour and is kept.
+
+Folding the current turn (an addition)
+======================================
+``fold_current_turn=True`` replaces steps 3-6: everything after the protected head
+is folded except the latest user request, which is pinned after the summary, and the
+kept tail is empty (``CutPoint.index == len(messages)``). The running tool loop is
+folded whole (calls, results and thinking together), so no pair and no unit is
+split. This is the layout of a client that summarises the whole conversation and
+continues from the summary (Claude Code: its first request after a compaction holds
+the system prompt, tools, summary and re-attached files only); the pinned request
+keeps SPEC-NOTES' "latest user request present". When a tool exchange runs across
+the request, or nothing but it would be folded, the ordinary steps decide.
 
 Thinking units (issue 14, items 6 and 9)
 ========================================

@@ -31,12 +31,16 @@ a percentage for the replay's window (``thresholds_for``).
     window = window - min(max output, 20,000); auto-compact when 13,000 tokens
     are left of it (167,000 at 200K: ~92-93% of the input budget, the figure
     SPEC-NOTES gives), warn at 20,000 left, block at 3,000 left;
-    the whole conversation is summarised (tail ~0: keep tokens 0, keep
-    messages 0, protect_first_n 0, protect_last_n 0; the cut still keeps the
-    latest user request, an opctx invariant); tool-result aging kept (the spec's
+    the whole conversation is summarised, the running turn included
+    (``fold_current_turn``: the kept tail is empty and only the latest user
+    request stays, pinned after the summary, an opctx invariant; keep tokens 0,
+    keep messages 0, protect_first_n 0, protect_last_n 0); what Claude Code
+    re-attaches after a compaction (recently read files, its task list; no
+    transcript holds them) is ``post_compaction_tokens`` 10,000, which replays
+    count after their own compactions (measured on the corpus; sources in
+    ``PRESETS["claude-code"].sources``); tool-result aging kept (the spec's
     comparison table credits Claude Code with aging) but without a protected
-    head. Not modelled: Claude Code re-attaching recently read files after a
-    compaction.
+    head.
 ``hermes``
     Hermes Agent-like (SPEC-NOTES, spec §4 parameter and comparison tables):
     auto-compact at 0.50, ``protect_first_n`` 3, tail 10% of the window with no
@@ -217,7 +221,8 @@ PRESETS: dict[str, PresetSpec] = {
     ),
     "claude-code": PresetSpec(
         name="claude-code",
-        description="Claude Code-like: compact 13K tokens before the effective window, summarise everything.",
+        description="Claude Code-like: compact 13K tokens before the effective window, summarise everything "
+                    "(current turn included), count the files it re-attaches.",
         params={
             "output_reserve": 20_000,
             "keep_ratio": 0.0,
@@ -227,6 +232,8 @@ PRESETS: dict[str, PresetSpec] = {
             "protect_first_n": 0,
             "protect_last_n": 0,
             "aging_protect_first_n": 0,
+            "fold_current_turn": True,
+            "post_compaction_tokens": 10_000,
         },
         token_thresholds={"recommend": 20_000, "auto": 13_000, "emergency": 3_000},
         client="claude-code",
@@ -236,6 +243,8 @@ PRESETS: dict[str, PresetSpec] = {
             "recommend 20000 / emergency 3000 tokens before (warning / blocking)": "Claude Code 2.x thresholds as publicly reverse-engineered (#12004: 20000 warning/error buffers; 3000 manual-compact buffer) (assumed for the blocking tier)",
             "keep_ratio 0, keep_min_tokens 0, keep_max_tokens 0, keep_min_messages 0 (summarise everything)": "classic Claude Code auto-compact summarises the whole conversation (assumed; the spec's 8K/40K/5-message tail borrows the ideas of its newer tail-keeping compaction, not modelled here)",
             "protect_first_n 0, protect_last_n 0, aging_protect_first_n 0": "spec §3 and §4 comparison tables (Claude Code: no protect-first-N, no protect-last-N)",
+"post_compaction_tokens 10000 (what Claude Code re-attaches after a compaction: re-read files, task list; counted by replays after their own compactions)": "what: up to 5 recently read files, at most 5,000 tokens each, 50,000 in all, plus the todo list and plan (services/compact/compact.ts as read in zhanghandong.github.io/harness-engineering-from-cc-to-ai-coding ch. 10; decodeclaude.com/claude-code-compaction (v2.1.17); claude-code-explain.helmcode.com/context-compaction; rohitg00/pro-workflow skills/compact-guard); how much: measured, the median of the 6 automatic 2.0.74-2.0.76 compactions of ../shared/corpus whose next request was recorded (10,189 tokens: provider count - overhead - summary; benchmarks/fidelity.py --post), rounded; leave-one-session-out in docs/lab.md",
+                        "fold_current_turn (the current turn is folded too: only the latest request stays, pinned after the summary)": "Claude Code's compaction replaces the whole conversation by its summary (anthropics/claude-code#4017, #6066; services/compact/compact.ts as read in 'Harness engineering from CC', ch. 10); measured: its first request after each 2.0.74-2.0.76 automatic compaction holds system, tools, summary and re-attached files only (benchmarks/fidelity.py --post)",
             "aging on, other aging numbers = the spec's": "spec §3 comparison table (Claude Code: aging, wall-clock and turn gates); numbers assumed = spec §3.1",
         },
     ),

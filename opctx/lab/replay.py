@@ -45,7 +45,10 @@ Choices
   measured at the first counted request stays whatever the history becomes; the
   drift measured since scales with the history it was measured on (a compaction
   folds it too). After the recording compacts (``free`` replays) the last overhead
-  is carried. A
+  is carried. After each of the replay's *own* compactions the engine's
+  ``SummarizerConfig.post_compaction_tokens`` is added to it until the next one
+  (what the client re-attaches after compacting, which no transcript holds: the
+  ``claude-code`` preset's re-read files). A
   session that *starts* from a summary (a recorded compaction at stream index 0) is
   fed from its first request. See :meth:`_Replay._feed_usage`.
 * **Trigger check.** ``trigger_check="last-response"`` decides to compact the way
@@ -299,6 +302,11 @@ class _ReplaySessionDB:
         return self._db.append_messages(session_id, batch)
 
 
+def _post_compaction_tokens(engine: Any) -> int:
+    """What the client adds after a compaction that no history holds (``SummarizerConfig``)."""
+    return int(getattr(getattr(engine, "config", None), "post_compaction_tokens", 0) or 0)
+
+
 def _is_request(msg: dict) -> bool:
     return msg.get("role") == "assistant"
 
@@ -489,6 +497,9 @@ class _Replay:
         self.overhead_base = 0
         self.overhead_drift = 0
         self.overhead_history = 0
+        # what the client re-attaches after each of the replay's own compactions (files it
+        # re-reads: SummarizerConfig.post_compaction_tokens), carried until the next one
+        self.reattached = 0
         # prompt + output of the previous request as the replay saw it ("last-response" check)
         self.last_response_total: int | None = None
         self.check_tokens = 0  # the figure this request's decision was taken on
@@ -585,6 +596,7 @@ class _Replay:
         recorded_provider.text = None
         self.pending_recorded = None
         if comp is not None and comp.ok:
+            self.reattached = _post_compaction_tokens(driver.engine)
             self.active = driver.branch()
             _register_copies(self.active, self.origin_ids)
             self.diverged = True
@@ -610,6 +622,7 @@ class _Replay:
             if comp is not None and comp.ok:
                 compacted = True
                 self.diverged = True
+                self.reattached = _post_compaction_tokens(driver.engine)
                 self.active = driver.branch()
                 _register_copies(self.active, self.origin_ids)
                 prep = self._with_overhead(driver.prepare(self.active))
@@ -700,7 +713,7 @@ class _Replay:
         """
         if not self.feed_usage or self.overhead is None:
             return None
-        prompt = max(0, int(request_estimate) + self._overhead_for(request_estimate))
+        prompt = max(0, int(request_estimate) + self._overhead_for(request_estimate) + self.reattached)
         self.driver.after_turn({"input_tokens": prompt, "output_tokens": int(output_tokens)}, prep)
         return prompt
 
