@@ -82,6 +82,7 @@ sys.path.insert(0, str(ROOT))
 
 CLIENT_PRESET = {"claude-code": "claude-code", "codex": "codex"}
 VARIANTS = ("default", "default, request check", "default, aging off", "microcompaction, all versions",
+            "spec aging before 2.1",
             "calibrated (LOSO)", "re-attach off", "re-attach (LOSO)", "re-attach (LOSO), aging off")
 # the --post table's free replays: the preset as shipped, and its trigger alone
 POST_VARIANTS = (("default", {}), ("aging off", {"aging": False}))
@@ -182,6 +183,7 @@ def _variant(histories: list, mode: str, variant: str, fidelity) -> tuple[list[d
             kw = ({"trigger_check": "request"} if variant == "default, request check"
                   else {"aging": False} if variant == "default, aging off"
                   else {"microcompact": True} if variant == "microcompaction, all versions" and client == "claude-code"
+                  else {"microcompact": False} if variant == "spec aging before 2.1" and client == "claude-code"
                   else {"post_compaction_tokens": 0} if variant == "re-attach off" and client == "claude-code"
                   else {"aging": False} if variant == "re-attach (LOSO), aging off"
                   else {})
