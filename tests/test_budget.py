@@ -1,4 +1,4 @@
-"""BudgetAllocator (spec §2.3, SPEC-NOTES output-reserve policies)."""
+"""BudgetAllocator (spec §2.3, docs/design.md output-reserve policies)."""
 
 from __future__ import annotations
 
@@ -129,7 +129,7 @@ def test_a_tiny_window_always_leaves_input_room(policy, window):
 
 
 def test_the_floor_input_minimum_does_not_follow_the_reserve_fraction():
-    # SPEC-NOTES: the input budget never drops below min(8000, 25% of the window)
+    # docs/design.md: the input budget never drops below min(8000, 25% of the window)
     a = BudgetAllocator(reserve_policy="floor", reserve_fraction=0.9)
     assert 8_192 - a.reserve_for(8_192) == 2_048
     assert 100_000 - a.reserve_for(100_000) == 10_000  # 90% reserved, 10,000 >= 8,000 left

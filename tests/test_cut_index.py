@@ -1,4 +1,4 @@
-"""find_cut_index: the six steps of §4.2 and the SPEC-NOTES invariants."""
+"""find_cut_index: the six steps of §4.2 and the docs/design.md invariants."""
 
 from __future__ import annotations
 

@@ -144,7 +144,7 @@ def test_make_lab_turns_the_news_toast_off_with_the_real_setting(tmp_path):
 
 
 def test_a_notebook_compares_the_two_output_reserve_policies():
-    """SPEC-NOTES: both reserve policies, side by side across window sizes (#16.13)."""
+    """docs/design.md: both reserve policies, side by side across window sizes (#16.13)."""
     sources = "\n".join(_sources(ROOT / "notebooks" / "06_token_estimation.ipynb"))
     assert "BudgetAllocator(reserve_policy=policy)" in sources
     assert 'for policy in ("cap", "floor")' in sources

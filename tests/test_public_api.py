@@ -1,4 +1,4 @@
-"""The public surface: every name SPEC-NOTES lists is importable from ``opctx``,
+"""The public surface: every name docs/design.md lists is importable from ``opctx``,
 and the core stays light (no pandas / matplotlib / networkx / ipywidgets)."""
 
 from __future__ import annotations

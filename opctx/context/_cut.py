@@ -298,7 +298,7 @@ def _snap(
     """Step 6: the boundary the kept tail starts at, and the pinned request, if any.
 
     The tail should start with a user request (spec), but the cut never moves past
-    the floor or the latest user request (SPEC-NOTES defect), and a backward snap
+    the floor or the latest user request (a defect of the reference code: docs/design.md), and a backward snap
     that would blow the tail past the ceiling is a last resort, not the default.
     In order: (a) forward to a user request, (b) back to one within the ceiling,
     or pin the latest request when that folds more than twice as much, (c) the

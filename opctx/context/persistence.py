@@ -31,7 +31,7 @@ and its results are pinned together, so adjacency holds on the new branch.
   themselves be copies made by an earlier one).
 * Its timestamp is one microsecond before the first kept message (§4.7), so
   even a timestamp-ordered view puts it in front of the tail; order on the
-  branch comes from the chain, not from timestamps (SPEC-NOTES).
+  branch comes from the chain, not from timestamps (docs/design.md).
 
 Atomicity and concurrency: the writes (every new node in one
 ``append_messages`` call, the HEAD move, ``extra_meta["_last_summary_text"]``)

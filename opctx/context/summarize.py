@@ -23,8 +23,8 @@ compaction that no history holds (Claude Code re-reads recently read files and
 its task list). The engine does not invent content for it; ``opctx.lab.replay``
 counts it as unseen overhead after each of its own compactions, until the next.
 
-The cut (§4.2, with the SPEC-NOTES invariants)
-==============================================
+The cut (§4.2, with the invariants of docs/design.md)
+=====================================================
 The six steps of the specification, over a precomputed table of per-message
 facts (tokens, "has a text block", "is a user request", tool-call ids,
 tool-result ids):
@@ -57,7 +57,7 @@ tool-result ids):
    call from its results. (Computed first: every other step needs it.)
 6. Snap. The specification snaps *forward* to a user message; the public
    reference code let that carry the cut past ``len - protect_last_n`` and past
-   the latest user message (SPEC-NOTES defect). Here, in order of preference:
+   the latest user message (a defect of the reference code: docs/design.md). Here, in order of preference:
    (a) forward to the first user request in ``[cut, min(floor, latest user
    request)]``; (b) *backward* to the nearest earlier user request, if the tail
    then still fits the ceiling; (c) the nearest boundary that keeps tool groups
@@ -78,7 +78,7 @@ tool-result ids):
    what cutting at the nearest tool-group boundary folds, the cut stays there and
    the request is *pinned*: kept verbatim, as a copy, right after the summary
    (``CutPoint.pinned``). The request is still on the new branch, word for word,
-   which is what SPEC-NOTES' "latest user request in the kept tail" protects; Codex
+   which is what the design's "latest user request in the kept tail" protects; Codex
    keeps recent user messages after its summary the same way. A cut that folds nothing returns
    ``CutPoint(ok=False, reason=...)``. The forward snap of (a) may give back the
    one assistant message in front of the user request that the gates counted;
@@ -93,7 +93,7 @@ folded whole (calls, results and thinking together), so no pair and no unit is
 split. This is the layout of a client that summarises the whole conversation and
 continues from the summary (Claude Code: its first request after a compaction holds
 the system prompt, tools, summary and re-attached files only); the pinned request
-keeps SPEC-NOTES' "latest user request present". When a tool exchange runs across
+keeps the design's "latest user request present". When a tool exchange runs across
 the request, or nothing but it would be folded, the ordinary steps decide.
 
 Thinking units (issue 14, items 6 and 9)

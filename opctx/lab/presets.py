@@ -20,7 +20,7 @@ before the window" set their own output reserve and convert the token figure to
 a percentage for the replay's window (``thresholds_for``).
 
 ``default``
-    The specification's defaults (spec §4 table, §3.1, §2.3; SPEC-NOTES):
+    The specification's defaults (spec §4 table, §3.1, §2.3; docs/design.md):
     recommend 0.70, auto 0.80, emergency 0.95; tail ``clamp(10% of window, 8K,
     40K)`` with at least 5 text messages; ``protect_first_n`` 3, ``protect_last_n``
     20; aging with its spec defaults (4 turns, 60 s, 800 tokens, first 2 kept);
@@ -30,7 +30,7 @@ a percentage for the replay's window (``thresholds_for``).
     versions" below). Default (no version, or 2.1.21 and later): effective
     window = window - min(max output, 20,000); auto-compact when 13,000 tokens
     are left of it (167,000 at 200K: ~92-93% of the input budget, the figure
-    SPEC-NOTES gives), warn at 20,000 left, block at 3,000 left;
+    docs/design.md gives), warn at 20,000 left, block at 3,000 left;
     the whole conversation is summarised, the running turn included
     (``fold_current_turn``: the kept tail is empty and only the latest user
     request stays, pinned after the summary, an opctx invariant; keep tokens 0,
@@ -38,11 +38,13 @@ a percentage for the replay's window (``thresholds_for``).
     re-attaches after a compaction (recently read files, its task list; no
     transcript holds them) is ``post_compaction_tokens`` 10,000, which replays
     count after their own compactions (measured on the corpus; sources in
-    ``PRESETS["claude-code"].sources``); tool-result aging kept (the spec's
-    comparison table credits Claude Code with aging) but without a protected
-    head.
+    ``PRESETS["claude-code"].sources``). Tool-result aging per client version:
+    2.1.0 and later Claude Code's own microcompaction (``opctx.lab.microcompact``),
+    a known client before 2.1.0 none (its clearing wrote no line and its rule is
+    not known; docs/lab.md "Recorded aging"), no version the spec's aging without
+    a protected head.
 ``hermes``
-    Hermes Agent-like (SPEC-NOTES, spec §4 parameter and comparison tables):
+    Hermes Agent-like (docs/design.md, spec §4 parameter and comparison tables):
     auto-compact at 0.50, ``protect_first_n`` 3, tail 10% of the window with no
     absolute bounds and no text-message gate (the §4 comparison table gives
     Hermes neither; the 8K/40K clamps are Claude Code's), ``protect_last_n`` 20;
@@ -53,7 +55,7 @@ a percentage for the replay's window (``thresholds_for``).
     later - a property of the strategy that the replay reports (one warning,
     ``compactions_failed`` / ``auto_compaction_disabled`` in the metrics).
 ``codex``
-    Codex CLI-like (SPEC-NOTES): auto-compact at ``model_auto_compact_token_limit``,
+    Codex CLI-like (docs/design.md): auto-compact at ``model_auto_compact_token_limit``,
     by default 90% of the model's context window (the 272,000-token window of
     the gpt-5 family gives 244,800; Codex reports 95% of it, 258,400, as
     ``model_context_window``, which is the window a replay of a rollout runs at),
@@ -212,11 +214,11 @@ PRESETS: dict[str, PresetSpec] = {
         description="The specification's defaults (two-tier trigger, adaptive tail, aging).",
         params={},
         sources={
-            "recommend_pct 0.70 / auto_compact_pct 0.80 / emergency_pct 0.95": "spec §4 parameter table, §4.1; SPEC-NOTES (EMERGENCY_PCT 0.95)",
+            "recommend_pct 0.70 / auto_compact_pct 0.80 / emergency_pct 0.95": "spec §4 parameter table, §4.1; docs/design.md (EMERGENCY_PCT 0.95)",
             "keep_ratio 0.10, keep_min_tokens 8000, keep_max_tokens 40000, keep_min_messages 5": "spec §4 parameter table",
             "protect_first_n 3, protect_last_n 20": "spec §4 parameter table (from Hermes)",
             "aging 4 turns / 60 s / 800 tokens / first 2": "spec §3.1-3.2",
-            "output reserve min(max output or 16384, 25% of window), never below 1024": "SPEC-NOTES (budget)",
+            "output reserve min(max output or 16384, 25% of window), never below 1024": "docs/design.md (budget)",
         },
     ),
     "claude-code": PresetSpec(
@@ -239,13 +241,13 @@ PRESETS: dict[str, PresetSpec] = {
         client="claude-code",
         sources={
             "output_reserve 20000: effective window = window - min(max output, 20000) (default rule; per client version: TRIGGER_RULES)": "Claude Code 2.1.21 changelog; anthropics/claude-code#31806 (deobfuscated threshold), #23409 ('Autocompact buffer: 33k')",
-            "auto-compact 13000 tokens before the effective window (~92-93% of 200K)": "SPEC-NOTES (~92-93%); spec §4 trigger_pct row (Claude Code 93%); the 13000 constant: anthropics/claude-code#12004, #31806",
+            "auto-compact 13000 tokens before the effective window (~92-93% of 200K)": "docs/design.md (~92-93%); spec §4 trigger_pct row (Claude Code 93%); the 13000 constant: anthropics/claude-code#12004, #31806",
             "recommend 20000 / emergency 3000 tokens before (warning / blocking)": "Claude Code 2.x thresholds as publicly reverse-engineered (#12004: 20000 warning/error buffers; 3000 manual-compact buffer) (assumed for the blocking tier)",
             "keep_ratio 0, keep_min_tokens 0, keep_max_tokens 0, keep_min_messages 0 (summarise everything)": "classic Claude Code auto-compact summarises the whole conversation (assumed; the spec's 8K/40K/5-message tail borrows the ideas of its newer tail-keeping compaction, not modelled here)",
             "protect_first_n 0, protect_last_n 0, aging_protect_first_n 0": "spec §3 and §4 comparison tables (Claude Code: no protect-first-N, no protect-last-N)",
 "post_compaction_tokens 10000 (what Claude Code re-attaches after a compaction: re-read files, task list; counted by replays after their own compactions)": "what: up to 5 recently read files, at most 5,000 tokens each, 50,000 in all, plus the todo list and plan (services/compact/compact.ts as read in zhanghandong.github.io/harness-engineering-from-cc-to-ai-coding ch. 10; decodeclaude.com/claude-code-compaction (v2.1.17); claude-code-explain.helmcode.com/context-compaction; rohitg00/pro-workflow skills/compact-guard); how much: measured, the median of the 6 automatic 2.0.74-2.0.76 compactions of ../shared/corpus whose next request was recorded (10,189 tokens: provider count - overhead - summary; benchmarks/fidelity.py --post), rounded; leave-one-session-out in docs/lab.md",
                         "fold_current_turn (the current turn is folded too: only the latest request stays, pinned after the summary)": "Claude Code's compaction replaces the whole conversation by its summary (anthropics/claude-code#4017, #6066; services/compact/compact.ts as read in 'Harness engineering from CC', ch. 10); measured: its first request after each 2.0.74-2.0.76 automatic compaction holds system, tools, summary and re-attached files only (benchmarks/fidelity.py --post)",
-            "aging on, other aging numbers = the spec's": "spec §3 comparison table (Claude Code: aging, wall-clock and turn gates); numbers assumed = spec §3.1",
+            "aging per client version: 2.1.0+ microcompaction (opctx.lab.microcompact), known 2.0.x none, no version the spec's aging (numbers = spec §3.1)": "microcompaction: its module docstring (public reimplementations of cli.js 2.0.76; corpus boundary lines 2.1.9-2.1.19); 2.0.x: docs/lab.md 'Recorded aging' (the 2.1.x rule and the spec's aging both clear what 2.0.74's provider counts show kept); no version: spec §3 comparison table (Claude Code: aging, wall-clock and turn gates)",
         },
     ),
     "hermes": PresetSpec(
@@ -264,10 +266,10 @@ PRESETS: dict[str, PresetSpec] = {
             "aging": False,
         },
         sources={
-            "auto_compact_pct 0.50": "SPEC-NOTES (trigger 0.50); spec §4 parameter table, trigger_pct row (Hermes 50%)",
-            "protect_first_n 3": "SPEC-NOTES; spec §4 parameter table (Hermes: task + first reply + clarification)",
+            "auto_compact_pct 0.50": "docs/design.md (trigger 0.50); spec §4 parameter table, trigger_pct row (Hermes 50%)",
+            "protect_first_n 3": "docs/design.md; spec §4 parameter table (Hermes: task + first reply + clarification)",
             "protect_last_n 20": "spec §4 parameter table (protect_last_n 20 from Hermes); §4 comparison table (Hermes protects the last N)",
-            "keep_ratio 0.10 (tail = 10% of the window)": "SPEC-NOTES (tail ~10%); spec §4 comparison table (Hermes: tail proportional to the window)",
+            "keep_ratio 0.10 (tail = 10% of the window)": "docs/design.md (tail ~10%); spec §4 comparison table (Hermes: tail proportional to the window)",
             "no 8K/40K tail clamp (keep_min_tokens 0, keep_max_tokens 1e9 = unbounded)": "spec §4 comparison table (Hermes: no absolute tail bounds; the 8K/40K clamps are Claude Code's)",
             "no text-message gate (keep_min_messages 0)": "spec §4 comparison table (Hermes: no text-block message gate)",
             "aging off": "spec §3 comparison table (Hermes: no tool-result aging)",
@@ -290,9 +292,9 @@ PRESETS: dict[str, PresetSpec] = {
         },
         client="codex",
         sources={
-            "auto-compact at 90% of the context window (model_auto_compact_token_limit, per model: TRIGGER_RULES)": "SPEC-NOTES (Codex-like); openai/codex codex-rs/core/src/models_manager/model_family.rs (default_auto_compact_limit = context_window * 9 / 10)",
-            "keep_min_tokens = keep_max_tokens 20000, keep_ratio 0, keep_min_messages 0": "SPEC-NOTES (keep recent user messages up to 20000 tokens); approximated by a contiguous 20000-token tail",
-            "protect_first_n 0, protect_last_n 0": "SPEC-NOTES (Codex keeps recent messages only); no protected head or count assumed",
+            "auto-compact at 90% of the context window (model_auto_compact_token_limit, per model: TRIGGER_RULES)": "docs/design.md (Codex-like); openai/codex codex-rs/core/src/models_manager/model_family.rs (default_auto_compact_limit = context_window * 9 / 10)",
+            "keep_min_tokens = keep_max_tokens 20000, keep_ratio 0, keep_min_messages 0": "docs/design.md (keep recent user messages up to 20000 tokens); approximated by a contiguous 20000-token tail",
+            "protect_first_n 0, protect_last_n 0": "docs/design.md (Codex keeps recent messages only); no protected head or count assumed",
             "output_reserve 1024 (budget against the whole window)": "assumed (Codex thresholds are fractions of the whole window)",
             "emergency at 100% of the window, aging off": "assumed (no structural tier, no tool-result aging documented)",
         },
@@ -303,7 +305,7 @@ PRESETS: dict[str, PresetSpec] = {
         params={"keep_last": 10},
         kind="masking",
         sources={
-            "keep_last M = 10": "Lindenbauer et al. 2025, 'The Complexity Trap' (M=10 best); SPEC-NOTES",
+            "keep_last M = 10": "Lindenbauer et al. 2025, 'The Complexity Trap' (M=10 best); docs/design.md",
             "placeholder text": "assumed (says how many tokens were omitted)",
             "never summarise": "The Complexity Trap (observation masking alone)",
         },
@@ -320,8 +322,8 @@ PRESETS: dict[str, PresetSpec] = {
 
 # Numbers every preset shares: the engine's guards (opctx.context.engine), not a preset choice.
 ENGINE_SOURCES: dict[str, str] = {
-    "min_saving 0.10 (two compactions in a row under 10% disable auto-compaction)": "SPEC-NOTES (compaction must not loop)",
-    "rearm_fraction 0.25 (re-arm after the history grows by 25% of the input budget)": "assumed (opctx: the guard must not latch off forever, SPEC-NOTES peer pitfalls)",
+    "min_saving 0.10 (two compactions in a row under 10% disable auto-compaction)": "docs/design.md (compaction must not loop)",
+    "rearm_fraction 0.25 (re-arm after the history grows by 25% of the input budget)": "assumed (opctx: the guard must not latch off forever, docs/design.md peer pitfalls)",
     "tail_budget_share 0.5 (the kept tail is at most half the room)": "spec §4 min_prompt_ratio / small-window cap (OpenClaw); the 0.5 assumed",
 }
 
