@@ -24,6 +24,18 @@ def _request_after(history: list[dict], cut, model: str) -> dict:
     return to_anthropic_request(compacted_branch(history, cut), "Be careful.", model=model)
 
 
+def _long_loop_that_thought_once() -> tuple[list[dict], int, int]:
+    """Three opening messages, the task, then one thinking turn and a 60-call loop of 1,500
+    tokens a result (with display-only lines): (history, task index, first group index)."""
+    h = HistoryBuilder()
+    h.user("a")
+    h.answer("b")
+    h.user("c")
+    task = h.user("port the whole module")
+    first = h.loop(60, size=1_500, think="first", display=True)[0]
+    return h.messages, task, first
+
+
 def test_the_head_is_extended_to_the_end_of_its_thinking_unit() -> None:
     # protect_first_n=3 ends after the first tool group of a loop that thought once: the
     # fold must not begin in the middle of that loop, so the head takes the whole unit
@@ -69,13 +81,7 @@ def test_a_long_tool_loop_that_thought_once_is_cut_inside_with_its_thinking_pinn
     # issue 14 item 6 with item 9: one thinking turn, then a loop far larger than the keep
     # budget. No boundary outside the unit fits, and cutting at its start keeps all of it;
     # the cut goes inside the loop and pins the first group, which carries the thinking block
-    h = HistoryBuilder()
-    h.user("a")
-    h.answer("b")
-    h.user("c")
-    task = h.user("port the whole module")
-    first = h.loop(60, size=1_500, think="first", display=True)[0]
-    history = h.messages
+    history, task, first = _long_loop_that_thought_once()
     cut = find_cut_index(history, 200_000, SummarizerConfig(protect_first_n=3), 8_000, estimate=char_tokens)
     assert cut.ok, cut.reason
     group = tuple(range(first, first_group_end(history, first)))
@@ -147,13 +153,7 @@ def test_the_engine_compacts_a_long_loop_into_a_request_anthropic_accepts() -> N
     from opctx.context.tokens import Estimator
     from opctx.dag.session_db import DagSessionDB
 
-    h = HistoryBuilder()
-    h.user("a")
-    h.answer("b")
-    h.user("c")
-    task = h.user("port the whole module")
-    first = h.loop(60, size=1_500, think="first", display=True)[0]
-    history = h.messages
+    history, task, first = _long_loop_that_thought_once()
     db = DagSessionDB(":memory:")
     sid = db.create_session(title="long loop")
     db.append_messages(sid, history)
