@@ -870,7 +870,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_export)
 
     sp = sub.add_parser("export-frames", help="write the lab's frames as Parquet files",
-                        description="Write the sessions, nodes, edges, turns and compactions frames "
+                        description="Write the sessions, nodes, edges, turns, compactions and recorded_aging frames "
                                     "(opctx.lab.frames) as DIR/<frame>.parquet, a batch of sessions "
                                     "at a time, so a corpus of any size is never loaded whole. "
                                     "Readable with pandas, DuckDB or any Parquet reader.")

@@ -44,6 +44,11 @@ def test_parquet_export_keeps_cleared_by(tmp_path):
     written = frames.write_parquet(db, tmp_path / "out")
     back = pd.read_parquet(written["nodes"][0])
     assert set(back.loc[back["cleared_by"].notna(), "tool_call_id"]) == {tool_id(0), tool_id(2), tool_id(3)}
+    # the events themselves are a frame of the export too, read back as recorded_aging_df gives them
+    events = pd.read_parquet(written["recorded_aging"][0])
+    expected = recorded_aging_df(db)
+    assert written["recorded_aging"][1] == len(expected) == 1
+    pd.testing.assert_frame_equal(events.astype({"trigger": "category"}), expected, check_dtype=False)
 
 
 def test_empty_database_has_the_columns(tmp_path):

@@ -2,7 +2,7 @@
 
 =================  ==========================================================
 ``frames``         pandas DataFrames over opctx databases (sessions, nodes,
-                   edges, turns, compactions), lazy SQL projections
+                   edges, turns, compactions, recorded aging), lazy SQL projections
 ``history``        a session's recorded stream with compactions expanded
 ``replay``         step a recorded history through a context engine
 ``presets``        named strategies (default, claude-code, hermes, codex,

@@ -1,4 +1,4 @@
-"""pandas DataFrames over opctx databases: sessions, nodes, edges, turns, compactions.
+"""pandas DataFrames over opctx databases: sessions, nodes, edges, turns, compactions, recorded aging.
 
 Every function takes one database path or a list of them. With a list, the
 frames of each database are concatenated and a ``db`` column (the path as
@@ -715,7 +715,7 @@ def recorded_aging_df(
 
 # -- Parquet, a batch of sessions at a time ----------------------------------------------------
 
-FRAMES = ("sessions", "nodes", "edges", "turns", "compactions")
+FRAMES = ("sessions", "nodes", "edges", "turns", "compactions", "recorded_aging")
 
 # The Arrow type of every column a frame can have: one schema for every batch (a batch
 # with no compaction, or no value in a column, must not change the file's types).
@@ -805,7 +805,7 @@ class _FrameWriter:
 
 
 def _batch_frames(db: str | os.PathLike, ids: list[str], estimate_tokens: bool) -> dict[str, pd.DataFrame]:
-    """The five frames of the sessions ``ids``; the nodes are read once for nodes and turns."""
+    """The frames of the sessions ``ids``; the nodes are read once for nodes and turns."""
     node_cols = list(_NODE_ORDER) + (["tokens"] if estimate_tokens else [])
     nodes = nodes_df(db, columns=node_cols, session_ids=ids)
     return {
@@ -814,6 +814,7 @@ def _batch_frames(db: str | os.PathLike, ids: list[str], estimate_tokens: bool) 
         "edges": edges_df(db, session_ids=ids),
         "turns": _turns_from_nodes(nodes, estimate_tokens),
         "compactions": compactions_df(db, session_ids=ids),
+        "recorded_aging": recorded_aging_df(db, session_ids=ids),
     }
 
 
@@ -825,7 +826,7 @@ def write_parquet(
     estimate_tokens: bool = True,
     progress: bool = False,
 ) -> dict[str, tuple[Any, int]]:
-    """Write ``sessions, nodes, edges, turns, compactions`` of ``db`` as
+    """Write ``sessions, nodes, edges, turns, compactions, recorded_aging`` of ``db`` as
     ``out_dir/<frame>.parquet``, ``batch_sessions`` sessions at a time.
 
     Memory is that of one batch, whatever the database's size. Every file has one
