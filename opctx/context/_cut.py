@@ -115,7 +115,7 @@ def _fold_current_turn(table: FactsTable, head_end: int, steps: list[str]) -> tu
     last_user = users[-1] if users else None
     if last_user is None or last_user < head_end:
         pinned: tuple[int, ...] = ()
-    elif table.forbid[last_user] or table.forbid[last_user + 1]:
+    elif not _stands_alone(table, last_user):
         steps.append("6:fold_current_turn: a tool exchange runs across the latest request; ordinary cut")
         return None
     else:
@@ -127,6 +127,11 @@ def _fold_current_turn(table: FactsTable, head_end: int, steps: list[str]) -> tu
         + (f"latest user request {last_user} pinned after the summary" if pinned else "no request after the head")
     )
     return pinned
+
+
+def _stands_alone(table: FactsTable, index: int) -> bool:
+    """Can message ``index`` be kept (pinned) on its own: no tool exchange runs across it?"""
+    return not (table.forbid[index] or table.forbid[index + 1])
 
 
 def _cut_point(
@@ -429,7 +434,7 @@ def _inside_oversized_unit(
     pinned: list[int] = []
     if start >= head_end:
         if last_user is not None and head_end <= last_user < start:
-            if forbid[last_user] or forbid[last_user + 1]:
+            if not _stands_alone(table, last_user):
                 return None  # a tool exchange runs across the request: it cannot stand alone
             pinned.append(last_user)
         pinned.extend(range(start, first_group))
@@ -513,11 +518,11 @@ def _pin_latest_request(
     ``u + 2``.
     """
     starts = table.tail_may_start
-    forbid, prefix = table.forbid, table.prefix_tokens
+    prefix = table.prefix_tokens
     n = len(table)
     # the request may be the first message after the head: then snapping back to it
     # folds nothing at all, and pinning is the only way to fold the run that follows
-    if not head_end <= last_user < cut or forbid[last_user] or forbid[last_user + 1]:
+    if not head_end <= last_user < cut or not _stands_alone(table, last_user):
         return None
     bound = max(floor, last_user + 2)
     pin_cut = next((b for b in range(cut, min(bound, n - 1) + 1) if starts(b)), None)

@@ -56,7 +56,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from .history import RecordedHistory, as_history, provider_prompt_tokens
+from .history import RecordedHistory, as_history, provider_prompt_tokens, shared_key_roots
 from .microcompact import (
     CLEARED_TEXT,
     MicrocompactEvent,
@@ -235,29 +235,9 @@ def _jaccard(a: Iterable[str], b: Iterable[str]) -> float | None:
 
 def _groups(histories: list[RecordedHistory], points: list[list[dict]]) -> list[str]:
     """A group label per history: histories sharing a boundary uuid or a source session id are one."""
-    parent = list(range(len(histories)))
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    owner: dict[str, int] = {}
-    for i, (history, pts) in enumerate(zip(histories, points, strict=True)):
-        keys = [f"u:{p['uuid']}" for p in pts if p.get("uuid")] + [f"s:{s}" for s in history.source_session_ids]
-        for key in keys:
-            if key in owner:
-                parent[find(i)] = find(owner[key])
-            else:
-                owner[key] = i
-    label: dict[int, str] = {}
-    out = []
-    for i in range(len(histories)):
-        root = find(i)
-        label.setdefault(root, histories[root].session_id or f"group-{root}")
-        out.append(label[root])
-    return out
+    keys = [[f"u:{p['uuid']}" for p in pts if p.get("uuid")] + [f"s:{s}" for s in history.source_session_ids]
+            for history, pts in zip(histories, points, strict=True)]
+    return [histories[root].session_id or f"group-{root}" for root in shared_key_roots(keys)]
 
 
 def _recorded_context(walk: _Walk, point: dict) -> int | None:

@@ -77,7 +77,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .fidelity import fidelity_table, recorded_compaction_points
-from .history import RecordedHistory, as_history
+from .history import RecordedHistory, as_history, shared_key_roots
 from .presets import PRESETS, TriggerResolution, build_engine, resolve_trigger, rule_for
 
 __all__ = [
@@ -194,25 +194,10 @@ def median_fit(
 
 def session_groups(histories: Sequence[RecordedHistory]) -> list[int]:
     """A group number per history: shared compaction ids or recording session ids join groups."""
-    parent = list(range(len(histories)))
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    owner: dict[str, int] = {}
-    for i, h in enumerate(histories):
-        keys = {f"session:{s}" for s in h.source_session_ids}
-        keys |= {f"boundary:{u}" for c in h.compactions for u in c.source_ids}
-        for key in keys:
-            if key in owner:
-                parent[find(i)] = find(owner[key])
-            else:
-                owner[key] = i
+    keys = [{f"session:{s}" for s in h.source_session_ids} | {f"boundary:{u}" for c in h.compactions for u in c.source_ids}
+            for h in histories]
     roots: dict[int, int] = {}
-    return [roots.setdefault(find(i), len(roots)) for i in range(len(histories))]
+    return [roots.setdefault(root, len(roots)) for root in shared_key_roots(keys)]
 
 
 # -- the calibrated preset -------------------------------------------------------------------------

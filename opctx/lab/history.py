@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -70,6 +71,8 @@ __all__ = [
     "load_history",
     "as_history",
     "provider_prompt_tokens",
+    "parse_version",
+    "shared_key_roots",
     "open_readonly",
 ]
 
@@ -474,6 +477,50 @@ def provider_prompt_tokens(msg: dict, fmt: str = "", model: str = "") -> int | N
     )
     # a real request is never empty: an all-zero usage is a client's synthetic message
     return total or None
+
+
+def shared_key_roots(keys_per_item: Sequence[Iterable[str]]) -> list[int]:
+    """For items that each carry keys, the index of a representative item per item: items
+    sharing a key, directly or through others, get the same one (union-find). Recordings
+    left out together (a session saved twice, two files sharing a boundary) are grouped so.
+
+    >>> shared_key_roots([["a"], ["b"], ["a", "c"], ["c"]])
+    [0, 1, 0, 0]
+    """
+    parent = list(range(len(keys_per_item)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    owner: dict[str, int] = {}
+    for i, keys in enumerate(keys_per_item):
+        for key in keys:
+            if key in owner:
+                parent[find(i)] = find(owner[key])
+            else:
+                owner[key] = i
+    return [find(i) for i in range(len(keys_per_item))]
+
+
+_VERSION = re.compile(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def parse_version(version: Any) -> tuple[int, int, int] | None:
+    """A client version as a comparable tuple: ``"2.0.76"`` -> ``(2, 0, 76)``; anything
+    without a leading ``N.N`` -> ``None``.
+
+    >>> parse_version("2.1.9"), parse_version("v0.77"), parse_version(None)
+    ((2, 1, 9), (0, 77, 0), None)
+    """
+    if not isinstance(version, str):
+        return None
+    m = _VERSION.match(version)
+    if m is None:
+        return None
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
 
 
 def open_readonly(db_path: str | os.PathLike) -> sqlite3.Connection:

@@ -74,7 +74,6 @@ from __future__ import annotations
 
 import copy
 import math
-import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -82,6 +81,8 @@ from typing import Any
 
 from opctx.context.types import AgingReport
 from opctx.dag.messages import message_text
+
+from .history import parse_version, provider_prompt_tokens
 
 __all__ = [
     "CLEARABLE_TOOLS",
@@ -105,19 +106,9 @@ CLEARABLE_TOOLS = frozenset({"Read", "Bash", "Grep", "Glob", "WebSearch", "WebFe
 CLEARED_TEXT = "[Old tool result content cleared]"
 RECORDS_SINCE = (2, 1, 0)
 
-_VERSION = re.compile(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?")
-
-
-def _version(version: Any) -> tuple[int, int, int] | None:
-    match = _VERSION.match(str(version)) if version is not None else None
-    if match is None:
-        return None
-    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
-
-
 def records_microcompaction(version: Any) -> bool:
     """Does Claude Code ``version`` record (and so, here, get modelled with) microcompaction?"""
-    parsed = _version(version)
+    parsed = parse_version(version)
     return parsed is not None and parsed >= RECORDS_SINCE
 
 
@@ -272,7 +263,7 @@ class ClaudeCodeMicrocompactor:
             if msg.get("compaction") is not None:
                 break
             if msg.get("role") == "assistant":
-                count = _prompt_count(msg)
+                count = provider_prompt_tokens(msg)
                 if count is not None:
                     return count + (since if self.rule.count_since_last_request else 0)
             since += self._tokens(msg)
@@ -315,15 +306,6 @@ class ClaudeCodeMicrocompactor:
                 redacted_ids=[m.get("id") for m in aged if m.get("_microcompacted")],
             )
             return aged, report
-
-
-def _prompt_count(msg: dict) -> int | None:
-    """The prompt size a provider reported for an assistant message (input + cache), or None."""
-    usage = msg.get("usage")
-    if not isinstance(usage, dict) or usage.get("input_tokens") is None:
-        return None
-    total = sum(int(usage.get(k) or 0) for k in ("input_tokens", "cache_read_tokens", "cache_write_tokens"))
-    return total or None  # an all-zero usage is a client's synthetic message
 
 
 def clearable_results(messages: Iterable[dict], rule: MicrocompactRule, cleared: set[str]) -> list[tuple[str, int]]:

@@ -128,7 +128,6 @@ import copy
 import functools
 import logging
 import math
-import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -151,6 +150,7 @@ from opctx.context.usage import UsageTracker
 from opctx.dag.messages import is_tool_result
 
 # claude-code: Claude Code's own clearing of old tool results (microcompaction)
+from .history import parse_version
 from .microcompact import ClaudeCodeMicrocompactor, microcompactor_for
 
 __all__ = [
@@ -353,19 +353,6 @@ CODEX_MODEL_WINDOWS = {
     "gpt-3.5": 16_385,
 }
 CODEX_EFFECTIVE_WINDOW_PERCENT = 95
-
-_VERSION = re.compile(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?")
-
-
-def parse_version(version: Any) -> tuple[int, int, int] | None:
-    """``"2.0.76"`` -> ``(2, 0, 76)``; anything without a leading ``N.N`` -> ``None``."""
-    if not isinstance(version, str):
-        return None
-    m = _VERSION.match(version)
-    if m is None:
-        return None
-    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
-
 
 @dataclass(frozen=True)
 class TriggerRule:
