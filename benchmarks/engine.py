@@ -36,7 +36,7 @@ from opctx.context.types import ReferenceMap
 
 WORDS = (
     "the schema migration adds a thread_id column to messages and backfills it from sessions "
-    "while keeping the foreign keys valid; run pytest tests/test_store.py -q after each step"
+    "while keeping the foreign keys valid; run pytest tests/dag/test_store.py -q after each step"
 ).split()
 
 

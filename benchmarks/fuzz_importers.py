@@ -1,6 +1,6 @@
 """Benchmark: the seeded mutation fuzzer over data/samples (issue 15, item 4).
 
-Runs ``--cases`` cases (default 2,200, what tests/test_import_fuzz.py runs) ``--repeat``
+Runs ``--cases`` cases (default 2,200, what tests/importers/test_fuzz.py runs) ``--repeat``
 times: each case is a damaged copy of a sample, parsed strictly and leniently
 (``opctx.importers.fuzz.check``). Side by side, the baseline: the same number of parses
 of the intact samples. Prints the case count, the median time (wall and CPU), cases per
@@ -24,7 +24,7 @@ from opctx.importers import parse_path
 from opctx.importers.fuzz import FuzzFailure, cases, check, sample_files
 
 ROOT = Path(__file__).resolve().parents[1]
-SUITE_SEED = 20260115  # the seed of tests/test_import_fuzz.py
+SUITE_SEED = 20260115  # the seed of tests/importers/test_fuzz.py
 
 
 def run_cases(samples: list[Path], count: int, seed: int, folder: Path) -> tuple[collections.Counter, list[str]]:

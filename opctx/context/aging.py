@@ -58,7 +58,7 @@ When the history is not a prefix-extension of a remembered one (after a compacti
 a rewind, an edited message, another session), when the clock went backwards, or when
 a gate parameter was changed on the instance, that state is dropped and one full pass
 rebuilds it, which gives the same result as a fresh ager: the incremental path is an
-optimisation, never a different answer (``tests/test_aging.py`` checks this over random
+optimisation, never a different answer (``tests/context/test_aging.py`` checks this over random
 sequences of appends, rewinds, compactions, re-reads and citation changes).
 
 Threads: one ager may serve several sessions at once (``DefaultContextEngine`` shares

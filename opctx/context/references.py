@@ -41,8 +41,8 @@ A string has one holder: a later message holding it too contains it, so it cites
 first holder before filing its own strings. There are two implementations of that table,
 and both are exact: for any input they give the quadratic scan's map (cited ids, tool ids,
 snippets), and each other's strings on file, through ``build``, ``add``, ``update`` and a
-pickle round trip (``tests/test_references_equivalence.py`` compares all three over random
-and adversarial text, ``tests/test_references.py`` on synthetic histories and the real
+pickle round trip (``tests/context/test_references_equivalence.py`` compares all three over random
+and adversarial text, ``tests/context/test_references.py`` on synthetic histories and the real
 corpus). Where a message id repeats, the map keeps the snippets of the highest-index cited
 message holding it, as the scan does.
 
@@ -54,7 +54,7 @@ occurrence is found. A string is anchored at its window seen least often so far 
 texts (not under ``src`` or ``the`` when it has a rarer window), which keeps comparisons to
 about 60 per message. Extraction is compiled too: one branch-free pass over the code points
 replaces the four regexes (equal results, checked by property tests against
-``_extract_python``). ``tests/test_refscan_sanitizers.py`` runs it under AddressSanitizer
+``_extract_python``). ``tests/context/test_refscan_sanitizers.py`` runs it under AddressSanitizer
 and UndefinedBehaviorSanitizer.
 
 **The pure-Python path** (``compiled=False``, or where no C compiler was available at
@@ -109,7 +109,7 @@ run of capitals ("T" * 8,000 took 0.9 s); the pure-Python path uses an equivalen
 one-attempt-per-run form for a text with a word of 64 characters or more, and takes the
 windows of a hex run as its tokens, not its prefixes and suffixes (which were quadratic).
 Two messages of 200,000 characters each of capitals, hex, a single word, a path or a
-CamelCase word take 1-20 ms compiled, 0.01-0.44 s in Python (``tests/test_references.py``
+CamelCase word take 1-20 ms compiled, 0.01-0.44 s in Python (``tests/context/test_references.py``
 runs them; ``benchmarks/references.py`` times them). A snippet that recurs in every
 message beside 50 new words holding it (each message cites the previous one, the
 word-substring table files the key word again each time) costs the same per message at
@@ -268,7 +268,7 @@ def _select(tok: _Tokens, limit: int) -> list[str]:
     """Filter, de-duplicate and cap the raw matches (module docstring, in priority order).
 
     Paths and ids skip the stop-word and cross-kind duplicate checks: no stop word holds a
-    "/" or is a hex id with a digit (``tests/test_references.py`` checks), and a path
+    "/" or is a hex id with a digit (``tests/context/test_references.py`` checks), and a path
     (with "/") never equals an id (without).
     """
     out: list[str] = []

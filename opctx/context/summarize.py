@@ -114,7 +114,7 @@ the head already holds it (step 5 then stops after that group instead of extendi
 over the unit: "over the ceiling"), else pinned after the summary with the latest
 request (step 6 (c'), ``CutPoint.pinned``). The Anthropic request built after such a
 compaction opens the unfinished loop with its thinking block, and every
-``tool_result`` still follows its ``tool_use`` (tests/test_cut_units.py).
+``tool_result`` still follows its ``tool_use`` (tests/context/test_cut_units.py).
 
 A boundary ``b`` is *valid* when no tool result at ``>= b`` answers a call at
 ``< b``. It is maintained per boundary as messages are appended: each result is

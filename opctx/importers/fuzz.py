@@ -11,7 +11,7 @@ writes one, parses it strictly and leniently and says what happened, raising
 * with ``on_error="skip"`` every skipped item names the file, and what is parsed is
   storable: standard JSON (no NaN or Infinity), edges that point inside the session.
 
-The suite (tests/test_import_fuzz.py) runs a few thousand cases over every file in
+The suite (tests/importers/test_fuzz.py) runs a few thousand cases over every file in
 ``data/samples`` and imports them folder by folder with ``--on-error skip`` semantics;
 ``benchmarks/fuzz_importers.py`` prints the case count and time. The mutated bytes are
 plain data, so other fuzz targets (the C core, the store) can use ``cases`` as well.

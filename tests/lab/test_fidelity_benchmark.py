@@ -12,7 +12,7 @@ import pytest
 
 from opctx.lab.calibrate import simulated_recording
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "data" / "samples"
 
 

@@ -11,7 +11,7 @@ import pytest
 from opctx.importers import import_paths
 from opctx.importers.fuzz import MUTATIONS, cases, check, mutate, sample_files
 
-SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples"
+SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
 CASES = 2_400  # 200 per sample (12): every mutation on every sample 20 times
 SEED = 20260115
 

@@ -14,7 +14,7 @@ import pytest
 
 from opctx.importers import import_paths
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("import_memory", ROOT / "benchmarks" / "import_memory.py")
 generators = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(generators)  # type: ignore[union-attr]

@@ -12,7 +12,7 @@ from opctx.importers import detect, parse_path
 from opctx.importers.base import SUMMARY_PREFIX
 from opctx.importers.codex import NOT_VISIBLE, codex_usage
 
-SAMPLE = (Path(__file__).resolve().parents[1] / "data" / "samples"
+SAMPLE = (Path(__file__).resolve().parents[2] / "data" / "samples"
           / "rollout-2026-02-02T10-00-00-019c0000-aaaa-7bbb-8ccc-0123456789ab.jsonl")
 
 

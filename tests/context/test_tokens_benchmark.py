@@ -13,7 +13,7 @@ import pytest
 
 from opctx.context import tokens
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "data" / "samples"
 
 

@@ -11,7 +11,7 @@ round trip. The pure-Python path also runs with its word-substring cache forced 
 (``_Cached``: key words dropped and filed again keep their holders) and forgotten every
 few words (``_Churning``), so every branch of that cache is compared.
 The compiled side is skipped (with the reason) where the core did not build; under CI=1
-``tests/test_references.py`` fails instead.
+``tests/context/test_references.py`` fails instead.
 """
 
 from __future__ import annotations

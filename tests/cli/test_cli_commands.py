@@ -12,7 +12,7 @@ import pytest
 
 from opctx.cli import EXIT_DB, EXIT_INPUT, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, build_samples, main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "data" / "samples"
 CC_SAMPLE = SAMPLES / "7f3c2a10-5b8e-4d2a-9c61-0a1b2c3d4e5f.jsonl"
 CC_ID = "cc-7f3c2a10-5b8e-4d2a-9c61-0a1b2c3d4e5f"

@@ -11,7 +11,7 @@ import pytest
 from opctx.lab.frames import sessions_df
 from opctx.lab.sources import open_database
 
-SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples"
+SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
 
 
 def test_a_database_is_returned_as_is(tmp_path):

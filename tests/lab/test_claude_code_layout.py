@@ -193,7 +193,7 @@ def _benchmark():
     import sys
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "fidelity.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "fidelity.py"
     spec = importlib.util.spec_from_file_location("fidelity_benchmark_post", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules["fidelity_benchmark_post"] = module

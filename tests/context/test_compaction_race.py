@@ -20,7 +20,7 @@ from pathlib import Path
 
 from opctx.dag.session_db import DagSessionDB
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ROUNDS = 4
 BEFORE, DURING = 10, 15  # per round: appended between compactions, appended while one runs
 TOTAL = ROUNDS * (BEFORE + DURING)  # 100

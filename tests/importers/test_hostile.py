@@ -18,7 +18,7 @@ from opctx.dag.session_db import DagSessionDB
 from opctx.importers import TranscriptError, import_paths, parse_path
 from opctx.importers.base import MAX_NESTING, decode_json, parse_timestamp
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 
 
 def cc(n: int, kind: str, parent: int | None, content, sid: str = "hostile-1", **kw) -> dict:

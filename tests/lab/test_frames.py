@@ -206,7 +206,7 @@ def mixed_db(db, tmp_path_factory):
     for suffix in ("-wal", "-shm"):
         if Path(str(db) + suffix).exists():
             shutil.copy(str(db) + suffix, str(path) + suffix)
-    report = import_paths([Path(__file__).resolve().parents[1] / "data" / "samples"], path)
+    report = import_paths([Path(__file__).resolve().parents[2] / "data" / "samples"], path)
     assert report.ok
     return path
 
@@ -305,7 +305,7 @@ def test_display_only_lines_cost_no_tokens(tmp_path):
 
     from opctx.importers import import_paths
 
-    sample = Path(__file__).resolve().parents[1] / "data" / "samples" / "claude_code_hook_chat.json"
+    sample = Path(__file__).resolve().parents[2] / "data" / "samples" / "claude_code_hook_chat.json"
     db = tmp_path / "hook.db"
     import_paths([sample], db)
     nodes = frames.nodes_df(db, columns=["id", "text", "tokens", "data"])

@@ -30,7 +30,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "opctx" / "context" / "_refscan.c"
 SAMPLES = ROOT / "data" / "samples"
 CASES = 2000

@@ -13,7 +13,7 @@ from opctx.dag.messages import call_to_message
 from opctx.importers import detect, import_paths, parse_path
 from opctx.importers.export import session_to_openai
 
-SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples"
+SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
 PAIRS = SAMPLES / "openhands_pairs_output.jsonl"
 FLAT = SAMPLES / "openhands_flat_output.jsonl"
 

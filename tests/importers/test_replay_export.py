@@ -22,7 +22,7 @@ from opctx.dag.store import GraphStore, connect
 from opctx.importers import parse_path, write_session
 from opctx.importers.export import active_branch
 
-SAMPLE = Path(__file__).resolve().parents[1] / "data" / "samples" / "openai_chat.json"
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "samples" / "openai_chat.json"
 
 
 def _stored_branch(path: Path):

@@ -95,7 +95,7 @@ def test_bad_parameters_are_refused(kwargs):
 def test_committed_sample_scenarios_are_up_to_date():
     from pathlib import Path
 
-    folder = Path(__file__).resolve().parents[1] / "data" / "scenarios"
+    folder = Path(__file__).resolve().parents[2] / "data" / "scenarios"
     if not folder.is_dir():
         pytest.skip("data/scenarios not present")
     for seed in (1, 2, 3):

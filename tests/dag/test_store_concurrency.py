@@ -20,7 +20,7 @@ import pytest
 
 from opctx.dag.store import GraphStore, connect
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 APPENDER = r"""
 import sys

@@ -91,6 +91,6 @@ def test_the_sample_in_data_is_this_module_s_output():
     it is regenerated with ``write_sample(Path("data/samples"))`` when the generator changes."""
     from pathlib import Path
 
-    sample = Path(__file__).resolve().parents[1] / "data" / "samples" / f"{sample_lines()[0]['sessionId']}.jsonl"
+    sample = Path(__file__).resolve().parents[2] / "data" / "samples" / f"{sample_lines()[0]['sessionId']}.jsonl"
     expected = "".join(json.dumps(line) + "\n" for line in sample_lines())
     assert sample.read_text(encoding="utf-8") == expected

@@ -15,7 +15,7 @@ from opctx.dag.store import GraphStore, connect
 from opctx.importers import TranscriptError, detect, import_paths, parse_path, write_session
 from opctx.importers.writer import IMPORT_STATE_KEY, session_is_incomplete
 
-SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples"
+SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
 
 
 def cc_line(n: int, kind: str, parent: int | None, content, **kw) -> dict:

@@ -20,7 +20,7 @@ import pytest
 
 from opctx.cli import EXIT_DB, EXIT_INPUT, EXIT_OK, main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "data" / "samples"
 OPENAI = SAMPLES / "openai_chat.json"
 ANTHROPIC = SAMPLES / "anthropic_messages.json"

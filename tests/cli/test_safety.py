@@ -21,7 +21,7 @@ from opctx.dag.nodes import Call
 from opctx.dag.store import GraphStore, connect
 from opctx.terminal import printable, printable_json
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "data" / "samples"
 CC_ID = "cc-7f3c2a10-5b8e-4d2a-9c61-0a1b2c3d4e5f"
 

@@ -11,7 +11,7 @@ from opctx.dag.messages import call_to_message
 from opctx.importers import FORMATS, UnknownFormatError, detect, parse_path
 from opctx.importers.aider import parse_token_report
 
-SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples"
+SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
 
 EXPECTED_FORMATS = {
     "7f3c2a10-5b8e-4d2a-9c61-0a1b2c3d4e5f.jsonl": "claude_code",

@@ -12,7 +12,7 @@ from opctx.importers import detect, parse_path
 from opctx.importers.base import SUMMARY_PREFIX
 from opctx.importers.claude_code import parse_claude_code_hook_json
 
-SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples"
+SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
 SAMPLE = SAMPLES / "7f3c2a10-5b8e-4d2a-9c61-0a1b2c3d4e5f.jsonl"
 COMPACTION_KEYS = {"kind", "folded_ids", "folded_range", "protected_ids", "kept_ids", "reason",
                    "trigger", "pre_tokens", "tokens_after", "fell_back_to_structural", "recorded",

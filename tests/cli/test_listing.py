@@ -12,7 +12,7 @@ import pytest
 from opctx import __version__
 from opctx.cli import EXIT_DB, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "data" / "samples"
 CC_ID = "cc-7f3c2a10-5b8e-4d2a-9c61-0a1b2c3d4e5f"
 CODEX_ID = "codex-019c0000-aaaa-7bbb-8ccc-0123456789ab"
