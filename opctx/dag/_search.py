@@ -335,9 +335,9 @@ def _hits(conn: sqlite3.Connection, fts_query: str, top: list[tuple[int, float]]
     details = {
         r[0]: r
         for r in conn.execute(
-            "SELECT nodes_fts.rowid, n.session_id, n.id, n.type, json_extract(n.data_json, '$.name'), "
+            "SELECT nodes_fts.rowid, n.session_id, n.id, n.type, n.seq, "
             f"snippet(nodes_fts, 0, '{SNIPPET_OPEN}', '{SNIPPET_CLOSE}', '{SNIPPET_ELLIPSIS}', "
-            f"{SNIPPET_TOKENS}), n.seq FROM nodes_fts CROSS JOIN nodes n ON n.pk = nodes_fts.rowid "
+            f"{SNIPPET_TOKENS}) FROM nodes_fts CROSS JOIN nodes n ON n.pk = nodes_fts.rowid "
             f"WHERE nodes_fts MATCH ? AND nodes_fts.rowid BETWEEN ? AND ? AND +nodes_fts.rowid IN ({marks})",
             [fts_query, min(pks), max(pks), *pks],
         )
@@ -347,11 +347,41 @@ def _hits(conn: sqlite3.Connection, fts_query: str, top: list[tuple[int, float]]
             session_id=r[1],
             node_id=r[2],
             role=r[3],
-            name=r[4] or "",
+            name=_stored_name(conn, pk),
             snippet=(r[5] or "").replace(_ZWSP, ""),
             rank=float(rank),
-            seq=r[6],
+            seq=r[4],
         )
         for pk, rank in top
         if (r := details.get(pk)) is not None
     ]
+
+
+# ``data_json`` opens with the name (``_rows._node_data_json`` writes it first).
+_NAME_HEAD = b'{"name":'
+_NAME_READ = 1024
+_NAME_DECODER = json.JSONDecoder()
+
+
+def _stored_name(conn: sqlite3.Connection, pk: int) -> str:
+    """A node's name, read from the first KiB of its ``data_json``.
+
+    Why not ``json_extract(data_json, '$.name')``: it loads and parses the whole JSON
+    of the node, outputs and all (megabytes for a large tool output), for a name of a
+    few bytes at its start. A name longer than the read, or a row written otherwise,
+    is extracted the slow way.
+    """
+    try:
+        with conn.blobopen("nodes", "data_json", pk, readonly=True) as blob:
+            head = blob.read(_NAME_READ)
+    except sqlite3.OperationalError:  # the row went away since it was ranked
+        head = b""
+    if head.startswith(_NAME_HEAD):
+        try:  # a multi-byte character cut at the end of the read is dropped ("ignore")
+            name = _NAME_DECODER.raw_decode(head.decode("utf-8", "ignore"), len(_NAME_HEAD))[0]
+        except ValueError:
+            name = None
+        if isinstance(name, str):
+            return name
+    row = conn.execute("SELECT json_extract(data_json, '$.name') FROM nodes WHERE pk = ?", (pk,)).fetchone()
+    return (row[0] if row is not None else None) or ""

@@ -530,6 +530,8 @@ def test_hits_built_for_the_returned_rows_only_equal_the_one_pass_query(db_path,
         words = " ".join(["needle"] * (1 + i % 7) + ["hay"] * (i % 13) + ["上下文管理"] * (i % 2))
         stores[i % sessions].append(UserMessage(f"row {i}: {words} tail"))
         stores[i % sessions].append(FunctionCall("grep", {"q": "other"}, "no match here"))
+    # a name longer than the head of data_json that search reads it from
+    stores[0].append(FunctionCall("tool_" + "é" * 2000, {}, "needle with a long name"))
     conn = stores[0].connection
     for query, limit in (("needle", 5), ("needle", 100), ("needle hay", 7), ("上下文", 3), ("tail", 1)):
         got = [(h.session_id, h.node_id, h.role, h.name, h.snippet, h.rank, h.seq)
