@@ -86,7 +86,7 @@ def written_rows(path: Path, work: Path) -> dict[str, list[tuple]]:
 
 def baseline(path: Path, rows: dict[str, list[tuple]], db: Path) -> None:
     """``json.loads`` of every line the import reads, then the same rows in one transaction."""
-    for f in [str(path), *sorted(owned_side_files(str(path)))]:
+    for f in [str(path), *side_files(path)]:
         with open(f, "rb") as fh:
             if f.endswith(".jsonl"):
                 records = [json.loads(line) for line in fh if line.strip()]
@@ -102,6 +102,11 @@ def baseline(path: Path, rows: dict[str, list[tuple]], db: Path) -> None:
         conn.executemany(f"INSERT INTO {table}({cols}) VALUES ({marks})", rows[table])
     conn.execute("COMMIT")
     conn.close()
+
+
+def side_files(path: Path) -> list[str]:
+    """The files beside ``path`` that its import reads (subagents, spilled outputs)."""
+    return sorted(f for f in owned_side_files(str(path)) if os.path.isfile(f))
 
 
 def import_one(path: Path, db: Path) -> None:
@@ -152,7 +157,7 @@ def bench_large(files: list[tuple[str, Path]], work: Path, repeat: int) -> bool:
           f"{'cpu ratio':>9} {'opctx MB/s':>10} {'base MB/s':>9}")
     ok = True
     for label, path in files:
-        size = (path.stat().st_size + sum(os.path.getsize(f) for f in owned_side_files(str(path)))) / 1e6
+        size = (path.stat().st_size + sum(os.path.getsize(f) for f in side_files(path))) / 1e6
         rows = written_rows(path, work)
         runs: dict[str, list[tuple[float, float]]] = {"opctx": [], "baseline": []}
         contenders = {"opctx": lambda db, p=path: import_one(p, db),
