@@ -76,6 +76,7 @@ test: install system-deps lint data
 	rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
 bench: install
+	$(BIN)/python -m pip install -q -e '.[bench]'
 	for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:

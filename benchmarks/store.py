@@ -1,36 +1,54 @@
-"""Benchmark of the SQLite substrate (opctx.dag.store) on 100,000 realistic nodes.
+"""Benchmark of the SQLite substrate (opctx.dag.store) against sqlite-utils, side by side.
 
-Measures, side by side:
+Everything runs in one process, the contenders interleaved (their order alternates
+from run to run) on the same rows, and every figure is a median; wall clock and CPU
+time (``time.process_time``) are both printed, with the load average, because on a
+shared machine the wall clock of one thread is inflated by other processes and its
+CPU time much less.
 
-* append throughput: ``GraphStore.append_many`` versus raw ``sqlite3.executemany``
-  of the very same rows (same pk, JSON and FTS text) into the same schema, both in
-  batches of the same size, each batch one transaction. Two baselines are shown:
-  executemany of pre-built rows (the strict one; the ratio target is <= 2x) and
-  executemany including building the rows (JSON + FTS text) in Python.
-* ``GraphStore.load()`` time (target < 1.5 s) against a bare
+* **append**, at each ``--sizes`` (default 10,000 and 100,000 nodes), ``--repeat``
+  runs (default 5): ``GraphStore.append_many`` of the nodes in batches of
+  ``--batch`` versus sqlite-utils ``Table.insert_all`` of the very same rows in the
+  same batches, each batch one transaction on both sides. sqlite-utils gets the rows
+  ready-made (outside its timer): the same ``pk``, columns and ``data_json`` text,
+  the same searchable text minus the CJK segmentation it lacks, into a table with
+  the same columns and indexes, FTS5 with the same tokenizer (its
+  ``enable_fts(create_triggers=True)``), the same WAL / ``synchronous=NORMAL``.
+  GraphStore's time includes everything it does: checks, the JSON, the search text
+  with CJK segmentation, seq and HEAD. Target: ratio <= 1.1x at both sizes.
+  ``--raw`` adds a raw ``executemany`` of opctx's own rows (the floor).
+* **search**, on the databases of the last append run: for each query, in turn,
+  ``GraphStore.search`` (one session), ``search_across_sessions`` and sqlite-utils
+  ``Table.search(q, limit=20, quote=True)`` returning the columns a hit carries
+  (``session_id, id, type, seq`` and the rank; sqlite-utils has no snippet). Query
+  kinds: one common word, a mid-frequency word, a rare word, two words, 2-4 CJK
+  characters (sqlite-utils finds nothing there: without segmentation a CJK run is
+  one token) and operator-laden text. p50 and p95 per kind and over all queries;
+  target: all-queries p50 <= 1.1x sqlite-utils at both sizes.
+* **load** of the largest size: ``GraphStore.load()`` (target < 1.5 s) against a bare
   ``SELECT ... ; json.loads`` of the same rows.
-* FTS search latency median / p95 (target < 20 ms) for one-word, two-word,
-  rare-word, CJK and operator-laden literal queries; and, for comparison, the
-  common words ranked over every match (``rank_window=None``; see "Rank window"
-  in opctx/dag/store.py).
 
 The text is synthetic but shaped like agent transcripts: log-normal lengths from a
 few words to tens of KB, prose from a Zipf vocabulary, code blocks, tool output
 (file listings, tracebacks), CJK prose, tool calls in metadata.
 
-Run: ``.venv/bin/python benchmarks/store.py [--nodes 100000] [--batch 1000] [--repeat 3]``
+Needs sqlite-utils (``pip install -e '.[bench]'``).
+Run: ``.venv/bin/python benchmarks/store.py [--sizes 10000,100000] [--repeat 5] [--queries 60]``
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
+import shutil
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -41,7 +59,17 @@ from opctx.dag.store import (  # noqa: E402
     _node_data_json,
     connect,
     fts_text,
+    search_across_sessions,
 )
+
+try:
+    import sqlite_utils
+except ImportError:  # pragma: no cover - the bench extra is not installed
+    sqlite_utils = None
+
+TARGET_RATIO = 1.1
+SID = "bench"
+ZWSP = "\u200b"
 
 CODE_LINES = [
     "def {w}(self, {v}: int) -> list[str]:",
@@ -162,171 +190,290 @@ def fresh_copies(nodes: list[Call]) -> list[Call]:
     return out
 
 
-def bench_append(nodes: list[Call], batch: int, tmp: Path, tag: str) -> tuple[float, float, float, float]:
-    # Store
+
+# -- the rows every contender writes -------------------------------------------------------
+
+_COLUMNS = ("pk", "id", "session_id", "type", "predecessor", "caller", "created_at", "seq", "data_json")
+
+
+def node_rows(nodes: list[Call]) -> list[tuple]:
+    """The ``nodes`` rows GraphStore writes for ``nodes`` appended to an empty session."""
+    return [(pk, n.id, SID, n.role, n.predecessor, n.caller, n.created_at, pk - 1, _node_data_json(n))
+            for pk, n in enumerate(nodes, start=1)]
+
+
+def su_records(nodes: list[Call]) -> list[dict]:
+    """The same rows for sqlite-utils, with the searchable text minus CJK segmentation."""
+    return [dict(zip(_COLUMNS, row, strict=True), text=fts_text(n).replace(ZWSP, ""))
+            for row, n in zip(node_rows(nodes), nodes, strict=True)]
+
+
+def su_database(path: Path):
+    """A sqlite-utils table shaped like opctx's ``nodes``, FTS5 kept by its triggers."""
+    db = sqlite_utils.Database(path)
+    db.enable_wal()
+    db.execute("PRAGMA synchronous = NORMAL")
+    table = db["nodes"]
+    table.create({"pk": int, "id": str, "session_id": str, "type": str, "predecessor": str,
+                  "caller": str, "created_at": float, "seq": int, "data_json": str, "text": str},
+                 pk="pk")
+    table.create_index(["session_id", "id"], unique=True)
+    table.create_index(["session_id", "seq"], unique=True)
+    table.create_index(["session_id", "predecessor"])
+    table.create_index(["session_id", "caller"])
+    table.enable_fts(["text"], create_triggers=True, tokenize="unicode61 remove_diacritics 2")
+    return db
+
+
+def timed(fn: Callable[[], object]) -> tuple[float, float]:
+    """``(wall, cpu)`` seconds of ``fn()``, with the cyclic GC collected first."""
+    gc.collect()
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+# -- append ----------------------------------------------------------------------------------
+
+
+def append_opctx(nodes: list[Call], batch: int, path: Path) -> tuple[float, float]:
     copies = fresh_copies(nodes)
-    path = tmp / f"store-{tag}.db"
-    store = GraphStore(path, "bench")
-    t = time.perf_counter()
-    for i in range(0, len(copies), batch):
-        store.append_many(copies[i : i + batch])
-    t_store = time.perf_counter() - t
-    store.close()
+    store = GraphStore(path, SID)
 
-    # Rows exactly as the store writes them.
-    def build_rows(nodes_):
-        rows, fts = [], []
-        for pk, n in enumerate(nodes_, start=1):
-            rows.append((pk, n.id, "bench", n.role, n.predecessor, n.caller, n.created_at, pk - 1, _node_data_json(n)))
-            fts.append((pk, fts_text(n), "bench", n.id))
-        return rows, fts
+    def run() -> None:
+        for i in range(0, len(copies), batch):
+            store.append_many(copies[i : i + batch])
 
-    def raw_insert(path_, rows, fts):
-        conn = connect(path_)
-        conn.execute(
-            "INSERT INTO sessions(id, created_at, updated_at) VALUES ('bench', 0, 0)"
-        )
-        t_ = time.perf_counter()
+    try:
+        return timed(run)
+    finally:
+        store.close()
+
+
+def append_su(records: list[dict], batch: int, path: Path) -> tuple[float, float]:
+    db = su_database(path)
+    table = db["nodes"]
+
+    def run() -> None:
+        for i in range(0, len(records), batch):
+            with db.atomic():
+                table.insert_all(records[i : i + batch])
+
+    try:
+        return timed(run)
+    finally:
+        db.close()
+
+
+def append_raw(rows: list[tuple], fts: list[tuple], batch: int, path: Path) -> tuple[float, float]:
+    conn = connect(path)
+    conn.execute(f"INSERT INTO sessions(id, created_at, updated_at) VALUES ('{SID}', 0, 0)")
+
+    def run() -> None:
         for i in range(0, len(rows), batch):
             conn.execute("BEGIN IMMEDIATE")
-            conn.executemany(
-                "INSERT INTO nodes(pk, id, session_id, type, predecessor, caller, created_at, seq, "
-                "data_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                rows[i : i + batch],
-            )
-            conn.executemany(
-                "INSERT INTO nodes_fts(rowid, text, session_id, node_id) VALUES (?, ?, ?, ?)",
-                fts[i : i + batch],
-            )
+            conn.executemany(f"INSERT INTO nodes({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * 9)})",
+                             rows[i : i + batch])
+            conn.executemany("INSERT INTO nodes_fts(rowid, text, session_id, node_id) VALUES (?, ?, ?, ?)",
+                             fts[i : i + batch])
             conn.execute("COMMIT")
-        dt = time.perf_counter() - t_
+
+    try:
+        return timed(run)
+    finally:
         conn.close()
-        return dt
-
-    rows, fts = build_rows(nodes)
-    t_raw = raw_insert(tmp / f"raw-{tag}.db", rows, fts)
-
-    t = time.perf_counter()
-    rows2, fts2 = build_rows(nodes)
-    t_build = time.perf_counter() - t
-    t_raw_built = t_build + raw_insert(tmp / f"rawb-{tag}.db", rows2, fts2)
-    return t_store, t_raw, t_raw_built, t_build
 
 
-def bench_load(path: Path, repeat: int) -> tuple[list[float], list[float], int]:
-    store = GraphStore(path, "bench", create=False)
-    loads, raws = [], []
-    n = 0
-    for _ in range(repeat):
-        t = time.perf_counter()
-        g = store.load()
-        loads.append(time.perf_counter() - t)
-        n = len(g)
-        del g
-        t = time.perf_counter()
-        rows = store.connection.execute(
-            "SELECT id, type, predecessor, caller, created_at, seq, data_json FROM nodes "
-            "WHERE session_id = 'bench' ORDER BY seq"
-        ).fetchall()
-        decoded = [json.loads(r[6]) for r in rows]
-        raws.append(time.perf_counter() - t)
-        del rows, decoded
-    store.close()
-    return loads, raws, n
+def remove_db(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
-def bench_search(path: Path, maker: TextMaker, n_queries: int) -> dict[str, list[float]]:
-    store = GraphStore(path, "bench", create=False)
-    rng = random.Random(11)
-    kinds = {
-        "common word": lambda: maker.vocab[rng.randint(0, 20)],
-        "mid word": lambda: maker.vocab[rng.randint(100, 2000)],
-        "rare word": lambda: maker.vocab[rng.randint(10000, 19999)],
-        "two words": lambda: f"{maker.vocab[rng.randint(0, 500)]} {maker.vocab[rng.randint(0, 500)]}",
-        "CJK 2-4 chars": lambda: "".join(rng.choice(CJK) for _ in range(rng.randint(2, 4))),
-        "operators": lambda: f'"{maker.vocab[rng.randint(0, 300)]} AND NEAR( -x *',
+def bench_append(nodes: list[Call], args: argparse.Namespace, tmp: Path) -> dict[str, list]:
+    """Interleaved runs; the databases of the last run are kept for the search."""
+    records = su_records(nodes)
+    raw = None
+    if args.raw:
+        raw = (node_rows(nodes), [(pk, fts_text(n), SID, n.id) for pk, n in enumerate(nodes, 1)])
+    contenders = {
+        "opctx": lambda p: append_opctx(nodes, args.batch, p),
+        "sqlite-utils": lambda p: append_su(records, args.batch, p),
     }
-    out: dict[str, list[float]] = {}
-    for name, make in kinds.items():
-        times = []
-        for _ in range(n_queries):
+    if raw is not None:
+        contenders["raw executemany"] = lambda p: append_raw(*raw, args.batch, p)
+    times: dict[str, list] = {name: [] for name in contenders}
+    for r in range(args.repeat):
+        order = list(contenders) if r % 2 == 0 else list(reversed(contenders))
+        for name in order:
+            path = tmp / f"{name.split()[0]}.db"
+            remove_db(path)
+            times[name].append(contenders[name](path))
+    return times
+
+
+def print_append(n: int, times: dict[str, list], args: argparse.Namespace) -> float:
+    print(f"\nappend {n:,} nodes, batches of {args.batch}, median of {args.repeat} interleaved runs:")
+    base_wall = statistics.median(w for w, _ in times["sqlite-utils"])
+    base_cpu = statistics.median(c for _, c in times["sqlite-utils"])
+    for name, runs in times.items():
+        wall = statistics.median(w for w, _ in runs)
+        cpu = statistics.median(c for _, c in runs)
+        print(f"  {name:<16} wall {wall:7.2f} s ({n / wall:7,.0f} nodes/s) {wall / base_wall:5.2f}x"
+              f"   cpu {cpu:7.2f} s {cpu / base_cpu:5.2f}x")
+    ratio = statistics.median(w for w, _ in times["opctx"]) / base_wall
+    print(f"  opctx / sqlite-utils: {ratio:.2f}x wall (target <= {TARGET_RATIO}x): "
+          f"{'OK' if ratio <= TARGET_RATIO else 'MISSED'}")
+    return ratio
+
+
+# -- search ----------------------------------------------------------------------------------
+
+
+def query_kinds(maker: TextMaker, rng: random.Random) -> dict[str, Callable[[], str]]:
+    v = maker.vocab
+    return {
+        "common word": lambda: v[rng.randint(0, 20)],
+        "mid word": lambda: v[rng.randint(100, 2000)],
+        "rare word": lambda: v[rng.randint(10000, 19999)],
+        "two words": lambda: f"{v[rng.randint(0, 500)]} {v[rng.randint(0, 500)]}",
+        "CJK 2-4 chars": lambda: "".join(rng.choice(CJK) for _ in range(rng.randint(2, 4))),
+        "operators": lambda: f'"{v[rng.randint(0, 300)]} AND NEAR( -x *',
+    }
+
+
+def bench_search(tmp: Path, n_queries: int) -> dict[str, dict[str, list]]:
+    """``{contender: {kind: [(wall, cpu), ...]}}``, the contenders in turn on each query."""
+    store = GraphStore(tmp / "opctx.db", SID, create=False)
+    db = sqlite_utils.Database(tmp / "sqlite-utils.db")
+    table = db["nodes"]
+    hit_columns = ["session_id", "id", "type", "seq"]
+
+    def one(q):
+        return lambda: store.search(q, limit=20)
+
+    def across(q):
+        return lambda: search_across_sessions(store.connection, q, limit=20)
+
+    def su(q):
+        return lambda: list(table.search(q, limit=20, quote=True, columns=hit_columns, include_rank=True))
+
+    contenders = {"GraphStore.search": one, "search_across_sessions": across, "sqlite-utils": su}
+    out: dict[str, dict[str, list]] = {name: {} for name in contenders}
+    for kind, make in query_kinds(TextMaker(7), random.Random(11)).items():
+        for i in range(n_queries):
             q = make()
-            t = time.perf_counter()
-            store.search(q, limit=20)
-            times.append(time.perf_counter() - t)
-        out[name] = times
-    # For comparison, not in "all": the same common words ranked over every match
-    # (rank_window=None), which is what the default window saves.
-    times = []
-    for _ in range(max(5, n_queries // 5)):
-        q = maker.vocab[rng.randint(0, 20)]
-        t = time.perf_counter()
-        store.search(q, limit=20, rank_window=None)
-        times.append(time.perf_counter() - t)
-    out[EXHAUSTIVE] = times
+            names = list(contenders) if i % 2 == 0 else list(reversed(contenders))
+            for name in names:
+                out[name].setdefault(kind, []).append(timed_query(contenders[name](q)))
     store.close()
+    db.close()
     return out
 
 
-EXHAUSTIVE = "common, no window"
+def timed_query(fn: Callable[[], object]) -> tuple[float, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - wall, time.process_time() - cpu
 
 
 def p95(xs: list[float]) -> float:
     return sorted(xs)[max(0, int(round(0.95 * len(xs))) - 1)]
 
 
-def main() -> None:
+def print_search(n: int, res: dict[str, dict[str, list]], n_queries: int) -> list[float]:
+    """Per kind and over all queries; returns the all-queries p50 ratios (wall) to sqlite-utils."""
+    print(f"\nsearch over {n:,} nodes, limit 20, {n_queries} queries per kind, contenders in turn "
+          "(ms, wall; cpu p50 in brackets):")
+    base = res["sqlite-utils"]
+    kinds = list(base)
+    print(f"  {'':24}" + "".join(f"{k:>20}" for k in kinds) + f"{'all':>20}")
+    ratios = []
+    for name, by_kind in res.items():
+        cells = []
+        for k in [*kinds, "all"]:
+            runs = [t for kk in kinds for t in by_kind[kk]] if k == "all" else by_kind[k]
+            wall = statistics.median(w for w, _ in runs) * 1e3
+            cpu = statistics.median(c for _, c in runs) * 1e3
+            cells.append(f"{wall:8.2f} [{cpu:6.2f}]   ")
+        print(f"  {name + ' p50':<24}" + "".join(f"{c:>20}" for c in cells))
+        cells = [f"{p95([w for w, _ in (by_kind[k] if k != 'all' else [t for kk in kinds for t in by_kind[kk]])]) * 1e3:8.2f}"
+                 for k in [*kinds, "all"]]
+        print(f"  {name + ' p95':<24}" + "".join(f"{c:>20}" for c in cells))
+    every = {name: [t for k in kinds for t in res[name][k]] for name in res}
+    for name in ("GraphStore.search", "search_across_sessions"):
+        p50 = statistics.median(w for w, _ in every[name]) / statistics.median(w for w, _ in every["sqlite-utils"])
+        cpu = statistics.median(c for _, c in every[name]) / statistics.median(c for _, c in every["sqlite-utils"])
+        tail = p95([w for w, _ in every[name]]) / p95([w for w, _ in every["sqlite-utils"]])
+        ratios.append(p50)
+        print(f"  {name} / sqlite-utils, all queries: p50 {p50:.2f}x wall, {cpu:.2f}x cpu; "
+              f"p95 {tail:.2f}x (target p50 <= {TARGET_RATIO}x): {'OK' if p50 <= TARGET_RATIO else 'MISSED'}")
+    return ratios
+
+
+# -- load ------------------------------------------------------------------------------------
+
+
+def bench_load(path: Path, repeat: int) -> None:
+    store = GraphStore(path, SID, create=False)
+    loads, raws = [], []
+    count = 0
+    for _ in range(repeat):
+        t = time.perf_counter()
+        graph = store.load()
+        loads.append(time.perf_counter() - t)
+        count = len(graph)
+        del graph
+        t = time.perf_counter()
+        rows = store.connection.execute(
+            "SELECT id, type, predecessor, caller, created_at, seq, data_json FROM nodes "
+            f"WHERE session_id = '{SID}' ORDER BY seq").fetchall()
+        decoded = [json.loads(r[6]) for r in rows]
+        raws.append(time.perf_counter() - t)
+        del rows, decoded
+    store.close()
+    load, raw = statistics.median(loads), statistics.median(raws)
+    print(f"\nload {count:,} nodes (median of {repeat}):")
+    print(f"  GraphStore.load()               {load:7.3f} s (target < 1.5 s)")
+    print(f"  bare SELECT + json.loads        {raw:7.3f} s   ratio {load / raw:.2f}x")
+
+
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--nodes", type=int, default=100_000)
+    ap.add_argument("--sizes", default="10000,100000", help="node counts, comma separated")
     ap.add_argument("--batch", type=int, default=1000)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--queries", type=int, default=100)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--queries", type=int, default=60, help="queries per kind")
+    ap.add_argument("--raw", action="store_true", help="add a raw executemany of the same rows")
     args = ap.parse_args()
-
+    if sqlite_utils is None:
+        print("sqlite-utils is not installed: pip install -e '.[bench]'")
+        return 1
+    sizes = sorted(int(s) for s in args.sizes.split(","))
     t = time.perf_counter()
-    nodes = make_nodes(args.nodes)
-    chars = sum(len(n.output) for n in nodes)
-    print(f"generated {len(nodes):,} nodes, {chars / 1e6:.1f} M chars of output "
-          f"in {time.perf_counter() - t:.1f} s")
+    every = make_nodes(sizes[-1])
+    print(f"generated {len(every):,} nodes, {sum(len(n.output) for n in every) / 1e6:.1f} M chars of "
+          f"output in {time.perf_counter() - t:.1f} s; load average {os.getloadavg()[0]:.1f} "
+          f"on {os.cpu_count()} cores; sqlite-utils {sqlite_utils_version()}")
+    ok = True
+    tmp = Path(tempfile.mkdtemp(prefix="opctx-bench-"))
+    try:
+        for n in sizes:
+            nodes = every[:n]
+            ok &= print_append(n, bench_append(nodes, args, tmp), args) <= TARGET_RATIO
+            ok &= all(r <= TARGET_RATIO for r in print_search(n, bench_search(tmp, args.queries), args.queries))
+            if n == sizes[-1]:
+                bench_load(tmp / "opctx.db", 3)
+            print(f"  (load average now {os.getloadavg()[0]:.1f})")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0 if ok else 1
 
-    with tempfile.TemporaryDirectory(prefix="opctx-bench-") as d:
-        tmp = Path(d)
-        store_t, raw_t, rawb_t, build_t = [], [], [], []
-        for r in range(args.repeat):
-            a, b, c, e = bench_append(nodes, args.batch, tmp, str(r))
-            store_t.append(a)
-            raw_t.append(b)
-            rawb_t.append(c)
-            build_t.append(e)
-            if r < args.repeat - 1:
-                for f in tmp.glob(f"*-{r}.db*"):
-                    os.remove(f)
-        ms, mr, mb = statistics.median(store_t), statistics.median(raw_t), statistics.median(rawb_t)
-        n = len(nodes)
-        print(f"\nappend, batches of {args.batch} (median of {args.repeat}):")
-        print(f"  GraphStore.append_many          {ms:7.2f} s  {n / ms:9,.0f} nodes/s")
-        print(f"  raw executemany, rows pre-built {mr:7.2f} s  {n / mr:9,.0f} nodes/s   ratio store/raw = {ms / mr:.2f}x (target <= 2x)")
-        print(f"  raw executemany + building rows {mb:7.2f} s  {n / mb:9,.0f} nodes/s   ratio store/raw = {ms / mb:.2f}x"
-              f"   (row building alone {statistics.median(build_t):.2f} s)")
 
-        path = tmp / f"store-{args.repeat - 1}.db"
-        size = sum(f.stat().st_size for f in tmp.glob(f"store-{args.repeat - 1}.db*"))
-        print(f"  database size {size / 1e6:.0f} MB")
+def sqlite_utils_version() -> str:
+    from importlib.metadata import version
 
-        loads, raws, count = bench_load(path, args.repeat)
-        print(f"\nload {count:,} nodes (median of {args.repeat}):")
-        print(f"  GraphStore.load()               {statistics.median(loads):7.3f} s (target < 1.5 s)")
-        print(f"  bare SELECT + json.loads        {statistics.median(raws):7.3f} s   ratio {statistics.median(loads) / statistics.median(raws):.2f}x")
-
-        res = bench_search(path, TextMaker(7), args.queries)
-        print(f"\nsearch, limit 20, {args.queries} queries per kind (target median < 20 ms):")
-        allt = []
-        for name, times in res.items():
-            if name != EXHAUSTIVE:
-                allt += times
-            print(f"  {name:18s} median {statistics.median(times) * 1e3:6.2f} ms   p95 {p95(times) * 1e3:6.2f} ms")
-        print(f"  {'all':18s} median {statistics.median(allt) * 1e3:6.2f} ms   p95 {p95(allt) * 1e3:6.2f} ms")
+    return version("sqlite-utils")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -55,28 +55,33 @@ class SearchHit:
     seq: int
 
 
-# A run of Han / Kana / Hangul characters (see "CJK" in the module doc).
-_CJK_RUN = re.compile(
-    "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\U00020000-\U0002fa1f]+"
-)
+# Han / Kana / Hangul (see "CJK" in the module doc). A run is "[cjk][cjk]*", not
+# "[cjk]+": a pattern that opens with a plain class lets the engine skip ahead to the
+# next candidate character in C, where a leading repeat makes it try a match at every
+# position (three times slower over the text between runs).
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\U00020000-\U0002fa1f"
+_CJK_RUN = re.compile(f"([{_CJK}][{_CJK}]*)")
 _HAS_TOKEN = re.compile(r"[^\W_]")
-
-
-def _zwsp_after_each(match: re.Match[str]) -> str:
-    return _ZWSP.join(match.group()) + _ZWSP
 
 
 def _segment_cjk(text: str) -> str:
     """``text`` with a zero-width space after every CJK character.
 
     Why this shape: a template replacement per character (``sub(r"\\1" + ZWSP)``)
-    cost ~6 µs a character, half of an import of a CJK transcript. Matching whole
-    runs and joining each run in C is ~25x faster; ASCII text (most text) is
-    returned after one C-level ``isascii`` check. The result is the same string.
+    cost ~6 µs a character, and a Python callback per run of ``sub`` ~1.5 µs a run;
+    ``split`` finds the runs in C and each run is joined in C, which on the corpus
+    costs 0.6x the callback version. ASCII text (most text) is returned after one
+    C-level ``isascii`` check. The result is the same string.
     """
     if text.isascii():
         return text
-    return _CJK_RUN.sub(_zwsp_after_each, text)
+    parts = _CJK_RUN.split(text)
+    if len(parts) == 1:
+        return text
+    join = _ZWSP.join
+    for i in range(1, len(parts), 2):  # the runs sit at the odd places
+        parts[i] = join(parts[i]) + _ZWSP
+    return "".join(parts)
 
 
 # Strings longer than this are indexed as they are, never parsed as JSON: the index
@@ -232,38 +237,17 @@ def _search(
     fts_query = _segment_cjk(query) if raw else literal_fts_query(query)
     if not fts_query.strip():
         return []
-    scope = " AND nodes_fts.session_id = ?" if session_id is not None else ""
-    scope_params: list[Any] = [session_id] if session_id is not None else []
-    sql = (
-        "SELECT n.session_id, n.id, n.type, json_extract(n.data_json, '$.name'), "
-        f"snippet(nodes_fts, 0, '{SNIPPET_OPEN}', '{SNIPPET_CLOSE}', '{SNIPPET_ELLIPSIS}', "
-        f"{SNIPPET_TOKENS}), nodes_fts.rank, n.seq "
-        "FROM nodes_fts JOIN nodes n ON n.pk = nodes_fts.rowid "
-        f"WHERE nodes_fts MATCH ?{scope}"
-    )
-    ranked = " ORDER BY nodes_fts.rank LIMIT ?"
+    limit = int(limit)
     with conn.opctx_lock:  # type: ignore[attr-defined]
         try:
-            boundary = None
-            if rank_window is not None and rank_window > 0:
-                # The rowid of the rank_window-th newest match of the whole
-                # database (no session filter: that one costs a lookup per row).
-                row = conn.execute(
-                    "SELECT rowid FROM nodes_fts WHERE nodes_fts MATCH ? "
-                    "ORDER BY rowid DESC LIMIT 1 OFFSET ?",
-                    (fts_query, max(int(rank_window), int(limit)) - 1),
-                ).fetchone()
-                boundary = row[0] if row is not None else None
-            rows: list = []
-            if boundary is not None:
-                rows = conn.execute(
-                    sql + " AND nodes_fts.rowid >= ?" + ranked,
-                    [fts_query, *scope_params, boundary, int(limit)],
-                ).fetchall()
-            if boundary is None or len(rows) < limit:
-                # Few matches, or this session has too few of them among the
-                # newest: rank every match.
-                rows = conn.execute(sql + ranked, [fts_query, *scope_params, int(limit)]).fetchall()
+            if session_id is not None and _only_session(conn, session_id):
+                # The filter would keep every row: skip its lookups. A session
+                # written in between by another connection shows in the hits,
+                # and then the search runs again with the filter.
+                hits = _hits(conn, fts_query, _top(conn, fts_query, None, limit, rank_window))
+                if all(hit.session_id == session_id for hit in hits):
+                    return hits
+            return _hits(conn, fts_query, _top(conn, fts_query, session_id, limit, rank_window))
         except sqlite3.OperationalError as e:
             msg = str(e)
             if raw and not any(w in msg for w in ("locked", "busy", "disk", "malformed", "no such table")):
@@ -273,15 +257,131 @@ def _search(
         except sqlite3.Error as e:
             path = getattr(conn, "opctx_path", "?")
             raise StoreError(f"{path}: search for {query!r} failed: {e}") from e
+
+
+def _only_session(conn: sqlite3.Connection, session_id: str) -> bool:
+    """Is ``session_id`` the database's only session (so every node is one of its own)?
+
+    Why ask: the session filter looks up each match's ``nodes`` row, a page read per
+    match on a cold cache, which a database of one session (a chat's own file, an
+    import of one transcript) never needs.
+    """
+    ids = conn.execute("SELECT id FROM sessions LIMIT 2").fetchall()
+    return len(ids) == 1 and ids[0][0] == session_id
+
+
+def _top(
+    conn: sqlite3.Connection, fts_query: str, session_id: str | None, limit: int,
+    rank_window: int | None,
+) -> list[tuple[int, float]]:
+    """``(pk, rank)`` of the best ``limit`` matches, best first (see "Rank window")."""
+    boundary = None
+    if rank_window is not None and rank_window > 0:
+        # The rowid of the rank_window-th newest match of the whole
+        # database (no session filter: that one costs a lookup per row).
+        row = conn.execute(
+            "SELECT rowid FROM nodes_fts WHERE nodes_fts MATCH ? "
+            "ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+            (fts_query, max(int(rank_window), limit) - 1),
+        ).fetchone()
+        boundary = row[0] if row is not None else None
+    top: list = []
+    if boundary is not None:
+        top = _ranked(conn, fts_query, session_id, limit, boundary)
+    if boundary is None or len(top) < limit:
+        # Few matches, or this session has too few of them among the
+        # newest: rank every match.
+        top = _ranked(conn, fts_query, session_id, limit, None)
+    return top
+
+
+def _ranked(
+    conn: sqlite3.Connection, fts_query: str, session_id: str | None, limit: int,
+    boundary: int | None,
+) -> list[tuple[int, float]]:
+    """``(pk, rank)`` of the best ``limit`` matches, best first: ranking and nothing else.
+
+    The session filter reads ``nodes.session_id`` by pk (a short row prefix) rather
+    than the FTS row's own copy, which sits behind up to 64 Ki of text.
+    """
+    if session_id is None:
+        sql = "SELECT rowid, rank FROM nodes_fts WHERE nodes_fts MATCH ?"
+        params: list[Any] = [fts_query]
+    else:
+        sql = ("SELECT nodes_fts.rowid, nodes_fts.rank FROM nodes_fts CROSS JOIN nodes n "
+               "ON n.pk = nodes_fts.rowid WHERE nodes_fts MATCH ? AND n.session_id = ?")
+        params = [fts_query, session_id]
+    if boundary is not None:
+        sql += " AND nodes_fts.rowid >= ?"
+        params.append(boundary)
+    return conn.execute(sql + " ORDER BY rank LIMIT ?", [*params, limit]).fetchall()
+
+
+def _hits(conn: sqlite3.Connection, fts_query: str, top: list[tuple[int, float]]) -> list[SearchHit]:
+    """The hits of the ranked rows ``top``, in their order: snippets for these rows only.
+
+    Why this shape: SQLite computes every result column of a row before it sorts, so
+    a snippet (and the name, out of the JSON) in the ranking query was built for every
+    ranked match, up to the whole rank window, to keep twenty. And asking FTS5 for
+    the snippets by ``rowid IN (...)`` re-runs the query once per row, each a seek in
+    every term's doclist; one pass over the matches between the smallest and largest
+    of these rowids, keeping only them (``+rowid``: not offered to FTS5 as a lookup),
+    costs a fraction of that.
+    """
+    if not top:
+        return []
+    pks = [pk for pk, _ in top]
+    marks = ",".join("?" * len(pks))
+    details = {
+        r[0]: r
+        for r in conn.execute(
+            "SELECT nodes_fts.rowid, n.session_id, n.id, n.type, n.seq, "
+            f"snippet(nodes_fts, 0, '{SNIPPET_OPEN}', '{SNIPPET_CLOSE}', '{SNIPPET_ELLIPSIS}', "
+            f"{SNIPPET_TOKENS}) FROM nodes_fts CROSS JOIN nodes n ON n.pk = nodes_fts.rowid "
+            f"WHERE nodes_fts MATCH ? AND nodes_fts.rowid BETWEEN ? AND ? AND +nodes_fts.rowid IN ({marks})",
+            [fts_query, min(pks), max(pks), *pks],
+        )
+    }
     return [
         SearchHit(
-            session_id=r[0],
-            node_id=r[1],
-            role=r[2],
-            name=r[3] or "",
-            snippet=(r[4] or "").replace(_ZWSP, ""),
-            rank=float(r[5]),
-            seq=r[6],
+            session_id=r[1],
+            node_id=r[2],
+            role=r[3],
+            name=_stored_name(conn, pk),
+            snippet=(r[5] or "").replace(_ZWSP, ""),
+            rank=float(rank),
+            seq=r[4],
         )
-        for r in rows
+        for pk, rank in top
+        if (r := details.get(pk)) is not None
     ]
+
+
+# ``data_json`` opens with the name (``_rows._node_data_json`` writes it first).
+_NAME_HEAD = b'{"name":'
+_NAME_READ = 1024
+_NAME_DECODER = json.JSONDecoder()
+
+
+def _stored_name(conn: sqlite3.Connection, pk: int) -> str:
+    """A node's name, read from the first KiB of its ``data_json``.
+
+    Why not ``json_extract(data_json, '$.name')``: it loads and parses the whole JSON
+    of the node, outputs and all (megabytes for a large tool output), for a name of a
+    few bytes at its start. A name longer than the read, or a row written otherwise,
+    is extracted the slow way.
+    """
+    try:
+        with conn.blobopen("nodes", "data_json", pk, readonly=True) as blob:
+            head = blob.read(_NAME_READ)
+    except sqlite3.OperationalError:  # the row went away since it was ranked
+        head = b""
+    if head.startswith(_NAME_HEAD):
+        try:  # a multi-byte character cut at the end of the read is dropped ("ignore")
+            name = _NAME_DECODER.raw_decode(head.decode("utf-8", "ignore"), len(_NAME_HEAD))[0]
+        except ValueError:
+            name = None
+        if isinstance(name, str):
+            return name
+    row = conn.execute("SELECT json_extract(data_json, '$.name') FROM nodes WHERE pk = ?", (pk,)).fetchone()
+    return (row[0] if row is not None else None) or ""

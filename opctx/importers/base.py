@@ -300,7 +300,7 @@ def _jsonl_records(lines: Iterable[bytes], path: str, on_error: str,
     for lineno, raw in enumerate(lines, 1):
         if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
             raw = raw[3:]
-        if not raw.strip():
+        if raw.isspace() or not raw:  # a blank line (isspace stops at the first other byte)
             continue
         try:
             text = raw.decode("utf-8")
@@ -446,6 +446,8 @@ class SessionBuilder:
         self._bad_time: Any = None  # a record's timestamp that was no time (see ``time``)
         # ids of nodes that never reach a prompt (Claude Code display lines)
         self._not_in_prompt: set[str] = set()
+        # the last prompt computed: (node id, its prompt) (see ``prompt_of``)
+        self._prompt_memo: tuple[str | None, list[str]] = (None, [])
 
     # -- nodes --------------------------------------------------------------------------
     def time(self, value: Any, where: str | None = None) -> float:
@@ -525,8 +527,31 @@ class SessionBuilder:
         return out
 
     def prompt_of(self, node_id: str | None) -> list[str]:
-        """What an llm call after ``node_id`` read: its chain, minus display-only nodes."""
-        return [i for i in self.chain(node_id) if i not in self._not_in_prompt]
+        """What an llm call after ``node_id`` read: its chain, minus display-only nodes.
+
+        Why the memo: every llm node reads its whole chain, and walking it from the
+        root for each one made an import quadratic in the branch length (a fifth of
+        parsing a large session). The prompt of the last node asked for is kept; the
+        next call walks back only to it (a node's predecessor is set once, when it is
+        added, so a prompt once computed never changes).
+        """
+        if node_id is None:
+            return []
+        memo_id, memo = self._prompt_memo
+        tail: list[str] = []
+        seen: set[str] = set()
+        at: str | None = node_id
+        while at is not None and at != memo_id:
+            if at in seen:
+                raise TranscriptError(self.source_path, None, f"predecessor cycle at {at}")
+            seen.add(at)
+            if at not in self._not_in_prompt:
+                tail.append(at)
+            at = self.by_id[at].predecessor
+        tail.reverse()
+        prompt = memo + tail if at is not None else tail
+        self._prompt_memo = (node_id, prompt)
+        return list(prompt)
 
     # -- compaction ------------------------------------------------------------------------
     def record_compaction(

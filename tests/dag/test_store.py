@@ -510,6 +510,56 @@ def test_search_is_scoped_to_the_session_and_search_across_sessions_is_not(db_pa
     two.close()
 
 
+def _one_pass_hits(conn, fts_query, session_id, limit):
+    """What search returned when the ranking query built every snippet itself."""
+    return [tuple(r) for r in conn.execute(
+        "SELECT n.session_id, n.id, n.type, json_extract(n.data_json, '$.name'), "
+        "snippet(nodes_fts, 0, '«', '»', '…', 16), nodes_fts.rank, n.seq "
+        "FROM nodes_fts JOIN nodes n ON n.pk = nodes_fts.rowid "
+        "WHERE nodes_fts MATCH ? AND nodes_fts.session_id = ? ORDER BY nodes_fts.rank LIMIT ?",
+        (fts_query, session_id, limit))]
+
+
+@pytest.mark.parametrize("sessions", [1, 2])
+def test_hits_built_for_the_returned_rows_only_equal_the_one_pass_query(db_path, sessions):
+    # Ranking runs first and snippets are built for the rows it keeps; the hits must be
+    # those the single ranking-and-snippet query gave, with one session (no filter
+    # needed) and with two interleaved ones.
+    stores = [GraphStore(db_path, f"s{i}") for i in range(sessions)]
+    for i in range(60):
+        words = " ".join(["needle"] * (1 + i % 7) + ["hay"] * (i % 13) + ["上下文管理"] * (i % 2))
+        stores[i % sessions].append(UserMessage(f"row {i}: {words} tail"))
+        stores[i % sessions].append(FunctionCall("grep", {"q": "other"}, "no match here"))
+    # a name longer than the head of data_json that search reads it from
+    stores[0].append(FunctionCall("tool_" + "é" * 2000, {}, "needle with a long name"))
+    conn = stores[0].connection
+    for query, limit in (("needle", 5), ("needle", 100), ("needle hay", 7), ("上下文", 3), ("tail", 1)):
+        got = [(h.session_id, h.node_id, h.role, h.name, h.snippet, h.rank, h.seq)
+               for h in stores[0].search(query, limit=limit, rank_window=None)]
+        want = [(*r[:4], r[4].replace("\u200b", ""), r[5], r[6])
+                for r in _one_pass_hits(conn, literal_fts_query(query), "s0", limit)]
+        assert sorted(got, key=lambda h: (h[5], h[6])) == sorted(want, key=lambda h: (h[5], h[6])), query
+        assert [h[5] for h in got] == sorted(h[5] for h in got), "best first"
+    for s in stores:
+        s.close()
+
+
+def test_a_session_written_between_the_only_session_check_and_the_search_is_left_out(
+        db_path, monkeypatch):
+    # In a database of one session the filter is skipped; if another connection adds a
+    # session in between, its hits show and the search runs again with the filter.
+    from opctx.dag import _search
+
+    one = GraphStore(db_path, "one")
+    one.append(UserMessage("needle in one"))
+    two = GraphStore(db_path, "two")
+    two.append(UserMessage("needle needle in two"))
+    monkeypatch.setattr(_search, "_only_session", lambda conn, sid: True)
+    assert [h.session_id for h in one.search("needle")] == ["one"]
+    two.close()
+    one.close()
+
+
 def test_fts_text_is_bounded_and_the_node_is_stored_whole(store):
     huge = "headword " + ("filler " * 200_000) + "tailword"
     node = store.append(FunctionCall("bash", {"cmd": "cat big.log"}, huge))
