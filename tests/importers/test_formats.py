@@ -26,6 +26,7 @@ EXPECTED_FORMATS = {
     "openhands_events.json": "openhands",
     "openhands_pairs_output.jsonl": "openhands",
     "openhands_flat_output.jsonl": "openhands",
+    "openhands_completion.json": "openhands_completions",
     "sample.aider.chat.history.md": "aider",
 }
 
