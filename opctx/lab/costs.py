@@ -63,6 +63,7 @@ __all__ = [
     "warn_unpriced",
     "requests_from_steps",
     "requests_from_summaries",
+    "has_request_times",
 ]
 
 ONE_HOUR_TTL_SECONDS = 3600.0
@@ -331,3 +332,17 @@ def requests_from_summaries(records: Iterable[Any], *, session: str | None = Non
                                  cache_write_tokens=int(get("cache_write_tokens") or 0),
                                  kind="summary", model=get("model") or model, session=session))
     return out
+
+
+def has_request_times(times: Iterable[float | None]) -> bool:
+    """Whether a run's request times can date its cache: at least two distinct finite times.
+
+    Formats that record no time per request (SWE-agent ``.traj``, a single completion log)
+    give every node the same time; pricing them with ``timing="recorded"`` would read
+    "no gap" as "always warm" without saying so. Choose the timing with this.
+
+    >>> has_request_times([0.0, 0.0, 0.0]), has_request_times([0.0, 12.5, None])
+    (False, True)
+    """
+    seen = {t for t in times if t is not None and math.isfinite(t)}
+    return len(seen) >= 2

@@ -14,6 +14,7 @@ from opctx.lab.costs import (
     CachePolicy,
     RequestTokens,
     UnpricedModelWarning,
+    has_request_times,
     price_requests,
     requests_from_steps,
     requests_from_summaries,
@@ -234,6 +235,7 @@ def test_replay_columns_become_requests():
     reqs = requests_from_steps([0.0, 10.0, float("nan")], [100, 150, 180], [999, 100, 150], [5, 6, 7],
                                model="gpt-5", session="x")
     assert [(q.cached_prefix_tokens, q.time) for q in reqs] == [(0, 0.0), (100, 10.0), (150, None)]
+    assert has_request_times(q.time for q in reqs) and not has_request_times([5.0, 5.0])
     with pytest.raises(ValueError, match="token counts"):
         price_requests([RequestTokens(-1)], SONNET)
     with pytest.raises(ValueError, match="unknown price model"):
