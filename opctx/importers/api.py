@@ -1,7 +1,8 @@
 """The importers' front door: parse a file, walk folders, import into a database.
 
 ``parse_path(path, format=None, on_error="stop") -> list[ImportedSession]``
-    One file (format detected from content unless given). Pure: no database.
+    One file (format detected from content unless given), or a folder of one run's
+    OpenHands completion logs (rebuilt as one run). Pure: no database.
 ``iter_transcript_files(paths)``
     Expands folders (a whole ``~/.claude/projects`` tree, a corpus folder): files ending
     ``.jsonl``, ``.json``, ``.traj`` or ``.md`` (the latter only with an Aider header),
@@ -10,7 +11,9 @@
     twice, and minus hidden folders *below* the walked one (``.git``, ``.venv``; walk
     ``~/.claude/projects`` itself to import Claude Code's folder). Each folder is listed
     once (a flat folder of 10,000 sessions is found in well under a second); which side
-    files a session owns is decided per file from the walk (``side_file_owner``).
+    files a session owns is decided per file from the walk (``side_file_owner``). A folder
+    holding two or more OpenHands completion logs (checked by content) is yielded once,
+    as the folder: its files are the calls of one run.
     Folders that cannot be read go to ``problems`` (``ImportReport.unreadable``): never
     skipped silently. FIFOs and devices are not candidates: opening one would block.
 ``import_paths(paths, db, ...) -> ImportReport``
@@ -58,7 +61,7 @@ __all__ = [
 
 
 def _parsers() -> dict[str, Callable[..., list[ImportedSession]]]:
-    from . import aider, claude_code, codex, message_lists, openhands
+    from . import aider, claude_code, codex, message_lists, openhands, openhands_completions
 
     return {
         "claude_code": lambda p, on_error, parsed: claude_code.parse_claude_code(p, on_error=on_error),
@@ -74,6 +77,8 @@ def _parsers() -> dict[str, Callable[..., list[ImportedSession]]]:
         "mini_swe_agent": lambda p, on_error, parsed: message_lists.parse_mini_swe_agent(
             p, on_error=on_error, parsed=parsed),
         "openhands": lambda p, on_error, parsed: openhands.parse_openhands(p, on_error=on_error, parsed=parsed),
+        "openhands_completions": lambda p, on_error, parsed: openhands_completions.parse_openhands_completions(
+            p, on_error=on_error, parsed=parsed),
         "opctx_jsonl": lambda p, on_error, parsed: message_lists.parse_opctx_jsonl(p, on_error=on_error),
         "aider": lambda p, on_error, parsed: aider.parse_aider(p, on_error=on_error),
     }
@@ -93,14 +98,19 @@ def parse_path(path: str | os.PathLike, format: str | None = None, *,
     if format is None:
         format, parsed = sniff(path)
         if format == "directory":
-            raise TranscriptError(path, None, "is a directory: use import_paths to walk it")
+            if not _completions_folder(path):
+                raise TranscriptError(path, None, "is a directory: use import_paths to walk it")
+            format = "openhands_completions"  # one instance's logged calls: one run
     elif format not in PARSERS:
         raise ValueError(f"unknown format {format!r}; known: {', '.join(FORMATS)}")
+    elif format == "openhands_completions" and os.path.isdir(path):
+        pass
     elif not os.path.isfile(path):
         raise TranscriptError(path, None, "no such file")
     elif os.path.getsize(path) == 0:
         raise TranscriptError(path, None, "file is empty")
-    forced = parsed is None
+    # forced: the caller named the format (a folder of calls was detected, not forced)
+    forced = parsed is None and not os.path.isdir(path)
     try:
         sessions = PARSERS[format](path, on_error, parsed)
     except TranscriptError as exc:
@@ -144,6 +154,7 @@ def iter_transcript_files(paths: Iterable[str | os.PathLike], *,
     (or links to them) are candidates: a FIFO or a device would block the import.
     """
     from .claude_code import side_file_owner
+    from .openhands_completions import is_completion_name
 
     for raw in paths:
         p = Path(raw).expanduser()
@@ -152,13 +163,48 @@ def iter_transcript_files(paths: Iterable[str | os.PathLike], *,
             continue
         files = sorted(_walk(str(p), problems))
         sessions = {f for f in files if f.endswith(".jsonl")}
+        runs = _completion_runs(files)
         for f in files:
+            folder = os.path.dirname(f)
+            if folder in runs and is_completion_name(os.path.basename(f)):
+                if runs[folder]:  # a folder of one run's logged calls is imported as one
+                    runs[folder] = False
+                    yield folder, False
+                continue
             owner = side_file_owner(f, sessions)
             if owner is not None:
                 continue
             if f.endswith(".md") and not _is_aider(f):
                 continue
             yield f, False
+
+
+def _completions_folder(path: str) -> bool:
+    from .openhands_completions import calls_folder
+
+    return bool(calls_folder(path))
+
+
+def _completion_runs(files: list[str]) -> dict[str, bool]:
+    """Folders holding two or more OpenHands completion logs of one model (one run's
+    calls), checked by content.
+
+    The value says whether the folder is still to be yielded; a folder of one log is not
+    listed (its file is imported as it is: one call is already the whole trajectory).
+    """
+    from .openhands_completions import is_completion_name, log_prefix
+
+    prefixes: dict[str, set[str]] = {}
+    counts: dict[str, int] = {}
+    for f in files:
+        name = os.path.basename(f)
+        if is_completion_name(name):
+            folder = os.path.dirname(f)
+            prefixes.setdefault(folder, set()).add(log_prefix(name))
+            counts[folder] = counts.get(folder, 0) + 1
+    # only a folder whose logs all come from one model: a walk never leaves a call out
+    return {d: True for d, n in counts.items()
+            if n >= 2 and len(prefixes[d]) == 1 and _completions_folder(d)}
 
 
 def _walk(top: str, problems: list[tuple[str, str]] | None) -> Iterator[str]:

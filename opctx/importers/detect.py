@@ -16,7 +16,9 @@ Rules, in order:
   Anthropic blocks (``tool_use``/``tool_result``/``thinking``) appear, else ``openai``.
 * a whole JSON document: an array of Claude Code entries -> ``claude_code_hook``; of
   OpenHands events -> ``openhands``; of chat messages -> ``mini_swe_agent`` (its
-  one-bash-block protocol), ``anthropic`` or ``openai``. An object with ``history`` ->
+  one-bash-block protocol), ``anthropic`` or ``openai``. An OpenHands completion log
+  (``messages`` + ``response.choices``, or ``fncall_messages``) -> ``openhands_completions``.
+  An object with ``history`` ->
   ``openhands`` (events) or ``swe_agent``; with ``messages`` -> ``mini_swe_agent``
   (``trajectory_format``), ``anthropic`` or ``openai``.
 * anything else -> ``UnknownFormatError`` naming the file and what was seen.
@@ -27,7 +29,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from . import claude_code, codex, openhands
+from . import claude_code, codex, openhands, openhands_completions
 from .base import TranscriptError, UnknownFormatError, decode_json, load_json
 from .message_lists import is_message, looks_mini_swe_agent, uses_anthropic_blocks
 
@@ -83,6 +85,8 @@ def classify_document(doc: Any, path: str = "<input>") -> str:
             return "anthropic" if uses_anthropic_blocks(doc) else "openai"
         raise UnknownFormatError(path, None, f"a JSON array of unrecognised objects (keys: {sorted(items[0])[:8]})")
     if isinstance(doc, dict):
+        if openhands_completions.looks_like_completion(doc):
+            return "openhands_completions"  # one logged LLM call: checked before plain messages
         hist = doc.get("history")
         if isinstance(hist, list):
             if any(openhands.looks_like_event(x) or openhands.looks_like_pair(x) for x in hist[:20]):
@@ -122,7 +126,7 @@ def sniff(path: str | Path) -> tuple[str, Any]:
         if whole and len(lines) == 1:
             # a one-line JSON document and a one-record JSONL file look alike: decide by shape
             fmt_doc = _document_format(first, str(p))
-            if fmt_doc in ("swe_agent", "mini_swe_agent", "openhands") or (
+            if fmt_doc in ("swe_agent", "mini_swe_agent", "openhands", "openhands_completions") or (
                     fmt_doc in ("openai", "anthropic") and isinstance(first.get("messages"), list)
                     and not {"system_prompt", "started_at"} & set(first)):
                 return fmt_doc, first

@@ -288,10 +288,18 @@ def cases(samples: Iterable[Path], count: int, *, seed: int = 0,
 
 
 def sample_files(folder: str | os.PathLike) -> list[Path]:
-    """The transcript files of a samples folder (side files of a session left out)."""
+    """The transcript files of a samples folder (side files of a session left out).
+
+    A folder of one run's logged calls (OpenHands completion logs) is walked as one unit;
+    here its files are listed one by one: each call alone is a trajectory to damage.
+    """
     from .api import iter_transcript_files
 
-    return [Path(f) for f, _ in iter_transcript_files([folder])]
+    out: list[Path] = []
+    for f, _ in iter_transcript_files([folder]):
+        p = Path(f)
+        out.extend(sorted(x for x in p.iterdir() if x.is_file()) if p.is_dir() else [p])
+    return out
 
 
 # -- the contract -----------------------------------------------------------------------------

@@ -36,13 +36,15 @@ Formats on top of it:
     (it was in every prompt; it is not one of the exported messages).
 ``swe_agent``
     ``.traj``: ``history`` -> messages (``thought``, ``action``, ``agent``,
-    ``message_type`` kept per node); ``info`` (``model_stats``, ``exit_status``,
+    ``message_type`` kept per node; observations sent as user messages and
+    demonstrations marked ``is_observation`` / ``is_demo``, see ``observations``); ``info`` (``model_stats``, ``exit_status``,
     ``submission``) and ``environment`` -> meta; the ``trajectory`` steps -> meta
     without the fields that repeat the history (``response``, ``thought``, ``action``,
     ``observation``).
 ``mini_swe_agent``
     a message list or ``{"messages", "info", "trajectory_format"}``; the bash command of
-    an assistant reply (its fenced block) is kept in ``metadata.command``.
+    an assistant reply (its fenced block) is kept in ``metadata.command``; every user
+    message after the task is marked ``is_observation``.
 ``opctx_jsonl``
     ``opctx export --format jsonl``: one ``Call.to_dict()`` per line; nodes come back
     with fresh ids (edges, ``copied_from`` and compaction id lists remapped), so the
@@ -75,6 +77,7 @@ from .base import (
     short_title,
 )
 from .claude_code import _count
+from .observations import observation_marks_mini_swe_agent, observation_marks_swe_agent
 
 __all__ = [
     "convert_messages",
@@ -173,15 +176,19 @@ def _tool_calls(msg: dict) -> list[dict]:
 
 def convert_messages(messages: list, b: SessionBuilder, *, path: str, on_error: str,
                      issues: list[Issue], fmt_extra: Any = None,
-                     lines: list[int] | None = None) -> dict[str, Any]:
+                     lines: list[int] | None = None,
+                     marks: dict[int, dict] | None = None) -> dict[str, Any]:
     """Append ``messages`` to ``b`` (see the module docstring). Returns a few facts.
 
     ``lines``: the file line of each message (JSON Lines), so that errors name it.
+    ``marks``: metadata to add to the node of message ``i`` (``is_observation``,
+    ``is_demo``: see ``observation_marks``).
 
     The steps, per message: check its shape (a bad one is an error naming its line, or an
     issue with ``on_error="skip"``); then hand it to the converter of its role.
     """
     conv = _MessageConverter(b, path=path, fmt_extra=fmt_extra)
+    conv.marks = marks or {}
     for idx, msg in enumerate(messages):
         reason = _message_problem(idx, msg)
         if reason is not None:
@@ -244,6 +251,7 @@ class _MessageConverter:
         self.b = b
         self.path = path
         self.fmt_extra = fmt_extra
+        self.marks: dict[int, dict] = {}
         self.owners: dict[str, tuple[Call, dict]] = {}
         self.last_legacy: tuple[Call, dict] | None = None
         self.facts: dict[str, Any] = {"first_user": "", "models": {}}
@@ -253,6 +261,7 @@ class _MessageConverter:
         role = msg["role"]
         when = self.b.time(msg.get("timestamp", msg.get("created_at")), where)
         meta = self._common_meta(msg)
+        meta.update(self.marks.get(idx, ()))
         if role in ("system", "developer"):
             self._system(msg, meta, when)
         elif role == "user":
@@ -460,8 +469,9 @@ def _parse_lists(path: str, fmt: str, on_error: str, parsed: Any = None) -> list
         if isinstance(system, (str, list)) and system:
             b.add("llm", output=content_text(system), metadata={"role": "system", "from_field": "system"})
         extra = "mini_swe_agent" if fmt == "mini_swe_agent" else None
+        marks = observation_marks_mini_swe_agent(messages) if extra else None
         facts = convert_messages(messages, b, path=path, on_error=on_error, issues=issues,
-                                 fmt_extra=extra, lines=msg_lines)
+                                 fmt_extra=extra, lines=msg_lines, marks=marks)
         meta = {k: v for k, v in container.items() if k != "system"}
         sid = f"{fmt}-{digest}" + (f"-{n}" if len(convs) > 1 else "")
         model = container.get("model") if isinstance(container.get("model"), str) else ""
@@ -524,7 +534,8 @@ def parse_swe_agent(path: str, *, on_error: str = "stop", parsed: Any = None) ->
     if not isinstance(doc, dict) or not isinstance(doc.get("history"), list):
         raise TranscriptError(path, None, "expected a SWE-agent trajectory object with a history list")
     b = SessionBuilder("swe_agent", path)
-    facts = convert_messages(doc["history"], b, path=path, on_error=on_error, issues=issues)
+    facts = convert_messages(doc["history"], b, path=path, on_error=on_error, issues=issues,
+                             marks=observation_marks_swe_agent(doc["history"]))
     meta: dict[str, Any] = {k: v for k, v in doc.items() if k not in ("history", "trajectory")}
     steps = doc.get("trajectory")
     if isinstance(steps, list):

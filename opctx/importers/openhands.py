@@ -25,7 +25,8 @@ Mapping
   (``OBSERVATIONS_SHOWN_AS_MESSAGES``: e.g. the ``error`` observation written when the
   model's function call failed validation, so no action was recorded for it; a command
   the user ran) and has text -> a user node (``output`` = its ``content``,
-  ``metadata.observation`` = its kind, ``event`` kept). OpenHands' conversation memory
+  ``metadata.observation`` = its kind, ``metadata.is_observation``, ``event`` kept).
+  OpenHands' conversation memory
   sends exactly these as ``user`` messages, so the next llm node ``reads`` them: leaving
   them out would hide from a replay what the model was told.
 * older outputs, before function calling (no ``tool_call_metadata``): an agent action
@@ -252,7 +253,7 @@ class _EventConverter:
                        created_at=when, metadata=meta)
             self.answered.add(tid)
         elif tid is None and observation in OBSERVATIONS_SHOWN_AS_MESSAGES and _text(ev).strip():
-            meta = {**src_meta, "observation": observation,
+            meta = {**src_meta, "observation": observation, "is_observation": True,
                     "event": _rest(ev, drop=("tool_call_metadata", "content"))}
             if ev.get("success") is False or observation == "error":
                 meta["is_error"] = True

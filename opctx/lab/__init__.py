@@ -8,7 +8,8 @@
 ``presets``        named strategies (default, claude-code, hermes, codex,
                    observation-masking, none), each number with its source
 ``metrics``        tokens, savings, cost, prefix cache, tool pairs, reference loss
-``prices``         assumed list prices per model family, cache multipliers
+``prices``         list prices per model (litellm's map, dated), tiers, cache rates
+``costs``          a run's cost request by request: tiers, cache expiry, summaries
 ``fidelity``       recorded compactions vs where the presets compact
 ``calibrate``      fit a client preset's trigger to recorded compactions
 ``microcompact``   Claude Code's clearing of old tool results, as a rule and an ager
@@ -57,6 +58,10 @@ _EXPORTS = {
     "PriceTable": "prices",
     "ModelPrice": "prices",
     "price_for": "prices",
+    "PRICE_MODELS": "prices",
+    "price_requests": "costs",
+    "RequestTokens": "costs",
+    "CachePolicy": "costs",
     "fidelity_table": "fidelity",
     "fidelity_summary": "fidelity",
     "aging_fidelity_table": "aging_fidelity",

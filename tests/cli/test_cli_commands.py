@@ -96,7 +96,7 @@ def test_sessions_list(db, capsys):
     assert CC_ID in out and "  codex  " in out and "hermes-20260301_090000_abc123" in out
     code, out, _ = run(capsys, "sessions", "--db", db, "--json")
     rows = json.loads(out)
-    assert len(rows) == 16 and {r["session_id"] for r in rows} >= {CC_ID}
+    assert len(rows) == 19 and {r["session_id"] for r in rows} >= {CC_ID}
     assert not any(r["incomplete"] for r in rows)
 
 
@@ -178,10 +178,10 @@ def test_export_openai_and_jsonl(db, tmp_path, capsys):
 def test_build_samples(tmp_path, capsys):
     target = tmp_path / "data" / "sample.db"
     code, out, _ = run(capsys, "build-samples", "--db", target, "--no-scenarios")
-    assert code == EXIT_OK and "16 sample session(s)" in out
+    assert code == EXIT_OK and "19 sample session(s)" in out
     assert target.exists() and not Path(str(target) + ".building").exists()
     result = build_samples(str(target))  # rebuilt from scratch, with the lab's scenarios if any
-    assert result["sessions"] == 16
+    assert result["sessions"] == 19
     try:
         from opctx.lab import scenarios  # noqa: F401
     except ImportError:

@@ -21,11 +21,13 @@ EXPECTED_FORMATS = {
     "anthropic_messages.json": "anthropic",
     "hermes_sessions.jsonl": "hermes",
     "swe_agent_calc.traj": "swe_agent",
+    "swe_agent_thought_action.traj": "swe_agent",
     "mini_swe_agent.traj.json": "mini_swe_agent",
     "openhands_output.jsonl": "openhands",
     "openhands_events.json": "openhands",
     "openhands_pairs_output.jsonl": "openhands",
     "openhands_flat_output.jsonl": "openhands",
+    "openhands_completion.json": "openhands_completions",
     "sample.aider.chat.history.md": "aider",
 }
 
