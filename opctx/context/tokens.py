@@ -127,6 +127,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from ..dag.messages import as_text, call_to_message
+
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW",
     "DEFAULT_MAX_OUTPUT",
@@ -1069,17 +1071,6 @@ class MessageParts:
             self.hidden_thinking_bytes += len(payload) * 3 // 4
 
 
-def _json_text(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
-        return str(value)
-
-
 def _thinking_part(part: dict, parts: MessageParts) -> None:
     parts.thinking_blocks += 1
     if part.get("type") == "redacted_thinking":
@@ -1089,8 +1080,8 @@ def _thinking_part(part: dict, parts: MessageParts) -> None:
     if visible is None:
         visible = part.get("text")
     if visible is None and isinstance(part.get("summary"), list):
-        visible = "\n".join(_json_text(s.get("text") if isinstance(s, dict) else s) for s in part["summary"])
-    visible = _json_text(visible)
+        visible = "\n".join(as_text(s.get("text") if isinstance(s, dict) else s) for s in part["summary"])
+    visible = as_text(visible)
     if visible:
         parts.add("thinking", visible)
     else:
@@ -1103,17 +1094,17 @@ def _add_part(part: Any, parts: MessageParts, kind: str) -> None:
         parts.add(kind, part)
         return
     if not isinstance(part, dict):
-        parts.add("other", _json_text(part))
+        parts.add("other", as_text(part))
         return
     block = part.get("type")
     if block in _TEXT_TYPES:
-        parts.add(kind, _json_text(part.get("text")))
+        parts.add(kind, as_text(part.get("text")))
     elif block in _IMAGE_TYPES:
         parts.images.append(_image_size(part))
     elif block in ("tool_use", "server_tool_use"):
         parts.tool_calls += 1
-        parts.add("tool_input", _json_text(part.get("name")))
-        parts.add("tool_input", _json_text(part.get("input")))
+        parts.add("tool_input", as_text(part.get("name")))
+        parts.add("tool_input", as_text(part.get("input")))
     elif block == "tool_result":
         parts.tool_results += 1
         content = part.get("content")
@@ -1121,14 +1112,14 @@ def _add_part(part: Any, parts: MessageParts, kind: str) -> None:
             for sub in content:
                 _add_part(sub, parts, "tool_result")
         else:
-            parts.add("tool_result", _json_text(content))
+            parts.add("tool_result", as_text(content))
     elif block in _THINKING_TYPES:
         _thinking_part(part, parts)
     elif block in _OPAQUE_TYPES or "source" in part:
         # opaque payloads: documents are counted like an image page, data is never tokenised
         parts.images.append(None)
     else:
-        parts.add("other", _json_text(part))
+        parts.add("other", as_text(part))
 
 
 def _as_message(msg: Any) -> dict:
@@ -1137,8 +1128,6 @@ def _as_message(msg: Any) -> dict:
     if isinstance(msg, str):
         return {"role": "user", "content": msg}
     if hasattr(msg, "role") and hasattr(msg, "metadata"):
-        from opctx.dag.messages import call_to_message
-
         return call_to_message(msg)
     raise TypeError(f"cannot estimate tokens of a {type(msg).__name__}: expected a message dict")
 
@@ -1173,7 +1162,7 @@ def message_parts(msg: Any) -> MessageParts:
         for part in content:
             _add_part(part, parts, kind)
     elif content is not None and not isinstance(content, str):
-        parts.add("other", _json_text(content))
+        parts.add("other", as_text(content))
     extra = msg.get("extra")
     extra_blocks = extra.get("blocks") if isinstance(extra, dict) else None
     # the blocks may be the content list itself, or an equal copy of it once the message
@@ -1202,8 +1191,8 @@ def message_parts(msg: Any) -> MessageParts:
         fn = call.get("function") if isinstance(call.get("function"), dict) else None
         name = call.get("name") if call.get("name") is not None else (fn or {}).get("name")
         args = call.get("arguments") if "arguments" in call else (fn or {}).get("arguments")
-        parts.add("tool_input", _json_text(name))
-        parts.add("tool_input", _json_text(args))
+        parts.add("tool_input", as_text(name))
+        parts.add("tool_input", as_text(args))
     if msg.get("role") == "tool":
         parts.tool_results += 1
     return parts
@@ -1224,7 +1213,7 @@ def _recorded_reasoning(msg: dict, parts: MessageParts) -> None:
                 parts.add("thinking", block)
     reasoning = msg.get("reasoning")
     for summary in [reasoning] if isinstance(reasoning, str) else reasoning if isinstance(reasoning, list) else ():
-        parts.add("thinking", _json_text(summary))
+        parts.add("thinking", as_text(summary))
     encrypted = msg.get("reasoning_encrypted")
     for payload in [encrypted] if isinstance(encrypted, str) else encrypted if isinstance(encrypted, list) else ():
         parts.add_hidden(payload)
