@@ -19,7 +19,7 @@ Two products from one walk over a session's ``Graph``:
     a self-contained HTML page drawing the graph with vis-network, and a notebook
     display object for it.
 
-Choices where the brief is open, and why:
+Choices, and why:
 
 * **Compaction membership.** Read from the summary nodes'
   ``metadata.compaction`` (``folded_ids`` / ``protected_ids`` / ``kept_ids``,

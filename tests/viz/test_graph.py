@@ -236,7 +236,7 @@ def test_a_5000_node_session_renders_under_5_mb_and_stays_escaped():
         assert "<b>x</b>" not in view.html
 
 
-# -- the layout: a frame filled at real sizes (#16.7) ------------------------------------------
+# -- the layout: a frame filled at real sizes -------------------------------------------------
 
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
