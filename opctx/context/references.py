@@ -209,7 +209,6 @@ _LONG_WORD = 64
 _DIGITS = "0123456789"
 
 # lookup vocabulary: "words" are maximal runs of ASCII [A-Za-z0-9_]
-_WORD = re.compile(r"[A-Za-z0-9_]+")
 _WORD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 _NON_WORD_TO_SPACE = str.maketrans({chr(i): " " for i in range(128) if chr(i) not in _WORD_CHARS})
 _NON_WORD_BYTES_TO_SPACE = bytes(b if chr(b) in _WORD_CHARS else 32 for b in range(256))
