@@ -303,11 +303,9 @@ def extract_distinctive(text: str, limit: int = MAX_DISTINCTIVE) -> list[str]:
     >>> extract_distinctive("see ParseConfig and `load_settings` in src/app/config.py at 4f3a9c2e")
     ['src/app/config.py', '4f3a9c2e', 'load_settings', 'ParseConfig']
     """
-    if not text or limit <= 0:
-        return []
-    if _refscan is not None:
+    if _refscan is not None and text and limit > 0:
         return _refscan.extract(text, limit, STOP_WORDS)
-    return _select(_Tokens(text), limit)
+    return _extract_python(text, limit)
 
 
 def _extract_python(text: str, limit: int = MAX_DISTINCTIVE) -> list[str]:
