@@ -53,7 +53,7 @@ import json
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -285,13 +285,6 @@ class Estimator:
     ) -> int:
         counter, profile = self.profile(model, method)
         return sum(self._message_tokens(m, counter, profile) for m in history)
-
-    def per_message_tokens(
-        self, history: Iterable[Any], model: str | None = None, method: Method | None = None
-    ) -> Iterator[int]:
-        counter, profile = self.profile(model, method)
-        for m in history:
-            yield self._message_tokens(m, counter, profile)
 
     def tools_tokens(self, tools: list[dict] | None, model: str | None = None, method: Method | None = None) -> int:
         if not tools:
