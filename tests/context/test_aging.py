@@ -7,7 +7,7 @@ import sys
 import threading
 
 import pytest
-from _history_ops import HistoryBuilder
+from _compaction_fixtures import HistoryBuilder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import itertools
 
-from _compaction_fixtures import assert_pairs_intact, filler
-from _history_ops import (
+from _compaction_fixtures import (
     assert_anthropic_request_accepted,
+    assert_pairs_intact,
     assert_units_whole,
+    filler,
     first_group_end,
     thinking_histories,
     unit_spans,

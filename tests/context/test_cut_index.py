@@ -4,29 +4,27 @@ from __future__ import annotations
 
 import pytest
 from _compaction_fixtures import (
+    HistoryBuilder,
     anthropic_call,
     anthropic_result,
+    assert_anthropic_request_accepted,
     assert_pairs_intact,
+    assert_units_whole,
     assistant,
     call,
     char_tokens,
     chat_turns,
+    compacted_branch,
     filler,
+    first_group_end,
     latest_user_index,
     results,
-    tool_turn,
-    uid,
-    user,
-)
-from _history_ops import (
-    HistoryBuilder,
-    assert_anthropic_request_accepted,
-    assert_units_whole,
-    compacted_branch,
-    first_group_end,
     thinking_histories,
     tool_loop,
+    tool_turn,
+    uid,
     unit_inside,
+    user,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st

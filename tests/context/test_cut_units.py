@@ -4,10 +4,11 @@ tool loop that thought once and outgrew every budget is cut inside, its first to
 
 from __future__ import annotations
 
-from _compaction_fixtures import assert_pairs_intact, char_tokens
-from _history_ops import (
+from _compaction_fixtures import (
     HistoryBuilder,
     assert_anthropic_request_accepted,
+    assert_pairs_intact,
+    char_tokens,
     compacted_branch,
     first_group_end,
     unit_inside,

@@ -8,7 +8,7 @@ import types
 
 import pandas as pd
 import pytest
-from _history_ops import HistoryBuilder
+from _compaction_fixtures import HistoryBuilder
 
 from opctx.context.summarize import SummarizerConfig, find_cut_index
 from opctx.widgets._common import Debouncer, html_table
