@@ -30,8 +30,8 @@ each thinking unit starts and ends), :func:`unit_inside` (the unit a boundary sp
 :func:`first_group_end`, :func:`compacted_branch` (the branch a cut leaves, as persistence
 lays it out), :func:`assert_units_whole` (no kept loop lost the message with its
 thinking), :func:`assert_pairs_intact` (no orphaned call or result on a branch) and
-:func:`assert_anthropic_request_accepted` (roles alternate, every ``tool_result`` right
-after its ``tool_use``; it returns the running loop's first assistant turn).
+:func:`assert_anthropic_request_accepted`, the one check of a request against the
+Messages API (it returns the running loop's first assistant turn).
 :func:`thinking_histories` is a hypothesis strategy over such histories.
 """
 
@@ -368,15 +368,18 @@ def compacted_branch(history: list[dict], cut: Any, summary: str = "summary of t
 
 
 def assert_anthropic_request_accepted(request: dict) -> list[dict]:
-    """Check ``request`` against the Messages API rules a compaction can break; returns the
-    content of the running loop's first assistant turn (``[]`` when no loop is running),
+    """Check ``request`` (``{"system", "messages"}``) against the Messages API rules; returns
+    the content of the running loop's first assistant turn (``[]`` when no loop is running),
     for the caller to check the thinking block it must start with.
 
-    Roles alternate from a user turn; every ``tool_use`` is answered in the next turn and
-    every ``tool_result`` answers the turn before, results first. Which thinking a loop
-    needs depends on the history (its units: :func:`assert_units_whole`).
+    The system prompt is a string; roles alternate from a user turn; no turn is empty and no
+    text block blank; an assistant turn holds only thinking, text and ``tool_use`` blocks, a
+    user turn only text and ``tool_result`` blocks, results first; every ``tool_use`` is
+    answered in the next turn and every ``tool_result`` answers the turn before. Which
+    thinking a loop needs depends on the history (its units: :func:`assert_units_whole`).
     """
     messages = request["messages"]
+    assert isinstance(request["system"], str)
     if not messages:
         return []
     assert messages[0]["role"] == "user", "the request must start with a user turn"
@@ -384,19 +387,23 @@ def assert_anthropic_request_accepted(request: dict) -> list[dict]:
         assert a["role"] != b["role"], "roles must alternate"
     for i, m in enumerate(messages):
         assert m["content"], f"empty turn {i}"
+        for block in m["content"]:
+            if block["type"] == "text":
+                assert block["text"].strip(), f"blank text block in turn {i}"
+            assert block["type"] in (("thinking", "redacted_thinking", "text", "tool_use") if m["role"] == "assistant"
+                                     else ("text", "tool_result")), f"turn {i} ({m['role']}) holds a {block['type']} block"
         types = [b["type"] for b in m["content"]]
         if m["role"] == "assistant":
             uses = sorted(b["id"] for b in m["content"] if b["type"] == "tool_use")
-            if uses and i + 1 < len(messages):
+            assert i + 1 < len(messages) or not uses, "a tool_use must be answered"
+            if uses:
                 answered = sorted(b["tool_use_id"] for b in messages[i + 1]["content"] if b["type"] == "tool_result")
                 assert answered == uses, f"turn {i} calls {uses}, turn {i + 1} answers {answered}"
         else:
             assert types == sorted(types, key=lambda t: t != "tool_result"), "tool_result blocks come first"
             answered = [b["tool_use_id"] for b in m["content"] if b["type"] == "tool_result"]
-            if answered:
-                assert i > 0 and messages[i - 1]["role"] == "assistant"
-                asked = sorted(b["id"] for b in messages[i - 1]["content"] if b["type"] == "tool_use")
-                assert sorted(answered) == asked, f"turn {i} answers {answered}, turn {i - 1} asked {asked}"
+            asked = sorted(b["id"] for b in messages[i - 1]["content"] if b["type"] == "tool_use") if i else []
+            assert sorted(answered) == asked, f"turn {i} answers {answered}, turn {i - 1} asked {asked}"
     last = messages[-1]
     if last["role"] != "user" or not any(b["type"] == "tool_result" for b in last["content"]):
         return []
