@@ -138,26 +138,6 @@ __all__ = [
     "DEFAULT_ASPECT",
 ]
 
-__all__ = [
-    "EDGE_KINDS",
-    "ROLE_COLORS",
-    "EDGE_COLORS",
-    "COMPACTION_COLORS",
-    "NodeInfo",
-    "GraphView",
-    "as_graph",
-    "load_session",
-    "call_text",
-    "compaction_membership",
-    "node_infos",
-    "to_networkx",
-    "to_pyvis",
-    "render_graph",
-    "graph_html",
-    "vis_network_js",
-    "DEFAULT_ASPECT",
-]
-
 
 def to_networkx(
     session_or_graph: Any,
