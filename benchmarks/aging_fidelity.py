@@ -1,4 +1,4 @@
-"""Recorded aging: Claude Code's microcompactions vs the claude-code preset (issue 14 item 10).
+"""Recorded aging: Claude Code's microcompactions vs the claude-code preset.
 
 Imports every Claude Code transcript of ``--corpus`` (default ``../shared/corpus``; any
 folder of ``*.jsonl`` transcripts works) that records a ``microcompact_boundary`` and

@@ -72,7 +72,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from opctx.context import tokens  # noqa: E402
+from opctx.context import _heuristic, tokens  # noqa: E402
 from opctx.dag.messages import call_to_message  # noqa: E402
 from opctx.importers import iter_transcript_files, parse_path  # noqa: E402
 from opctx.importers.base import TranscriptError  # noqa: E402
@@ -270,7 +270,7 @@ def cjk_share(messages: list[Sent]) -> float:
     for m in messages:
         for _, seg in m.parts.segments:
             total += tokens.heuristic_tokens(seg)
-            cjk += tokens._count(tokens._CJK, seg) / tokens.HEURISTIC_CHARS_PER_TOKEN["cjk"]
+            cjk += _heuristic._count(_heuristic._CJK, seg) / tokens.HEURISTIC_CHARS_PER_TOKEN["cjk"]
     return cjk / total if total else 0.0
 
 

@@ -1,4 +1,4 @@
-"""Benchmark: the seeded mutation fuzzer over data/samples (issue 15, item 4).
+"""Benchmark: the seeded mutation fuzzer over data/samples.
 
 Runs ``--cases`` cases (default 2,200, what tests/importers/test_fuzz.py runs) ``--repeat``
 times: each case is a damaged copy of a sample, parsed strictly and leniently

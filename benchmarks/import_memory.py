@@ -1,4 +1,4 @@
-"""Benchmark: peak memory of importing one large transcript (issue 15, item 7).
+"""Benchmark: peak memory of importing one large transcript.
 
 Generates, in /tmp, a realistic Claude Code session file and a Codex rollout of about
 ``--mb`` MB each (default 75), then imports each ``--repeat`` times, every run in a fresh

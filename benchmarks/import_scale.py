@@ -1,4 +1,4 @@
-"""Benchmark: a flat Claude Code project folder of 10,000 small sessions (issue 16, item 9).
+"""Benchmark: a flat Claude Code project folder of 10,000 small sessions.
 
 Generates ``--files`` two-turn Claude Code transcripts (about 2 KB each: a question, a
 tool call and its result, an answer, a follow-up and its answer) in one flat folder under

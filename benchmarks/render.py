@@ -1,6 +1,6 @@
 """Rendering a 5,000-node session: page size and generation time.
 
-Target (issue #8): the HTML of a 5,000-node session is under 5 MB and is
+Target: the HTML of a 5,000-node session is under 5 MB and is
 generated in under 2 s. Three ways are measured side by side on the same
 synthetic session (``opctx.viz.synthetic``: tool calls, agentic frames, reads,
 compactions every 400 nodes):
@@ -30,7 +30,7 @@ from opctx.viz.synthetic import synthetic_session
 
 N_NODES = 5_000
 REPEATS = 7
-MAX_BYTES = 5_000_000  # 5 MB, decimal, as the issue states
+MAX_BYTES = 5_000_000  # 5 MB, decimal
 MAX_SECONDS = 2.0
 
 

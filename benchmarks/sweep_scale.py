@@ -1,6 +1,6 @@
 """A sweep at corpus scale: the six presets over 10,000 generated sessions on dask.
 
-What it measures (issue 16, "Corpora of 10,000 sessions"):
+What it measures (a corpus of 10,000 sessions):
 
 1. **the scaled run** - ``sweep`` of the six presets (``default, claude-code, hermes,
    codex, observation-masking, none``) over ``--sessions`` (default 10,000)

@@ -1,6 +1,6 @@
 """How live the CompactionTuner feels: the time from a slider change to a new plot and table.
 
-Issue #8 asks the tuner to feel live on the longest corpus session. What a user waits
+The tuner must feel live on the longest corpus session. What a user waits
 for after moving a control (once the debounce fires) is ``CompactionTuner.update()``:
 one replay with the new parameters plus the plot and the table. This script imports
 the corpus into a temporary database, opens the tuner on the session with the most

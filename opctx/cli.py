@@ -782,35 +782,24 @@ def _when(text: str, *, end_of_day: bool) -> float:
     return value.timestamp()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from opctx import __version__
-    from opctx.importers.api import FORMATS
+def _reader_args(sp: argparse.ArgumentParser) -> None:
+    """The options of every command that reads a database."""
+    sp.add_argument("--db", metavar="FILE",
+                    help="the opctx database (default: $OPCTX_DB, else data/sample.db)")
+    sp.add_argument("--init", action="store_true",
+                    help="create (or upgrade) opctx's tables if the database lacks them; "
+                         "without it the database is opened read-only")
 
-    p = argparse.ArgumentParser(
-        prog="opctx",
-        description="Import recorded agent histories into an opctx database and look at them.",
-        epilog="Without --db, reading commands use $OPCTX_DB (a database, a transcript file or a "
-               "folder of transcripts), else data/sample.db. "
-               "Exit codes: 0 ok, 1 input errors (or something skipped), 2 usage, "
-               "3 database error, 4 session not found.",
-    )
-    p.add_argument("--version", action="version", version=f"opctx {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    def reader_args(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--db", metavar="FILE",
-                        help="the opctx database (default: $OPCTX_DB, else data/sample.db)")
-        sp.add_argument("--init", action="store_true",
-                        help="create (or upgrade) opctx's tables if the database lacks them; "
-                             "without it the database is opened read-only")
-
+def _add_import_command(sub: Any, formats: tuple[str, ...]) -> None:
+    """``opctx import``."""
     sp = sub.add_parser("import", help="import transcripts (files or folders)",
                         description="Import recorded transcripts. The format is detected from "
                                     "each file's content; folders are walked.")
     sp.add_argument("paths", nargs="+", metavar="PATH", help="transcript files or folders")
     sp.add_argument("--db", metavar="FILE",
                     help="the database to import into (default: $OPCTX_DB when it names a database)")
-    sp.add_argument("--format", choices=FORMATS, help="force a format instead of detecting it")
+    sp.add_argument("--format", choices=formats, help="force a format instead of detecting it")
     sp.add_argument("--on-error", choices=("stop", "skip"), default="stop",
                     help="stop at the first bad file (default) or skip bad lines/files and report them")
     sp.add_argument("--replace", action="store_true", help="re-import sessions that already exist")
@@ -819,11 +808,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="list the warnings (unknown record types kept in metadata, unpaired tool results, ...)")
     sp.set_defaults(func=cmd_import)
 
+
+def _add_reading_commands(sub: Any) -> None:
+    """``opctx sessions``, ``show`` and ``search``."""
     sp = sub.add_parser("sessions", help="list the sessions of a database",
                         description="List the sessions: id, nodes, format, model, the recording's "
                                     "first and last node time (UTC) and title. Filters combine; a "
                                     "date filter keeps the sessions whose recording overlaps it.")
-    reader_args(sp)
+    _reader_args(sp)
     sp.add_argument("--sort", choices=tuple(_SORT_KEYS), default="start",
                     help="start (default) / end: newest first; nodes: largest first; "
                          "format, model, id, title: A-Z")
@@ -843,7 +835,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("show", help="print a session's conversation")
     sp.add_argument("session", metavar="SESSION", help="session id (or a unique prefix)")
-    reader_args(sp)
+    _reader_args(sp)
     sp.add_argument("--all", action="store_true", help="every node, not only the active branch")
     sp.add_argument("--width", type=int, default=160, help="truncate each line to N characters (0: never)")
     sp.add_argument("--json", action="store_true", help="print the nodes as JSON")
@@ -851,7 +843,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("search", help="full-text search over every session")
     sp.add_argument("query", metavar="QUERY", help="text to find (literal unless --raw)")
-    reader_args(sp)
+    _reader_args(sp)
     sp.add_argument("--session", metavar="SESSION", help="only this session (id or unique prefix)")
     sp.add_argument("--format", action="append", metavar="F",
                     help="only sessions of this transcript format (repeatable)")
@@ -860,9 +852,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="print JSON")
     sp.set_defaults(func=cmd_search)
 
+
+def _add_export_commands(sub: Any) -> None:
+    """``opctx export`` and ``export-frames``."""
     sp = sub.add_parser("export", help="export a session as OpenAI messages or opctx JSONL")
     sp.add_argument("session", metavar="SESSION", help="session id (or a unique prefix)")
-    reader_args(sp)
+    _reader_args(sp)
     sp.add_argument("--format", choices=("openai", "jsonl"), default="openai",
                     help="openai: the active branch as chat-completions messages; "
                          "jsonl: every node, lossless (re-importable)")
@@ -874,7 +869,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "(opctx.lab.frames) as DIR/<frame>.parquet, a batch of sessions "
                                     "at a time, so a corpus of any size is never loaded whole. "
                                     "Readable with pandas, DuckDB or any Parquet reader.")
-    reader_args(sp)
+    _reader_args(sp)
     sp.add_argument("--out", required=True, metavar="DIR", help="the folder to write (created if missing)")
     sp.add_argument("--batch", type=_count, default=500, metavar="N",
                     help="sessions per batch (default 500): memory grows with it")
@@ -883,6 +878,26 @@ def build_parser() -> argparse.ArgumentParser:
                          "they parse every node in Python, the slow part")
     sp.add_argument("--quiet", action="store_true", help="no progress bar")
     sp.set_defaults(func=cmd_export_frames)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from opctx import __version__
+    from opctx.importers.api import FORMATS
+
+    p = argparse.ArgumentParser(
+        prog="opctx",
+        description="Import recorded agent histories into an opctx database and look at them.",
+        epilog="Without --db, reading commands use $OPCTX_DB (a database, a transcript file or a "
+               "folder of transcripts), else data/sample.db. "
+               "Exit codes: 0 ok, 1 input errors (or something skipped), 2 usage, "
+               "3 database error, 4 session not found.",
+    )
+    p.add_argument("--version", action="version", version=f"opctx {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    _add_import_command(sub, FORMATS)
+    _add_reading_commands(sub)
+    _add_export_commands(sub)
 
     sp = sub.add_parser("build-samples", help="(re)build the sample database from data/samples",
                         description="Build the sample database from the files in data/samples "

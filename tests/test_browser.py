@@ -301,7 +301,7 @@ def _drawing(page) -> dict:
 
 
 def test_a_600_node_session_fills_the_frame(tmp_path):
-    from opctx.viz import graph as graph_module
+    from opctx.viz import _graph_layout as layout_module
     from opctx.viz.graph import render_graph
     from opctx.viz.synthetic import synthetic_session
 
@@ -324,8 +324,8 @@ def test_a_600_node_session_fills_the_frame(tmp_path):
         # the page placed every node where the Python layout puts it for this frame
         aspect = page.evaluate("() => { const c = document.getElementById('opctx-graph');"
                                " return c.clientWidth / c.clientHeight; }")
-        slots = [graph_module._Slot(n["c"], n["l"], n["o"]) for n in data["nodes"]]
-        expected, per_line = graph_module._wrap(slots, aspect)
+        slots = [layout_module._Slot(n["c"], n["l"], n["o"]) for n in data["nodes"]]
+        expected, per_line = layout_module._wrap(slots, aspect)
         assert page.evaluate("() => window.opctxColumnsPerLine") == per_line
         positions = page.evaluate("() => window.opctxNetwork.getPositions()")
         for i, (x, y) in enumerate(expected):

@@ -172,7 +172,7 @@ def test_compaction_tuner_escapes(hostile_messages):
     assert "&lt;img src=x" in t.status.value
 
 
-# -- in a browser: a tooltip shows the text as written and runs nothing (#15.15) ---------------
+# -- in a browser: a tooltip shows the text as written and runs nothing ----------------------
 
 TOOLTIP_TEXT = ('a & b < c &amp; d <script>window.__pwned = 1</script>'
                 '<img src=x onerror="window.__pwned = 2"> the end')

@@ -80,7 +80,7 @@ def test_notebooks_run_unchanged_on_a_single_transcript(sample, tmp_path, monkey
         _run(path, cwd=tmp_path)  # a CellExecutionError names the notebook's failing cell
 
 
-# -- make lab: working copies, one data switch, no news (#16.1, #16.2, #16.12) -----------------
+# -- make lab: working copies, one data switch, no news ----------------------------------------
 
 
 def _make(*args: str) -> str:
@@ -144,7 +144,7 @@ def test_make_lab_turns_the_news_toast_off_with_the_real_setting(tmp_path):
 
 
 def test_a_notebook_compares_the_two_output_reserve_policies():
-    """docs/design.md: both reserve policies, side by side across window sizes (#16.13)."""
+    """docs/design.md: both reserve policies, side by side across window sizes."""
     sources = "\n".join(_sources(ROOT / "notebooks" / "06_token_estimation.ipynb"))
     assert "BudgetAllocator(reserve_policy=policy)" in sources
     assert 'for policy in ("cap", "floor")' in sources

@@ -1,6 +1,8 @@
 """Context orchestration: what each turn feeds the model and how history is compacted.
 
-Modules: ``types``, ``tokens``, ``budget``, ``usage``, ``references``, ``aging``,
+Modules: ``types``, ``tokens`` (with its private ``_model_table``, ``_tiktoken_offline``,
+``_heuristic``, ``_family_profiles``, ``_image_sizes``, ``_message_parts``), ``budget``,
+``usage``, ``references``, ``aging``,
 ``system_prompt``, ``prompts``, ``summarize`` (with its private ``_cut``, ``_cut_facts``,
 ``_summary_config``, ``_transcript``, ``_structural``), ``persistence``,
 ``provider_messages``, ``anthropic_messages``, ``fit`` (the last step of a prepare: the

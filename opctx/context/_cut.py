@@ -2,10 +2,119 @@
 
 ``find_cut_index`` decides which messages of the active branch are folded into
 a summary and which are kept verbatim, over the :class:`FactsTable` of
-``_cut_facts.py``. The steps, the invariants and the choices where the
-specification leaves room (the bounded ``protect_last_n`` floor, the snap
-order, pinning the latest request) are in the ``opctx.context.summarize``
-docstring ("The cut").
+``_cut_facts.py``. Its parameters are ``SummarizerConfig``'s (``opctx.context.summarize``
+lists them); what becomes of the folded messages is ``Summarizer``'s.
+
+The cut (§4.2, with the invariants of docs/design.md)
+=====================================================
+The six steps of the specification, over a precomputed table of per-message
+facts (tokens, "has a text block", "is a user request", tool-call ids,
+tool-result ids):
+
+1. ``desired = clamp(window * keep_ratio, keep_min_tokens, keep_max_tokens)``.
+2. ``min_prompt = min(min_prompt_budget, window * min_prompt_ratio)``;
+   ``max_safe = window - min_prompt``; ``effective = min(desired, max_safe)``.
+   ``keep_recent_tokens=N`` (§4.3) replaces steps 1-2 by ``effective = N``.
+   ``max_tail_tokens`` (an addition the engine uses) caps ``effective`` further:
+   on an 8K window the specification's own table keeps 6K of a 6K input budget,
+   so a compaction could never fold anything and would loop (the OpenClaw
+   pitfall). The engine passes half the input budget; the cap is recorded in
+   ``CutPoint.steps``.
+3. Walk back from the end accumulating tokens and text-block messages; the
+   cut is the *last* index where both gates hold (``tokens >= effective`` and
+   ``text messages >= keep_min_messages``). Suffix sums are monotone, so this is
+   a bisection over prefix sums kept by a :class:`FactsTable`. When the text
+   gate cannot be met within the ceiling (below) the token gate alone decides
+   and the step says "text gate relaxed": an autonomous run of tool calls with
+   empty assistant text would otherwise keep everything and never compact. If
+   even the token gate never closes, everything after the head fits the keep
+   budget: ``ok=False``, nothing to fold.
+4. ``protect_last_n`` is a floor of the tail: the cut is no later than
+   ``len - protect_last_n``. It is *bounded*: the floor never forces more tail
+   tokens than the ceiling (``min(max_safe, max_tail_tokens)``, or ``N`` with an
+   override), because twenty messages of 6K-token tool output do not fit a 32K
+   window and a floor that makes compaction useless is worse than no floor.
+5. The cut is no earlier than the protected head. The head is
+   ``protect_first_n`` messages, extended forward until it does not split a tool
+   call from its results. (Computed first: every other step needs it.)
+6. Snap. The specification snaps *forward* to a user message; the public
+   reference code let that carry the cut past ``len - protect_last_n`` and past
+   the latest user message (a defect of the reference code: docs/design.md). Here, in order of preference:
+   (a) forward to the first user request in ``[cut, min(floor, latest user
+   request)]``; (b) *backward* to the nearest earlier user request, if the tail
+   then still fits the ceiling; (c) the nearest boundary that keeps tool groups
+   whole (forward within the same bound, else backward within the ceiling): the
+   tail then starts mid-turn, after a complete tool exchange; (c') inside a
+   thinking unit larger than the ceiling, its first tool group pinned ("Thinking
+   units" below); (d) the earlier
+   user request even over the ceiling; (e) any boundary after the head that keeps
+   tool groups whole, backward from the cut first, else forward past the floor (up
+   to the latest request): when the final tool group alone exceeds the ceiling, or
+   one straddles the floor, no boundary fits the ceiling, and declining would leave
+   the agent to overflow; the tail keeps the oversized group and the rest is
+   folded. **Pinning** (an addition): when the latest user request lies between
+   the head and the cut (the first message after the head included), snapping
+   back to it keeps everything after it. In an autonomous run (one request, hundreds of tool
+   calls: most Claude Code and Codex sessions) that folds next to nothing, and
+   compaction stops for lack of progress. So if (b) would fold less than half of
+   what cutting at the nearest tool-group boundary folds, the cut stays there and
+   the request is *pinned*: kept verbatim, as a copy, right after the summary
+   (``CutPoint.pinned``). The request is still on the new branch, word for word,
+   which is what the design's "latest user request in the kept tail" protects; Codex
+   keeps recent user messages after its summary the same way. A cut that folds nothing returns
+   ``CutPoint(ok=False, reason=...)``. The forward snap of (a) may give back the
+   one assistant message in front of the user request that the gates counted;
+   that is the specification's behaviour and is kept.
+
+Folding the current turn (an addition)
+======================================
+``fold_current_turn=True`` replaces steps 3-6: everything after the protected head
+is folded except the latest user request, which is pinned after the summary, and the
+kept tail is empty (``CutPoint.index == len(messages)``). The running tool loop is
+folded whole (calls, results and thinking together), so no pair and no unit is
+split. This is the layout of a client that summarises the whole conversation and
+continues from the summary (Claude Code: its first request after a compaction holds
+the system prompt, tools, summary and re-attached files only); the pinned request
+keeps the design's "latest user request present". When a tool exchange runs across
+the request, or nothing but it would be folded, the ordinary steps decide.
+
+Thinking units
+==============
+An assistant message with thinking blocks, the tool results and the tool calls that
+continue its loop, up to the first other message, is one *unit* (``_cut_facts``;
+Anthropic rejects a running tool loop whose first assistant message lost its
+thinking). The cut keeps units whole: the kept tail starts where a unit starts or
+outside any (``FactsTable.tail_may_start``), and step 5 extends the protected head to
+the end of the unit it ends in, so the fold never begins inside the head's unit.
+
+One exception, documented here and recorded in ``CutPoint.steps``: a unit larger than
+the ceiling (one turn that thought once, then a tool loop far past every budget).
+Keeping it whole keeps everything and folding it whole drops the running loop, so
+the cut goes inside it, at a tool-group boundary, and the unit's *first tool group*
+(the message carrying the thinking block, with its results) is kept: in the head when
+the head already holds it (step 5 then stops after that group instead of extending
+over the unit: "over the ceiling"), else pinned after the summary with the latest
+request (step 6 (c'), ``CutPoint.pinned``). The Anthropic request built after such a
+compaction opens the unfinished loop with its thinking block, and every
+``tool_result`` still follows its ``tool_use`` (tests/context/test_cut_units.py).
+
+A boundary ``b`` is *valid* when no tool result at ``>= b`` answers a call at
+``< b``. It is maintained per boundary as messages are appended: each result is
+paired with the most recent earlier call carrying its id (ids are reused by some
+providers), and every pair forbids the boundaries between them. A result whose
+call does not exist is an orphan already; it forbids nothing. Parallel tool
+calls are one assistant message with several ids; its results all pair with it,
+so the group is never split. The latest user request (``role == "user"`` and not
+a tool-result wrapper) is always at or after the cut, unless it is inside the
+protected head, which is kept verbatim anyway.
+
+Speed: per-message facts come from a :class:`MessageFacts` cache keyed by
+``(id, role, content length)`` and checked against the message it was computed
+from (so a node updated under its id is recomputed), and its
+:meth:`MessageFacts.table` extends the previous table when the history only grew
+(same objects, or equal copies). With a
+warm table ``find_cut_index`` on 10,000 messages is two bisections and a few
+short loops, well under a millisecond (``benchmarks/engine.py``).
 """
 
 from __future__ import annotations

@@ -177,15 +177,12 @@ class FactsTable:
     def total_tokens(self) -> int:
         return self.prefix_tokens[-1]
 
-    def valid(self, b: int) -> bool:
-        return self.forbid[b] == 0
-
     def counted_tokens(self, retention: str = "all") -> int:
         """The total as the model holds it: with ``retention="last_turn"``
         (``thinking_retention``) the thinking before the last assistant turn is not counted."""
         if retention == "last_turn":
-            return self.prefix_tokens[-1] - self.prefix_thinking[self.turn_start]
-        return self.prefix_tokens[-1]
+            return self.total_tokens - self.prefix_thinking[self.turn_start]
+        return self.total_tokens
 
     def tail_may_start(self, b: int) -> bool:
         """Boundary ``b`` splits no tool pair and no thinking unit: the kept tail may start there."""

@@ -270,12 +270,6 @@ class TurnAger:
             id(self.estimator),
         )
 
-    def forget(self) -> None:
-        """Drop the remembered histories and token counts (the next call makes one full pass)."""
-        with self._lock:
-            self._states.clear()
-            self._token_cache.clear()
-
     # ------------------------------------------------------------------ aging
     def age(
         self,

@@ -283,11 +283,6 @@ class _ProviderCache:
         self._separated = False  # a message came between a call and one of its results
         self._repaired: _IncrementalRepair | None = None  # built on the first unpaired history
 
-    def convert_all(self, history: Sequence[dict]) -> list[_Entry]:
-        """Conversions of every message (updates the assembly of :meth:`provider_messages`)."""
-        self._assemble(history)
-        return list(self._last_conv)
-
     def provider_messages(self, history: Sequence[dict]) -> list[dict]:
         """``to_provider_messages(history)``, at the cost of what changed since the last call."""
         self._assemble(history)

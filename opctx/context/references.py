@@ -209,7 +209,6 @@ _LONG_WORD = 64
 _DIGITS = "0123456789"
 
 # lookup vocabulary: "words" are maximal runs of ASCII [A-Za-z0-9_]
-_WORD = re.compile(r"[A-Za-z0-9_]+")
 _WORD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 _NON_WORD_TO_SPACE = str.maketrans({chr(i): " " for i in range(128) if chr(i) not in _WORD_CHARS})
 _NON_WORD_BYTES_TO_SPACE = bytes(b if chr(b) in _WORD_CHARS else 32 for b in range(256))
@@ -304,11 +303,9 @@ def extract_distinctive(text: str, limit: int = MAX_DISTINCTIVE) -> list[str]:
     >>> extract_distinctive("see ParseConfig and `load_settings` in src/app/config.py at 4f3a9c2e")
     ['src/app/config.py', '4f3a9c2e', 'load_settings', 'ParseConfig']
     """
-    if not text or limit <= 0:
-        return []
-    if _refscan is not None:
+    if _refscan is not None and text and limit > 0:
         return _refscan.extract(text, limit, STOP_WORDS)
-    return _select(_Tokens(text), limit)
+    return _extract_python(text, limit)
 
 
 def _extract_python(text: str, limit: int = MAX_DISTINCTIVE) -> list[str]:

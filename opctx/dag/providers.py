@@ -355,6 +355,26 @@ class ProviderResponseError(ProviderError):
 ScriptItem = str | Reply | dict
 
 
+def _record_call(
+    calls: list[dict[str, Any]],
+    messages: list[dict],
+    model: str,
+    system: str | None,
+    tools: list[dict] | None,
+) -> None:
+    """One entry of a test provider's ``.calls``: deep copies of ``messages`` and ``tools``
+    plus ``model`` and ``system``, so a test asserts on exactly what the model was sent
+    even when the caller mutates its lists afterwards."""
+    calls.append(
+        {
+            "messages": copy.deepcopy(messages),
+            "model": model,
+            "system": system,
+            "tools": copy.deepcopy(tools),
+        }
+    )
+
+
 class ScriptedProvider:
     """Answers from a script and records every call.
 
@@ -397,14 +417,7 @@ class ScriptedProvider:
         system: str | None,
         tools: list[dict] | None,
     ) -> Reply:
-        self.calls.append(
-            {
-                "messages": copy.deepcopy(messages),
-                "model": model,
-                "system": system,
-                "tools": copy.deepcopy(tools),
-            }
-        )
+        _record_call(self.calls, messages, model, system, tools)
         if self._fn is not None:
             item = self._fn(messages, model, system, tools)
         else:
@@ -532,14 +545,7 @@ class ReplayProvider:
         system: str | None,
         tools: list[dict] | None,
     ) -> Reply:
-        self.calls.append(
-            {
-                "messages": copy.deepcopy(messages),
-                "model": model,
-                "system": system,
-                "tools": copy.deepcopy(tools),
-            }
-        )
+        _record_call(self.calls, messages, model, system, tools)
         if self.position >= len(self.recorded):
             raise ScriptExhausted(
                 f"ReplayProvider: the recording has {len(self.recorded)} assistant replies, "

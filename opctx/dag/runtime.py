@@ -201,7 +201,7 @@ class DagRuntime:
         ids = self._read_ids(reads)
         if user is not None and user.id not in ids:
             ids.append(user.id)  # explicit reads + content: the model must see the content
-        messages = render_dag_messages(ids, self.graph)
+        messages = self.render(ids)
         model = model or self.default_model
         system = system if system is not None else self.system
         reply = call_provider(self.provider_call, messages, model, system, tools)

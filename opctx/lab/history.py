@@ -285,10 +285,6 @@ class RecordedHistory:
         )
         return segment
 
-    def provider_usage(self, index: int) -> dict | None:
-        usage = self.messages[index].get("usage")
-        return usage if isinstance(usage, dict) else None
-
 
 def _recorded_window(messages: Sequence[dict]) -> int | None:
     for m in reversed(messages):

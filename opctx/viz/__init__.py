@@ -3,13 +3,15 @@
 * ``opctx.viz.graph``  - ``to_networkx`` (caller / predecessor / reads edges, node
   attributes incl. compaction membership) and ``render_graph``: an offline
   vis-network page (inline JS from pyvis's bundle, no CDN) with notebook display
-  through a sandboxed ``<iframe srcdoc>`` and ``save_html``.
+  through a sandboxed ``<iframe srcdoc>`` and ``save_html`` (its parts in the private
+  ``_graph_nodes``, ``_graph_labels``, ``_graph_layout`` and ``_graph_page``).
 * ``opctx.viz.plots``  - matplotlib figures (no pyplot state): budget timeline,
   token composition, sweep trade-offs, estimator error.
 * ``opctx.viz.diff``   - ``branch_diff`` / ``compare_compaction``: before/after rows
   of one compaction, side-by-side HTML and a graph coloured the same way.
 * ``opctx.viz.html``   - the three escaping helpers every HTML producer uses.
-* ``opctx.viz.synthetic`` - synthetic sessions of any size for demos and benchmarks.
+* ``opctx.viz.synthetic`` - synthetic sessions of any size for demos and benchmarks
+  (``opctx.lab.synthetic_history.synthetic_session``, re-exported).
 
 Names resolve lazily, so ``import opctx.viz`` imports neither networkx nor matplotlib.
 """

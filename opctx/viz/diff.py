@@ -61,18 +61,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..dag.nodes import Call, Graph
+from ._graph_layout import _Slot, _Units, slot_offset
+from ._graph_nodes import _estimate_tokens, _range_ids
 from .graph import (
     COMPACTION_COLORS,
     GraphView,
     NodeInfo,
-    _range_ids,
     _render,
-    _Slot,
-    _Units,
     call_text,
     load_session,
     node_infos,
-    slot_offset,
 )
 from .html import escape_text, preview
 
@@ -280,8 +278,6 @@ def compare_compaction(
 def _tokens(text: str) -> int:
     if not text:
         return 0
-    from .graph import _estimate_tokens
-
     return _estimate_tokens(text)
 
 

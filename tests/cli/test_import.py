@@ -1,6 +1,6 @@
 """``opctx import``: exit codes for a read-only database, unreadable folders and nothing found.
 
-Issue 15 items 12-13 and issue 16 item 8. File modes do not bind root (CI runs as root),
+File modes do not bind root (CI runs as root),
 so the permission cases run the command as an unprivileged user: ``setpriv`` drops to
 uid/gid 65534 with no capabilities. Where that is impossible (not root and no way to be
 refused, or no ``setpriv``) they skip, saying why.

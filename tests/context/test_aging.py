@@ -7,7 +7,7 @@ import sys
 import threading
 
 import pytest
-from _history_ops import HistoryBuilder
+from _compaction_fixtures import HistoryBuilder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -518,7 +518,7 @@ def test_changing_a_gate_on_the_instance_is_seen():
     assert ager.age(history, ReferenceMap())[1].redacted == 0
 
 
-# -- thinking units (issue 14 item 6) ---------------------------------------------------
+# -- thinking units ---------------------------------------------------------------------
 
 _unit_step = st.fixed_dictionaries({
     "thinking": st.booleans(), "calls": st.integers(1, 2), "big": st.booleans(), "anthropic": st.booleans(),

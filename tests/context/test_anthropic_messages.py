@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+from _compaction_fixtures import assert_anthropic_request_accepted
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -186,35 +187,6 @@ _KINDS = ["call", "call", "call2", "result", "result", "result", "display", "use
           "thinking_only"]
 
 
-def assert_valid_messages_request(request: dict) -> None:
-    messages = request["messages"]
-    assert isinstance(request["system"], str)
-    if not messages:
-        return
-    assert messages[0]["role"] == "user"
-    for a, b in zip(messages, messages[1:], strict=False):
-        assert a["role"] != b["role"], "roles must alternate"
-    for i, m in enumerate(messages):
-        assert m["content"], f"empty message {i}"
-        for block in m["content"]:
-            if block["type"] == "text":
-                assert block["text"].strip()
-            assert block["type"] in (("thinking", "redacted_thinking", "text", "tool_use") if m["role"] == "assistant"
-                                     else ("text", "tool_result"))
-        uses = [b["id"] for b in m["content"] if b["type"] == "tool_use"]
-        if m["role"] == "user":
-            types = [b["type"] for b in m["content"]]
-            assert types == sorted(types, key=lambda t: t != "tool_result"), "tool_result blocks come first"
-            answered = [b["tool_use_id"] for b in m["content"] if b["type"] == "tool_result"]
-            asked = [b["id"] for b in messages[i - 1]["content"] if b["type"] == "tool_use"] if i else []
-            assert sorted(answered) == sorted(asked), f"message {i} answers {answered}, the call turn asked {asked}"
-        elif uses:
-            assert i + 1 < len(messages) or not uses, "a tool_use must be answered"
-            if i + 1 < len(messages):
-                answered = [b["tool_use_id"] for b in messages[i + 1]["content"] if b["type"] == "tool_result"]
-                assert sorted(answered) == sorted(uses)
-
-
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(_KINDS), st.integers(0, 9)), max_size=40),
        st.sampled_from(["claude-opus-4-5", "claude-sonnet-4-5", None]), st.integers(0, 3))
@@ -248,7 +220,7 @@ def test_the_builder_obeys_the_messages_api_rules(ops, model, split) -> None:
         else:
             history.append({"id": nid("a"), "role": "assistant", "content": f"answer {n[0]}"})
     request = to_anthropic_request(history, "sys", model=model)
-    assert_valid_messages_request(request)
+    assert_anthropic_request_accepted(request)
     # thinking blocks are sent unmodified (the very dicts stored), never invented
     stored = {id(b) for m in history for b in m.get("thinking") or ()}
     sent = [b for m in request["messages"] for b in m["content"] if b["type"] in ("thinking", "redacted_thinking")]

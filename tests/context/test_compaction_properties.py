@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import itertools
 
-from _compaction_fixtures import assert_pairs_intact, filler
-from _history_ops import (
+from _compaction_fixtures import (
     assert_anthropic_request_accepted,
+    assert_pairs_intact,
     assert_units_whole,
+    filler,
     first_group_end,
     thinking_histories,
     unit_spans,
@@ -193,7 +194,7 @@ def test_any_compaction_keeps_the_conversation_valid(
     protect_first=st.integers(0, 4),
 )
 def test_compaction_keeps_thinking_units_and_a_request_anthropic_accepts(history, window, keep, protect_first) -> None:
-    """Issue 14 item 6: after any compaction of a history with thinking units, every kept
+    """After any compaction of a history with thinking units, every kept
     loop keeps the message with its thinking (a unit cut inside keeps its first tool group,
     pinned), and the Anthropic request built from the new branch keeps every tool_result
     next to its tool_use."""

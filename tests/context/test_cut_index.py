@@ -4,29 +4,27 @@ from __future__ import annotations
 
 import pytest
 from _compaction_fixtures import (
+    HistoryBuilder,
     anthropic_call,
     anthropic_result,
+    assert_anthropic_request_accepted,
     assert_pairs_intact,
+    assert_units_whole,
     assistant,
     call,
     char_tokens,
     chat_turns,
+    compacted_branch,
     filler,
+    first_group_end,
     latest_user_index,
     results,
-    tool_turn,
-    uid,
-    user,
-)
-from _history_ops import (
-    HistoryBuilder,
-    assert_anthropic_request_accepted,
-    assert_units_whole,
-    compacted_branch,
-    first_group_end,
     thinking_histories,
     tool_loop,
+    tool_turn,
+    uid,
     unit_inside,
+    user,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -300,7 +298,7 @@ def test_display_only_lines_cost_the_kept_tail_nothing() -> None:
 
 
 def test_a_request_right_after_the_head_is_pinned_and_its_run_folded() -> None:
-    # issue 14 item 9: the latest request is the first message after the protected head and
+    # the latest request is the first message after the protected head and
     # a long run follows it; snapping back to it folds nothing, so the cut used to decline
     history = [user("a"), assistant("b"), user("c"), user("the real task")]
     history += tool_loop(40, 1_500, names=("x",), text="next step")
@@ -314,7 +312,7 @@ def test_a_request_right_after_the_head_is_pinned_and_its_run_folded() -> None:
 
 
 def test_an_oversized_final_tool_group_is_kept_and_the_rest_folded() -> None:
-    # issue 14 item 9: the last tool group alone exceeds the ceiling; no boundary fits, and the
+    # the last tool group alone exceeds the ceiling; no boundary fits, and the
     # cut used to decline although everything before that group could be folded
     history = [user("start the migration"), assistant("ok")]
     history += tool_loop(8, 2_000, names=("step",))
@@ -367,7 +365,7 @@ def _tail_start_exists(table, head_end: int) -> bool:
 
 @pytest.mark.corpus
 def test_corpus_cut_points_never_decline_when_something_can_be_folded(corpus_dir) -> None:
-    """Issue 14 item 9: every corpus prefix ending before an assistant message with at least
+    """Every corpus prefix ending before an assistant message with at least
     20K tokens, cut with a 200K window and an 8K keep: a decline only where nothing lies
     between the head and the tail (or everything after the head fits the keep budget)."""
     from opctx.importers.api import iter_transcript_files, parse_path
@@ -413,7 +411,7 @@ def test_corpus_cut_points_never_decline_when_something_can_be_folded(corpus_dir
     assert not wrong, f"{len(wrong)} of {points} cut points declined with something to fold: {wrong[:3]}"
 
 
-# -- thinking units (issue 14 item 6) ---------------------------------------------------
+# -- thinking units ---------------------------------------------------------------------
 
 
 def test_the_tail_starts_where_a_thinking_unit_starts() -> None:

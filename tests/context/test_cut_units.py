@@ -1,13 +1,14 @@
-"""Thinking units and the cut (issue 14 items 6 and 9): the kept head is a whole unit, and a
+"""Thinking units and the cut: the kept head is a whole unit, and a
 tool loop that thought once and outgrew every budget is cut inside, its first tool group
 (the one carrying the thinking block) pinned so the request still carries the thinking."""
 
 from __future__ import annotations
 
-from _compaction_fixtures import assert_pairs_intact, char_tokens
-from _history_ops import (
+from _compaction_fixtures import (
     HistoryBuilder,
     assert_anthropic_request_accepted,
+    assert_pairs_intact,
+    char_tokens,
     compacted_branch,
     first_group_end,
     unit_inside,
@@ -78,7 +79,7 @@ def test_a_head_inside_an_oversized_unit_keeps_the_unit_s_first_group() -> None:
 
 
 def test_a_long_tool_loop_that_thought_once_is_cut_inside_with_its_thinking_pinned() -> None:
-    # issue 14 item 6 with item 9: one thinking turn, then a loop far larger than the keep
+    # one thinking turn, then a loop far larger than the keep
     # budget. No boundary outside the unit fits, and cutting at its start keeps all of it;
     # the cut goes inside the loop and pins the first group, which carries the thinking block
     history, task, first = _long_loop_that_thought_once()

@@ -11,7 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from opctx.context import _tiktoken_offline as offline
 from opctx.context import tokens
+from opctx.context._family_profiles import _scaled
 from opctx.context.tokens import (
     DEFAULT_CONTEXT_WINDOW,
     IMAGE_TOKENS,
@@ -146,20 +148,20 @@ def test_offline_tiktoken_is_available_and_exact():
 
 def test_encoding_not_cached_locally_is_refused_without_network(tmp_path, monkeypatch):
     # no bundle and an empty cache dir: o200k_base is not there, so it must not be fetched
-    monkeypatch.setattr(tokens, "_BUNDLED_PACKAGE", "no_such_package_for_opctx")
+    monkeypatch.setattr(offline, "_BUNDLED_PACKAGE", "no_such_package_for_opctx")
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
-    assert tokens._load_encoding("o200k_base") is None
-    assert tokens._load_encoding("some_remote_encoding") is None
+    assert offline._load_encoding("o200k_base") is None
+    assert offline._load_encoding("some_remote_encoding") is None
 
 
 def test_o200k_used_from_cache_only_when_hash_matches(tmp_path, monkeypatch):
     import hashlib
 
-    url, _ = tokens._OFFICIAL_ENCODINGS["o200k_base"]
+    url, _ = offline._OFFICIAL_ENCODINGS["o200k_base"]
     (tmp_path / hashlib.sha1(url.encode()).hexdigest()).write_bytes(b"corrupt")
-    monkeypatch.setattr(tokens, "_BUNDLED_PACKAGE", "no_such_package_for_opctx")
+    monkeypatch.setattr(offline, "_BUNDLED_PACKAGE", "no_such_package_for_opctx")
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
-    assert tokens._load_encoding("o200k_base") is None
+    assert offline._load_encoding("o200k_base") is None
 
 
 def test_heuristic_rates_per_class():
@@ -349,7 +351,7 @@ def test_auto_method_follows_family_profile():
 
 
 def test_scale_rounds_up():
-    assert tokens._scaled(10, 1.05) == math.ceil(10.5)
+    assert _scaled(10, 1.05) == math.ceil(10.5)
 
 
 # ---------------------------------------------------------------- long input without whitespace

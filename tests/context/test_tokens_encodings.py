@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from opctx.context import _tiktoken_offline as offline
 from opctx.context import tokens
 
 
@@ -16,8 +17,8 @@ from opctx.context import tokens
 def no_cached_encodings(tmp_path, monkeypatch):
     """A fresh encoding cache and an empty tiktoken cache folder."""
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty-cache"))
-    monkeypatch.setattr(tokens, "_ENCODINGS", {})
-    monkeypatch.setattr(tokens, "_ENCODING_MISSING", set())
+    monkeypatch.setattr(offline, "_ENCODINGS", {})
+    monkeypatch.setattr(offline, "_ENCODING_MISSING", set())
 
 
 def _fake_bundle(root, content: bytes, name: str = "fakebundle") -> str:
@@ -49,8 +50,8 @@ def test_o200k_matches_the_reference_on_any_text(text):
 def test_a_bundle_whose_hash_differs_is_not_used(tmp_path, monkeypatch, no_cached_encodings, caplog):
     name = _fake_bundle(tmp_path, b"YQ== 0\nYg== 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(tokens, "_BUNDLED_PACKAGE", name)
-    assert tokens._bundled_ranks("o200k_base") is None
+    monkeypatch.setattr(offline, "_BUNDLED_PACKAGE", name)
+    assert offline._bundled_ranks("o200k_base") is None
     assert "does not hash" in caplog.text
     assert tokens.get_encoding("o200k_base") is None  # and no download was tried
     # openai then counts with cl100k, and says so
@@ -61,16 +62,16 @@ def test_a_bundle_with_the_published_hash_is_parsed(tmp_path, monkeypatch):
     content = b"YQ== 0\nYg== 1\n"
     name = _fake_bundle(tmp_path, content)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(tokens, "_BUNDLED_PACKAGE", name)
+    monkeypatch.setattr(offline, "_BUNDLED_PACKAGE", name)
     import hashlib
 
-    url, _ = tokens._OFFICIAL_ENCODINGS["o200k_base"]
-    monkeypatch.setitem(tokens._OFFICIAL_ENCODINGS, "o200k_base", (url, hashlib.sha256(content).hexdigest()))
-    assert tokens._bundled_ranks("o200k_base") == {b"a": 0, b"b": 1}
+    url, _ = offline._OFFICIAL_ENCODINGS["o200k_base"]
+    monkeypatch.setitem(offline._OFFICIAL_ENCODINGS, "o200k_base", (url, hashlib.sha256(content).hexdigest()))
+    assert offline._bundled_ranks("o200k_base") == {b"a": 0, b"b": 1}
 
 
 def test_no_bundle_and_no_cache_means_cl100k(monkeypatch, no_cached_encodings):
-    monkeypatch.setattr(tokens, "_BUNDLED_PACKAGE", "no_such_package_for_opctx")
+    monkeypatch.setattr(offline, "_BUNDLED_PACKAGE", "no_such_package_for_opctx")
     assert tokens.get_encoding("o200k_base") is None
     counters = tokens.family_counters()
     assert set(counters) == set(tokens.FAMILY_PROFILES)

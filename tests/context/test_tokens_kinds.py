@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from opctx.context import tokens
+from opctx.context._family_profiles import _scaled
 from opctx.context.tokens import (
     FAMILY_PROFILES,
     IMAGE_TOKENS,
@@ -144,7 +145,7 @@ def test_kind_scales_apply_to_their_kind_only():
 
 def test_plain_profile_keeps_integer_scaling():
     profile = FamilyProfile("tiktoken", scale=1.05)
-    assert profile.text_cost(TextCount(10, 10)) == tokens._scaled(10, 1.05)
+    assert profile.text_cost(TextCount(10, 10)) == _scaled(10, 1.05)
     assert FamilyProfile("tiktoken").text_cost({"text": TextCount(7, 7), "tool_result": TextCount(5, 5)}) == 12
 
 

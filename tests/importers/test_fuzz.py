@@ -1,4 +1,4 @@
-"""The seeded mutation fuzzer over every sample (issue 15, item 4): thousands of damaged
+"""The seeded mutation fuzzer over every sample: thousands of damaged
 recordings, each imported or refused with file and reason; ``--on-error skip`` always goes on."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hostile input (issue 15, items 4-6): deep nesting, wrong types, empty exports, huge first
+"""Hostile input: deep nesting, wrong types, empty exports, huge first
 lines, lone surrogates and non-finite numbers fail with file:line or import; never a traceback."""
 
 from __future__ import annotations

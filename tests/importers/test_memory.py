@@ -1,4 +1,4 @@
-"""Importing a large transcript streams it (issue 15, item 7): the memory the import
+"""Importing a large transcript streams it: the memory the import
 allocates stays under 3x the file size (the benchmark, benchmarks/import_memory.py,
 measures the whole process at 75 MB; here tracemalloc counts what the import allocates
 in Python for a 5 MB file of the same shape, which is deterministic)."""

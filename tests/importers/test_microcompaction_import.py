@@ -1,4 +1,4 @@
-"""Claude Code ``microcompact_boundary`` lines import as recorded aging events (issue 14 item 10)."""
+"""Claude Code ``microcompact_boundary`` lines import as recorded aging events."""
 
 from __future__ import annotations
 

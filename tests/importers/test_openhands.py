@@ -1,4 +1,4 @@
-"""OpenHands outputs older than function calling (issue 14, item 8): a ``history`` of
+"""OpenHands outputs older than function calling: a ``history`` of
 ``[action, observation]`` pairs (mid-2024) and a flat history without
 ``tool_call_metadata`` (late 2024). Actions are tool calls, observations their results."""
 

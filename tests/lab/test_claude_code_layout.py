@@ -1,4 +1,4 @@
-"""The claude-code preset's post-compaction layout (issue 14, free-mode fidelity).
+"""The claude-code preset's post-compaction layout (free-mode fidelity).
 
 Claude Code folds the whole conversation, current turn included, into its summary,
 and re-attaches recently read files that no transcript holds. The preset models the

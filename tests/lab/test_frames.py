@@ -300,7 +300,7 @@ def test_export_frames_command(mixed_db, tmp_path, capsys):
 
 def test_display_only_lines_cost_no_tokens(tmp_path):
     """A line the client showed but never sent keeps its text in the frame and costs 0 tokens,
-    as in every request and replay figure (issue 14 item 5)."""
+    as in every request and replay figure."""
     from pathlib import Path
 
     from opctx.importers import import_paths

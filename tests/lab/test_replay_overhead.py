@@ -2,8 +2,9 @@
 
 Synthetic recordings (``simulated_recording``) are made by a client whose prompt
 count is ``overhead`` + opctx's own estimate of its context, so the overhead a
-replay recovers is known exactly. The corpus test checks the figure issue 14 quotes
-on a real Claude Code session and skips without the corpus.
+replay recovers is known exactly. The corpus test checks, on a real Claude Code session, that
+the engine sees the provider's count at the real compaction (the estimate alone said 136K
+where the provider counted 155K), and skips without the corpus.
 """
 
 from __future__ import annotations
@@ -170,7 +171,7 @@ def dd09(corpus_dir):
 
 @pytest.mark.corpus
 def test_corpus_engine_sees_the_providers_count_at_the_real_compaction(dd09):
-    """Issue 14 item 3: the engine believed 136K where the provider had counted 155K."""
+    """Without the carried overhead the engine believed 136K where the provider had counted 155K."""
     for params, tolerance in (({"aging": False}, 0.005), ({}, 0.03)):
         table = fidelity_table([dd09], presets=("claude-code",), mode="resync", **params)
         row = table.iloc[2]

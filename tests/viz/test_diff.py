@@ -162,7 +162,7 @@ def test_an_opctx_compaction_through_the_engine():
     assert list(after.copy_id) == [m["id"] for m in db.get_branch(sid)][: len(after)]
 
 
-# -- long diffs: unchanged runs collapse, the rest pages (#16.6) --------------------------------
+# -- long diffs: unchanged runs collapse, the rest pages ---------------------------------------
 
 
 def _long_diff():

@@ -236,12 +236,12 @@ def test_a_5000_node_session_renders_under_5_mb_and_stays_escaped():
         assert "<b>x</b>" not in view.html
 
 
-# -- the layout: a frame filled at real sizes (#16.7) ------------------------------------------
+# -- the layout: a frame filled at real sizes -------------------------------------------------
 
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from opctx.viz import graph as graph_module  # noqa: E402
+from opctx.viz import _graph_layout as layout_module  # noqa: E402
 
 
 def _extent(nodes: list[dict]) -> tuple[float, float]:
@@ -261,7 +261,7 @@ def test_sessions_of_normal_size_fill_the_frame_with_readable_nodes(n_nodes):
     data = _data(render_graph(graph, head=head).html)
     width, height = _extent(data["nodes"])
     frame_w, frame_h = 1200, 560
-    scale = min(graph_module._MAX_ZOOM, frame_w / width, frame_h / height)  # as the page fits
+    scale = min(layout_module._MAX_ZOOM, frame_w / width, frame_h / height)  # as the page fits
     cover = (width * scale) * (height * scale) / (frame_w * frame_h)
     diameters = sorted(2 * n["size"] * scale for n in data["nodes"])
     assert cover >= 0.6, f"{n_nodes} nodes cover {cover:.0%} of the frame"
@@ -275,7 +275,7 @@ def test_wrap_keeps_time_in_reading_order():
     data = _data(render_graph(graph, head=head).html)
     per_line = max(n["c"] for n in data["nodes"] if n["y"] < 60) + 1
     for n in data["nodes"]:
-        assert n["x"] == (n["c"] % per_line) * graph_module._COLUMN
+        assert n["x"] == (n["c"] % per_line) * layout_module._COLUMN
     line_tops = [n["y"] - n["o"] for n in sorted(data["nodes"], key=lambda n: n["c"])]
     assert line_tops == sorted(line_tops)  # later in time: same line or a later one
 
@@ -284,11 +284,11 @@ def test_wrap_keeps_time_in_reading_order():
 @given(n_columns=st.integers(1, 3000), n_lanes=st.integers(1, 4),
        aspect=st.floats(0.3, 6.0))
 def test_columns_per_line_is_the_best_fit(n_columns, n_lanes, aspect):
-    chosen = graph_module._columns_per_line(n_columns, n_lanes, aspect)
-    line = n_lanes * graph_module._LANE + graph_module._LINE_GAP
+    chosen = layout_module._columns_per_line(n_columns, n_lanes, aspect)
+    line = n_lanes * layout_module._LANE + layout_module._LINE_GAP
 
     def scale(w: int) -> float:
-        return min(aspect / (w * graph_module._COLUMN), 1.0 / (-(-n_columns // w) * line))
+        return min(aspect / (w * layout_module._COLUMN), 1.0 / (-(-n_columns // w) * line))
 
     assert 1 <= chosen <= n_columns
     # never worse than one long line or one tall column, and no other width does better
@@ -300,7 +300,7 @@ def test_columns_per_line_is_the_best_fit(n_columns, n_lanes, aspect):
 @given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 30)), min_size=1, max_size=12))
 def test_lanes_separate_exactly_the_branches_that_overlap_in_time(raw):
     spans = {b: (first, first + length) for b, (first, length) in enumerate(raw)}
-    lanes = graph_module._pack_lanes(spans)
+    lanes = layout_module._pack_lanes(spans)
     for a in spans:
         for b in spans:
             if a < b and lanes[a] == lanes[b]:

@@ -126,7 +126,7 @@ def test_estimator_error_plot_groups_and_computes_rel_error():
     assert empty.axes[0].texts
 
 
-# -- text from data is drawn literally; legends stay off the data (#15.15, #16.5) ---------------
+# -- text from data is drawn literally; legends stay off the data -------------------------------
 
 DOLLARS = "cost $5 vs $\\frac{"  # two dollars: mathtext would parse (and fail on) the middle
 DOLLAR_PAIR = "$x$ saved"  # valid mathtext: would be drawn as an italic x, not as written

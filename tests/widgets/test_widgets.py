@@ -8,7 +8,7 @@ import types
 
 import pandas as pd
 import pytest
-from _history_ops import HistoryBuilder
+from _compaction_fixtures import HistoryBuilder
 
 from opctx.context.summarize import SummarizerConfig, find_cut_index
 from opctx.widgets._common import Debouncer, html_table
@@ -339,7 +339,7 @@ def test_tuner_with_the_real_presets_and_replay():
     assert set(t.controls) == {"keep_last", "output_reserve", "reserve_policy"}
 
 
-# -- what the tuner draws is what its replay used (#16.3) -------------------------------------
+# -- what the tuner draws is what its replay used --------------------------------------------
 
 
 def _tuner_session():
@@ -431,7 +431,7 @@ def test_tuner_keeps_a_moved_threshold_across_window_changes(spy):
     _assert_drawn_equals_used(t, spy)
 
 
-# -- the tuner's layout: the plot first (#16.5) -----------------------------------------------
+# -- the tuner's layout: the plot first ---------------------------------------------------------
 
 
 def _png_size(img_html: str) -> tuple[int, int]:
@@ -467,7 +467,7 @@ def test_tuner_plot_is_the_main_thing_and_rare_parameters_are_folded_away():
     assert [w.description for w in t.more_box.children] == ["reserve_policy"]
 
 
-# -- BranchDiffViewer: long diffs fold and page (#16.6) -----------------------------------------
+# -- BranchDiffViewer: long diffs fold and page -------------------------------------------------
 
 
 def test_branch_diff_viewer_folds_unchanged_runs_and_pages_the_rest():
