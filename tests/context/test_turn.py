@@ -374,3 +374,16 @@ def test_the_dag_context_is_reset_when_the_turn_fails() -> None:
         run(db, sid, engine, "hello", failing)
     assert seen and seen[0] is db.store(sid)  # installed while the turn ran
     assert _store.get() is None and _call_id.get() is None
+
+
+def test_trigger_compaction_stores_a_summary_with_a_lone_surrogate():
+    from opctx.context.turn import trigger_compaction
+
+    db, sid, engine = make(summarizer_call=summary_provider("## intent\nhalf an emoji \ud83d"))
+    for i in range(10):
+        run(db, sid, engine, f"request {i} \udc00", ToolThenAnswer(sizes=[1_500]))
+    res = trigger_compaction(db, sid, agent=AGENT, model="gpt-4o", engine=engine)
+    assert res.ok, res.error
+    summary = db.get_message(sid, res.summary_id)
+    assert "half an emoji \ufffd" in summary["content"]
+    assert db.get_extra_meta(sid)  # the session's meta (last summary text) was stored too

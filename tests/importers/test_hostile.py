@@ -172,21 +172,6 @@ def test_append_message_with_a_lone_surrogate():
     assert stored["content"] == again["content"]
 
 
-def test_trigger_compaction_stores_a_summary_with_a_lone_surrogate():
-    from test_turn import AGENT, ToolThenAnswer, make, run, summary_provider
-
-    from opctx.context.turn import trigger_compaction
-
-    db, sid, engine = make(summarizer_call=summary_provider("## intent\nhalf an emoji \ud83d"))
-    for i in range(10):
-        run(db, sid, engine, f"request {i} \udc00", ToolThenAnswer(sizes=[1_500]))
-    res = trigger_compaction(db, sid, agent=AGENT, model="gpt-4o", engine=engine)
-    assert res.ok, res.error
-    summary = db.get_message(sid, res.summary_id)
-    assert "half an emoji \ufffd" in summary["content"]
-    assert db.get_extra_meta(sid)  # the session's meta (last summary text) was stored too
-
-
 @given(st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF), max_size=30))
 def test_replaced_text_always_encodes(text):
     fixed, n = replace_lone_surrogates(text)
