@@ -56,6 +56,7 @@ _export(
     "UsageState", "BudgetAllocation", "ReferenceMap", "TurnPrep", "CompactResult",
     "AgingReport", "CutPoint", "SummaryResult",
 )
+_export("opctx.context.policy", "CompactionPolicy")
 _export(
     "opctx.context.tokens",
     "estimate_message_tokens", "estimate_history_tokens", "real_context_window",
