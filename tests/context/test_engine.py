@@ -14,7 +14,6 @@ from opctx.context.engine import (
     ContextEngine,
     DefaultContextEngine,
     EngineError,
-    _ProviderCache,
     default_engine,
     get_engine,
     register_engine,
@@ -22,6 +21,7 @@ from opctx.context.engine import (
     to_provider_messages,
     unregister_engine,
 )
+from opctx.context.provider_messages import _ProviderCache
 from opctx.context.summarize import Summarizer, SummarizerConfig
 from opctx.context.tokens import Estimator
 from opctx.context.types import AgingReport, CompactResult, TurnPrep
