@@ -54,7 +54,7 @@ _export("opctx.dag.agentic", "agentic_function", "Runtime", "use_store")
 _export(
     "opctx.context.types",
     "UsageState", "BudgetAllocation", "ReferenceMap", "TurnPrep", "CompactResult",
-    "AgingReport", "CutPoint", "SummaryResult",
+    "AgingReport", "CutPoint", "SummaryResult", "Decision", "DecisionKind", "CompactRequest",
 )
 _export("opctx.context.policy", "CompactionPolicy")
 _export(

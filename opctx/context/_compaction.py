@@ -1,12 +1,14 @@
 """The compaction steps of ``DefaultContextEngine`` (the ``compact`` section of the
 ``opctx.context.engine`` docstring), one method each.
 
-``_CompactionSteps`` is a mixin of ``DefaultContextEngine``: ``compact`` runs
-``_compact_branch`` (steps 1-6, again when another writer switched the branch
-meanwhile), which reads as the steps: ``_measure_branch``, ``_plan_cut``,
-``_summarise_folded``, ``_predict_tokens_after``, ``_persist_summary``,
-``_account_for_saving``; ``_nothing_to_cut`` / ``_no_shrink`` / ``_compacted_elsewhere``
-end a run that writes nothing, and ``_finish_compaction`` ends every run.
+``_CompactionSteps`` is a mixin of ``DefaultContextEngine``: ``compact`` takes a
+:class:`~opctx.context.types.CompactRequest` and runs ``_compact_branch`` (steps 1-6,
+again when another writer switched the branch meanwhile), which reads as the steps:
+``_measure_branch``, ``_plan_cut``, ``_summarise_folded``, ``_predict_tokens_after``,
+``_persist_summary``, ``_account_for_saving``; ``_nothing_to_cut`` / ``_no_shrink`` /
+``_compacted_elsewhere`` end a run that writes nothing, and ``_finish_compaction`` ends
+every run. The numbers it applies (the tail's share of the budget, the low-saving guard)
+come from the engine's ``policy`` (``opctx.context.policy``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from .references import ReferenceTracker
 from .summarize import MessageFacts, Summarizer, find_cut_index, is_summary_message
 from .types import (
     BudgetAllocation,
+    CompactRequest,
     CompactResult,
     CutPoint,
     ReferenceMap,
@@ -70,29 +73,6 @@ class _BranchFigures:
         return self.budget.input_used_pct
 
 
-@dataclass
-class _CompactRequest:
-    """What one ``compact`` call was asked to do (kept for its retries)."""
-
-    session_id: str
-    db: Any
-    agent: Any
-    model: str | None
-    tools: Sequence[dict] | None
-    why: str
-    trigger: str | None
-    previous_summary: str | None
-    keep_recent_tokens: int | None
-    provider_call: Callable[..., Any] | None
-    cancel_event: threading.Event | None
-
-
-def _compaction_reason(reason: str | None, user_initiated: bool) -> str:
-    """``auto``, ``manual`` or ``recovered``: the reason given, else by who asked."""
-    why = reason or ("manual" if user_initiated else "auto")
-    if why not in ("auto", "manual", "recovered"):
-        raise ValueError(f"compaction reason must be auto, manual or recovered, got {why!r}")
-    return why
 
 
 def _result_fields(
@@ -117,47 +97,39 @@ def _result_fields(
 class _CompactionSteps:
     """``compact`` and its steps; mixed into ``DefaultContextEngine`` (module docstring)."""
 
-    def compact(
-        self,
-        agent: Any,
-        session_id: str,
-        model: str | None,
-        on_event: EventHandler | None = None,
-        previous_summary: str | None = None,
-        user_initiated: bool = False,
-        cancel_event: threading.Event | None = None,
-        keep_recent_tokens: int | None = None,
-        *,
-        tools: Sequence[dict] | None = None,
-        reason: str | None = None,
-        trigger: str | None = None,
-        session_db: Any = None,
-        provider_call: Callable[..., Any] | None = None,
-    ) -> CompactResult:
+    def compact(self, request: CompactRequest | Any = None, *args: Any, **kwargs: Any) -> CompactResult:
+        """Fold part of the active branch into a summary, as ``request`` asks.
+
+        The older call ``compact(agent, session_id, model, on_event, previous_summary,
+        user_initiated, cancel_event, keep_recent_tokens, *, tools, reason, trigger,
+        session_db, provider_call)`` is still accepted and turned into the same
+        request (``CompactRequest.from_arguments``).
+        """
+        if not isinstance(request, CompactRequest):
+            request = CompactRequest.from_arguments(request, *args, **kwargs)
+        elif args or kwargs:
+            raise TypeError("compact takes a CompactRequest, or the older arguments, not both")
         started = time.perf_counter()
-        why = _compaction_reason(reason, user_initiated)
-        db = self._compaction_db(session_db)
+        why = request.why
+        db = self._compaction_db(request.session_db)
+        session_id, on_event = request.session_id, request.on_event
         state = self._state(session_id)
         with state.lock:
-            if user_initiated and state.guard.disabled:
+            if request.user_initiated and state.guard.disabled:
                 state.guard = _Guard()  # a manual compaction re-arms auto-compaction
             emit(
                 on_event,
                 "compaction_started",
-                {"session_id": session_id, "reason": why, "trigger": trigger},
+                {"session_id": session_id, "reason": why, "trigger": request.trigger},
             )
 
             def finish(result: CompactResult) -> CompactResult:
                 return self._finish_compaction(result, session_id, started, on_event)
 
-            request = _CompactRequest(
-                session_id, db, agent, model, tools, why, trigger, previous_summary,
-                keep_recent_tokens, provider_call, cancel_event,
-            )
             conflict: BranchChanged | None = None
             for attempt in range(1, COMPACT_ATTEMPTS + 1):
                 try:
-                    return finish(self._compact_branch(state, request, retry=attempt > 1))
+                    return finish(self._compact_branch(state, request, db, why, retry=attempt > 1))
                 except BranchChanged as exc:
                     # another compaction (or a fork, a rewind) switched the branch
                     # while this one summarised: nothing was written; read it again
@@ -172,15 +144,12 @@ class _CompactionSteps:
             )
 
     def _compact_branch(
-        self, state: _SessionState, run: _CompactRequest, *, retry: bool
+        self, state: _SessionState, run: CompactRequest, db: Any, why: str, *, retry: bool
     ) -> CompactResult:
         """Steps 1-6 on the branch as it is now; raises ``BranchChanged`` when another
         writer switched the branch before this one was written (nothing written). On a
         retry, an automatic compaction first checks it is still needed."""
-        why = run.why
-        branch = self._measure_branch(
-            state, run.db, run.session_id, run.agent, run.model, run.tools
-        )
+        branch = self._measure_branch(state, db, run.session_id, run.agent, run.model, run.tools)
         if retry and why == "auto" and branch.pct < self.auto_compact_pct:
             return self._compacted_elsewhere(why, branch)
         cut = self._plan_cut(branch, run.keep_recent_tokens)
@@ -196,7 +165,7 @@ class _CompactionSteps:
         if tokens_after >= branch.tokens_before:
             return self._no_shrink(state, why, branch, summary_tokens, tokens_after, fields)
         persisted = self._persist_summary(
-            run.session_id, run.db, branch, cut, summary, why, run.trigger, tokens_after
+            run.session_id, db, branch, cut, summary, why, run.trigger, tokens_after
         )
         self.usage_tracker.record_compaction(run.session_id)
         error, disabled = self._account_for_saving(
@@ -477,10 +446,11 @@ class _CompactionSteps:
     ) -> tuple[str | None, bool]:
         """Step 6, after a written compaction: ``(error, disabled_auto)``.
 
-        Two automatic compactions in a row that saved under ``min_saving`` disable
-        auto-compaction (the message is added to ``error``); the session's caches
-        start afresh, since the new branch has new ids.
+        ``guard.low_saving_streak`` (2) compactions in a row that saved under
+        ``guard.min_saving`` disable auto-compaction (the message is added to ``error``);
+        the session's caches start afresh, since the new branch has new ids.
         """
+        streak = self.policy.guard.low_saving_streak
         tokens_before = branch.tokens_before
         saved = (tokens_before - tokens_after) / tokens_before if tokens_before else 0.0
         disabled = False
@@ -488,9 +458,10 @@ class _CompactionSteps:
             guard = state.guard
             if saved < self.min_saving:
                 guard.low_saving_streak += 1
-                if guard.low_saving_streak >= 2 and why != "manual":
+                if guard.low_saving_streak >= streak and why != "manual":
+                    runs = "two" if streak == 2 else str(streak)
                     msg = (
-                        f"auto-compaction disabled: two compactions in a row saved under "
+                        f"auto-compaction disabled: {runs} compactions in a row saved under "
                         f"{self.min_saving:.0%} ({saved:.1%} this time)"
                     )
                     self._disable(

@@ -8,29 +8,37 @@
 ``prepare(agent, session, history,     before every LLM call: returns a ``TurnPrep``
 model, tools)``
 ``should_recommend(prep)``             ``budget_pct >= recommend_pct`` (0.70)
-``should_auto_compact(prep)``          ``budget_pct >= auto_compact_pct`` (0.80) and
-                                       auto-compaction not disabled for the session
-``compact(agent, session_id, model,    fold the branch into a summary; ``CompactResult``
-on_event, previous_summary,
-user_initiated, cancel_event,
-keep_recent_tokens)``
+``should_auto_compact(prep)``          ``prep.decision`` says compact: ``budget_pct >=
+                                       auto_compact_pct`` (0.80) and auto-compaction not
+                                       disabled for the session
+``compact(request)``                   fold the branch into a summary, as a
+                                       ``CompactRequest`` asks; ``CompactResult``
 ``after_turn(session_id, usage,        feed the provider's real usage back; emit
 prep, on_event)``                      ``compaction_recommended``
 ``on_session_end(session_id)``         flush in-memory state
 =====================================  =================================================
 
-``DefaultContextEngine`` wires the hooks to six components, all injected
-keyword-only (§5.2): ``usage_tracker`` (UsageTracker), ``budget_allocator``
-(BudgetAllocator), ``ager`` (TurnAger), ``summarizer`` (Summarizer),
-``persister`` (Persister), ``references`` (a ReferenceTracker, or a factory of
-them: references are tracked per session), plus ``session_db``, the thresholds
-(``recommend_pct`` / ``auto_compact_pct`` / ``emergency_pct``; when not given they
-come from ``config``: ``recommend_pct`` / ``trigger_pct`` / ``emergency_pct``,
-0.70 / 0.80 / 0.95 by default), ``config`` (a ``SummarizerConfig``: the cut and
-summary parameters), a ``context_window`` override, an ``estimator`` and a
-``clock``. Swap one component to change one dimension of behaviour; tests pass a
-fake summariser to run compaction without a provider. ``aging=False`` runs
-without a ``TurnAger`` (the "none" strategy of the lab).
+``DefaultContextEngine(policy=...)`` reads every number from one
+``CompactionPolicy`` (``opctx.context.policy``: thresholds, the cut, aging, the
+budget, the anti-thrash guard, the summary call; ``engine.policy``) and wires the
+hooks to six components, all injected keyword-only (§5.2): ``usage_tracker``
+(UsageTracker), ``budget_allocator`` (BudgetAllocator), ``ager`` (TurnAger),
+``summarizer`` (Summarizer), ``persister`` (Persister), ``references`` (a
+ReferenceTracker, or a factory of them: references are tracked per session), plus
+``session_db``, an ``estimator`` and a ``clock``. A component not given is built from
+the policy (the ager from ``aging.kind``: ``turns``, ``masking`` or ``none``; the
+budget from ``budget``). Swap one component to change one dimension of behaviour;
+tests pass a fake summariser to run compaction without a provider. The engine's
+``recommend_pct`` / ``auto_compact_pct`` / ``emergency_pct`` (``math.inf`` for
+never), ``tail_budget_share``, ``min_saving``, ``rearm_fraction``, ``context_window``
+and ``config`` (the ``SummarizerConfig`` view the cut and the summariser read) are
+read-only views of the policy.
+
+The older keyword arguments (``recommend_pct``, ``auto_compact_pct``,
+``emergency_pct``, ``config``, ``context_window``, ``tail_budget_share``,
+``min_saving``, ``rearm_fraction``, ``aging``) still build a policy, with a
+``DeprecationWarning``; with neither, the policy is the summariser's ``config``
+viewed as a policy, else the default policy.
 
 prepare (the six steps)
 =======================
@@ -57,13 +65,18 @@ prepare (the six steps)
    originals); decide. The figures and the decision are those of the history
    before truncating, so that compaction still sees what it has to fold.
 
-``decision_path`` records each step, for example
+The decision is ``TurnPrep.decision`` (``opctx.context.types.Decision``): its kind
+(``none``, ``age``, ``recommend``, ``compact``, ``emergency``: at or over
+``emergency_pct``, compaction goes straight to the structural summary; ``disabled``:
+over the trigger while the guard holds automatic compaction off) with the share of the
+budget and the thresholds it was taken on (``ContextEngine.decide``). Callers read it
+(``should_auto_compact``, the lab's replay); ``decision_path`` is telemetry only, for
+people and logs: each step, for example
 ``["usage:provider", "aging:redacted=3", "budget:0.82", "auto_compact"]``
 (``"fit:truncated=N"`` / ``"fit:overflow"`` follow the budget entry when the
-request had to be truncated / cannot fit).
-The last entry is one of ``"ok"``, ``"recommend"``, ``"auto_compact"``,
-``"emergency"`` (at or over ``emergency_pct``: compaction goes straight to the
-structural summary) or ``"auto_compact_disabled"``.
+request had to be truncated / cannot fit; the last entry is the decision's word:
+``"ok"``, ``"recommend"``, ``"auto_compact"``, ``"emergency"`` or
+``"auto_compact_disabled"``).
 
 Estimates are for the call's ``model``: its tokenizer and the calibration scale
 of its family (``tokens.FAMILY_PROFILES``; Claude counts ~1.2x cl100k), everywhere:
@@ -98,7 +111,7 @@ compact
    will age it, by a copy of the session's ager, so folding results aging
    already cleared is not mistaken for a saving); the emergency rule uses the
    same aged figure;
-2. ``_plan_cut``: ``find_cut_index`` with ``max_tail_tokens = tail_budget_share``
+2. ``_plan_cut``: ``find_cut_index`` with ``max_tail_tokens = cut.tail_budget_share``
    (0.5) of the input budget left after system and tools, so that on small
    windows the kept tail cannot eat the whole budget (the 8K case); nothing to
    cut ends the run (``_nothing_to_cut``);
@@ -129,10 +142,11 @@ Guards (compaction must not loop: docs/design.md)
 * nothing to cut, or a summary that would not shrink the input: nothing is
   written; for an automatic compaction, auto-compaction is disabled for the
   session;
-* saved under ``min_saving`` (10%) twice in a row: auto-compaction is disabled.
+* saved under ``guard.min_saving`` (10%) ``guard.low_saving_streak`` (2) times in a
+  row: auto-compaction is disabled.
 The result (``disabled_auto=True``, ``error``) and the ``compaction_finished``
 event say so. It does not latch forever: it re-arms when the history estimate
-has grown by ``rearm_fraction`` (25%) of the input budget since it was
+has grown by ``guard.rearm_fraction`` (25%) of the input budget since it was
 disabled, or at once on a manual compaction (``user_initiated=True``).
 
 Events
@@ -155,9 +169,11 @@ default. ``default_engine()`` is the lazily built shared ``DefaultContextEngine`
 
 from __future__ import annotations
 
+import math
 import operator
 import threading
 import time
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -182,16 +198,21 @@ from .aging import TurnAger
 from .anthropic_messages import thinking_retention
 from .budget import BudgetAllocator
 from .fit import ContextOverflowError, FittedRequest, fit_request
+from .masking import ObservationMasker
 from .persistence import Persister
+from .policy import CompactionPolicy
 from .provider_messages import to_provider_messages
 from .references import ReferenceTracker
 from .summarize import MessageFacts, Summarizer, SummarizerConfig
 from .tokens import Estimator, default_estimator, real_context_window
 from .types import (
     AgingReport,
+    CompactRequest,
     CompactResult,
+    Decision,
     ReferenceMap,
     TurnPrep,
+    UsageState,
 )
 from .usage import UsageTracker
 
@@ -201,6 +222,7 @@ __all__ = [
     "EngineError",
     "ContextOverflowError",  # re-exported from .fit, its home
     "EventHandler",
+    "CompactRequest",  # re-exported from .types, its home
     "CONTEXT_ENGINE_REGISTRY",
     "register_engine",
     "unregister_engine",
@@ -214,21 +236,39 @@ __all__ = [
     "COMPACT_ATTEMPTS",
 ]
 
-RECOMMEND_PCT = 0.70
-AUTO_COMPACT_PCT = 0.80
-EMERGENCY_PCT = 0.95
+_DEFAULT_POLICY = CompactionPolicy()
+# the specification's thresholds (their home: the policy's trigger part)
+RECOMMEND_PCT, AUTO_COMPACT_PCT, EMERGENCY_PCT = _DEFAULT_POLICY.trigger.thresholds()
+# the engine's older keyword arguments, each a policy field (or, for aging, its kind)
+_LEGACY_ARGUMENTS = {
+    "recommend_pct": "trigger.recommend_pct",
+    "auto_compact_pct": "trigger.auto_pct",
+    "emergency_pct": "trigger.emergency_pct",
+    "context_window": "budget.context_window",
+    "tail_budget_share": "cut.tail_budget_share",
+    "min_saving": "guard.min_saving",
+    "rearm_fraction": "guard.rearm_fraction",
+}
 
 
 # --------------------------------------------------------------------------- base class
 
 
 class ContextEngine(ABC):
-    """The hooks of §5.1. Subclasses implement ``prepare`` and ``compact``."""
+    """The hooks of §5.1. Subclasses implement ``prepare`` and ``compact``.
+
+    ``compact`` receives a :class:`~opctx.context.types.CompactRequest` (the turn loop
+    builds one); an engine written for the older positional ``compact(agent,
+    session_id, model, ...)`` turns it back with ``CompactRequest.from_arguments`` or
+    reads the request's fields. ``decide`` is the decision rule on the engine's
+    thresholds, for engines and callers that take the decision on another figure.
+    """
 
     name: str = "abstract"
     recommend_pct: float = RECOMMEND_PCT
     auto_compact_pct: float = AUTO_COMPACT_PCT
     emergency_pct: float = EMERGENCY_PCT
+    policy: CompactionPolicy | None = None
 
     def on_session_start(self, session_id: str) -> None:
         """A session was opened or created."""
@@ -249,27 +289,26 @@ class ContextEngine(ABC):
     ) -> TurnPrep:
         """Assemble what the next LLM call sees."""
 
+    def decide(
+        self, budget_pct: float, *, auto_disabled: bool = False, redacted: int = 0, reason: str | None = None
+    ) -> Decision:
+        """The decision at ``budget_pct`` on this engine's thresholds (``Decision.of``)."""
+        thresholds = (self.recommend_pct, self.auto_compact_pct, self.emergency_pct)
+        return Decision.of(budget_pct, thresholds, auto_disabled=auto_disabled, redacted=redacted, reason=reason)
+
     def should_recommend(self, prep: TurnPrep) -> bool:
         return prep.budget_pct >= self.recommend_pct
 
     def should_auto_compact(self, prep: TurnPrep) -> bool:
-        if "auto_compact_disabled" in prep.decision_path:
-            return False
+        """Whether to compact before this request: ``prep.decision`` when the engine
+        decided, else ``budget_pct`` against ``auto_compact_pct``."""
+        if prep.decision is not None:
+            return prep.decision.compacts
         return prep.budget_pct >= self.auto_compact_pct
 
     @abstractmethod
-    def compact(
-        self,
-        agent: Any,
-        session_id: str,
-        model: str | None,
-        on_event: EventHandler | None = None,
-        previous_summary: str | None = None,
-        user_initiated: bool = False,
-        cancel_event: threading.Event | None = None,
-        keep_recent_tokens: int | None = None,
-    ) -> CompactResult:
-        """Fold part of the active branch into a summary."""
+    def compact(self, request: CompactRequest) -> CompactResult:
+        """Fold part of the active branch into a summary, as ``request`` asks."""
 
     def after_turn(
         self,
@@ -289,23 +328,52 @@ class ContextEngine(ABC):
 # --------------------------------------------------------------------------- default engine
 
 
-# --------------------------------------------------------------------------- default engine
-
-
-class _ConfigDefault(float):
-    """A threshold left at its default: the value in the engine's ``config`` applies.
-
-    A ``float`` so that introspection (the lab's tuner reads ``__init__`` defaults)
-    still sees the specification's number.
-    """
+def _engine_policy(
+    policy: CompactionPolicy | None, legacy: dict[str, Any], summarizer: Any
+) -> CompactionPolicy:
+    """The engine's policy: ``policy``, or one built from the older keyword arguments
+    (a ``DeprecationWarning``), else the summariser's ``config``, else the defaults."""
+    unknown = sorted(set(legacy) - set(_LEGACY_ARGUMENTS) - {"config", "aging"})
+    if unknown:
+        raise TypeError(f"DefaultContextEngine got unexpected keyword argument(s) {unknown}")
+    if policy is not None:
+        if legacy:
+            raise TypeError(
+                f"pass policy= or the older keyword arguments {sorted(legacy)}, not both "
+                "(policy.replace(...) sets any field)"
+            )
+        if not isinstance(policy, CompactionPolicy):
+            raise TypeError(f"policy must be a CompactionPolicy, got {type(policy).__name__}")
+        return policy
+    if legacy:
+        warnings.warn(
+            f"DefaultContextEngine({', '.join(sorted(legacy))}=...) is deprecated: pass "
+            "policy=CompactionPolicy(...) (opctx.context.policy)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    config = legacy.get("config") or getattr(summarizer, "config", None)
+    base = config.to_policy() if isinstance(config, SummarizerConfig) else _DEFAULT_POLICY
+    changes = {_LEGACY_ARGUMENTS[k]: v for k, v in legacy.items() if k in _LEGACY_ARGUMENTS}
+    for key in ("trigger.recommend_pct", "trigger.auto_pct", "trigger.emergency_pct"):
+        if changes.get(key) == math.inf:
+            changes[key] = None  # the older spelling of "never"
+    if legacy.get("aging") is False:
+        changes["aging.kind"] = "none"
+    try:
+        return base.replace(**changes)
+    except ValueError as exc:
+        raise ValueError(f"engine thresholds and settings: {exc}") from None
 
 
 class DefaultContextEngine(_CompactionSteps, ContextEngine):
-    """The specification's engine: the six components wired to the hooks (module docstring)."""
+    """The specification's engine: the six components wired to the hooks, every number
+    from ``policy`` (module docstring)."""
 
     def __init__(
         self,
         *,
+        policy: CompactionPolicy | None = None,
         usage_tracker: UsageTracker | None = None,
         budget_allocator: BudgetAllocator | None = None,
         ager: Any = None,
@@ -313,41 +381,21 @@ class DefaultContextEngine(_CompactionSteps, ContextEngine):
         persister: Persister | None = None,
         references: ReferenceTracker | Callable[[], Any] | None = None,
         session_db: Any = None,
-        recommend_pct: float = _ConfigDefault(RECOMMEND_PCT),
-        auto_compact_pct: float = _ConfigDefault(AUTO_COMPACT_PCT),
-        emergency_pct: float = _ConfigDefault(EMERGENCY_PCT),
-        context_window: int | None = None,
         clock: Callable[[], float] = time.time,
-        config: SummarizerConfig | None = None,
         estimator: Estimator | None = None,
         name: str = "default",
-        tail_budget_share: float = 0.5,
-        min_saving: float = 0.10,
-        rearm_fraction: float = 0.25,
-        aging: bool = True,
+        **legacy: Any,
     ):
-        self.config = config or getattr(summarizer, "config", None) or SummarizerConfig()
-        # thresholds not given here come from the config (recommend_pct, trigger_pct,
-        # emergency_pct), whose defaults are the specification's 0.70 / 0.80 / 0.95
-        if isinstance(recommend_pct, _ConfigDefault):
-            recommend_pct = self.config.recommend_pct
-        if isinstance(auto_compact_pct, _ConfigDefault):
-            auto_compact_pct = self.config.trigger_pct
-        if isinstance(emergency_pct, _ConfigDefault):
-            emergency_pct = self.config.emergency_pct
-        if not 0 < recommend_pct <= auto_compact_pct <= emergency_pct:
+        policy = _engine_policy(policy, legacy, summarizer)
+        unresolved = policy.client_decides()
+        if unresolved:
             raise ValueError(
-                "thresholds must satisfy 0 < recommend_pct <= auto_compact_pct <= emergency_pct, got "
-                f"{recommend_pct}, {auto_compact_pct}, {emergency_pct}"
+                f"the policy's {', '.join(unresolved)} still say 'client': build the engine for a "
+                "window with the client's rules (opctx.lab.presets.build_engine)"
             )
-        if context_window is not None and (
-            not isinstance(context_window, int) or context_window <= 0
-        ):
-            raise ValueError(
-                f"context_window must be a positive int or None, got {context_window!r}"
-            )
-        if not 0 < tail_budget_share <= 1:
-            raise ValueError(f"tail_budget_share must be in (0, 1], got {tail_budget_share!r}")
+        self.policy = policy
+        self.config = SummarizerConfig.from_policy(policy)
+        self._thresholds = policy.trigger.thresholds()
         self.name = name
         self.clock = clock
         self.session_db = session_db
@@ -355,22 +403,47 @@ class DefaultContextEngine(_CompactionSteps, ContextEngine):
         self.usage_tracker = usage_tracker or UsageTracker(
             session_db, clock=clock, estimator=self.estimator
         )
-        self.budget_allocator = budget_allocator or BudgetAllocator(estimator=self.estimator)
-        self.ager = (
-            ager if ager is not None else (_default_ager(clock, self.estimator) if aging else None)
+        budget = policy.budget
+        self.budget_allocator = budget_allocator or BudgetAllocator(
+            output_reserve=budget.output_reserve,  # type: ignore[arg-type]
+            reserve_policy=budget.reserve_policy,  # type: ignore[arg-type]
+            estimator=self.estimator,
         )
+        self.ager = ager if ager is not None else _policy_ager(policy, clock, self.estimator)
         self.summarizer = summarizer or Summarizer(None, config=self.config)
         self.persister = persister or Persister(session_db, clock=clock)
         self._references = references
-        self.recommend_pct = recommend_pct
-        self.auto_compact_pct = auto_compact_pct
-        self.emergency_pct = emergency_pct
-        self.context_window = context_window
-        self.tail_budget_share = tail_budget_share
-        self.min_saving = min_saving
-        self.rearm_fraction = rearm_fraction
         self._sessions: dict[str, _SessionState] = {}
         self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------ the policy, as numbers
+    @property
+    def recommend_pct(self) -> float:  # type: ignore[override]
+        return self._thresholds[0]
+
+    @property
+    def auto_compact_pct(self) -> float:  # type: ignore[override]
+        return self._thresholds[1]
+
+    @property
+    def emergency_pct(self) -> float:  # type: ignore[override]
+        return self._thresholds[2]
+
+    @property
+    def context_window(self) -> int | None:
+        return self.policy.budget.context_window
+
+    @property
+    def tail_budget_share(self) -> float:
+        return self.policy.cut.tail_budget_share
+
+    @property
+    def min_saving(self) -> float:
+        return self.policy.guard.min_saving
+
+    @property
+    def rearm_fraction(self) -> float:
+        return self.policy.guard.rearm_fraction
 
     # ------------------------------------------------------------------ state
     def _estimate(self, msg: dict, model: str | None = None) -> int:
@@ -473,49 +546,19 @@ class DefaultContextEngine(_CompactionSteps, ContextEngine):
             # 3. aging, on copies
             aged, report = self._age(state, history, refmap)
             # 4. usage: provider prefix + appended estimate, or the local estimate
-            table = self._facts(state, model).table(history)
-            usage_state = self.usage_tracker.get(sid)
-            raw_system = (
-                self.estimator.message_tokens({"role": "system", "content": system_prompt}, model)
-                if system_prompt
-                else 0
-            )
-            raw_tools = self.estimator.tools_tokens(list(tools), model) if tools else 0
-            system_tokens, tools_tokens = raw_system, raw_tools
-            aged_estimate = self._aged_history_tokens(state, history, aged, table, model)
-            history_tokens = aged_estimate
-            source = "estimate"
-            delta = (
-                self._counted_prefix_delta(
-                    state, aged, usage_state.last_history_len, raw_system, raw_tools, model
-                )
-                if usage_state.source == "provider"
-                and 0 < usage_state.last_history_len <= len(history)
-                else None
-            )
-            if delta is not None:
-                hybrid = self.usage_tracker.hybrid_estimate(
-                    sid, aged, system_prompt, tools, model, prefix_delta=delta
-                )
-                if hybrid.source == "provider":
-                    source = "provider"
-                    system_tokens, tools_tokens, history_tokens = (
-                        hybrid.system,
-                        hybrid.tools,
-                        hybrid.history,
-                    )
-            path.append(f"usage:{source}")
+            usage = self._usage_figures(state, sid, history, aged, system_prompt, tools, model)
+            path.append(f"usage:{usage.source}")
             path.append(f"aging:redacted={report.redacted}")
             # 5. budget
             budget = self.budget_allocator.allocate(
-                window, system_tokens, history_tokens, tools_tokens, model
+                window, usage.system, usage.history, usage.tools, model
             )
             pct = budget.input_used_pct
             path.append(f"budget:{pct:.2f}")
             # 6. assemble, fit into the window, and decide
             agent_messages = to_provider_messages(aged, state.provider_cache)
             fitted = self._fit_request(
-                state, system_prompt, agent_messages, tools, raw_system, raw_tools,
+                state, system_prompt, agent_messages, tools, usage.raw_system, usage.raw_tools,
                 budget.input_budget, model,
             )
             if fitted.truncated:
@@ -523,24 +566,18 @@ class DefaultContextEngine(_CompactionSteps, ContextEngine):
             if not fitted.fits:
                 path.append("fit:overflow")
             # aged, like the figure compact disabled it at
-            self._maybe_rearm(state, aged_estimate, budget.input_budget)
+            self._maybe_rearm(state, usage.aged_estimate, budget.input_budget)
             guard = state.guard
-            if pct >= self.auto_compact_pct and guard.disabled:
-                path.append("auto_compact_disabled")
-            elif pct >= self.emergency_pct:
-                path.append("emergency")
-            elif pct >= self.auto_compact_pct:
-                path.append("auto_compact")
-            elif pct >= self.recommend_pct:
-                path.append("recommend")
-            else:
-                path.append("ok")
+            decision = self.decide(
+                pct, auto_disabled=guard.disabled, redacted=report.redacted, reason=guard.reason
+            )
+            path.append(decision.path_word)
             prep = TurnPrep(
                 system_prompt=fitted.system_prompt,
                 agent_messages=fitted.messages,
                 history_dicts=aged,
                 budget=budget,
-                usage=usage_state,
+                usage=usage.state,
                 tool_results_redacted=report.redacted,
                 tokens_freed_by_aging=report.tokens_freed,
                 references_protected=report.references_protected,
@@ -551,12 +588,55 @@ class DefaultContextEngine(_CompactionSteps, ContextEngine):
                 request_tokens=fitted.tokens,
                 truncated_parts=fitted.truncated,
                 overflow=fitted.overflow,
+                decision=decision,
             )
             with self._lock:
                 state.last_prep = prep
-                state.system_tokens, state.tools_tokens = raw_system, raw_tools
+                state.system_tokens, state.tools_tokens = usage.raw_system, usage.raw_tools
                 state.input_budget = budget.input_budget
             return prep
+
+    def _usage_figures(
+        self,
+        state: _SessionState,
+        sid: str,
+        history: list[dict],
+        aged: list[dict],
+        system_prompt: str,
+        tools: Sequence[dict] | None,
+        model: str | None,
+    ) -> _UsageFigures:
+        """Step 4: the figures the budget splits: the provider's count of the prefix plus an
+        estimate of what changed since when the tracker trusts it, else local estimates."""
+        table = self._facts(state, model).table(history)
+        usage_state = self.usage_tracker.get(sid)
+        raw_system = (
+            self.estimator.message_tokens({"role": "system", "content": system_prompt}, model)
+            if system_prompt
+            else 0
+        )
+        raw_tools = self.estimator.tools_tokens(list(tools), model) if tools else 0
+        aged_estimate = self._aged_history_tokens(state, history, aged, table, model)
+        figures = _UsageFigures(usage_state, raw_system, raw_tools, aged_estimate,
+                                raw_system, raw_tools, aged_estimate, "estimate")
+        delta = (
+            self._counted_prefix_delta(
+                state, aged, usage_state.last_history_len, raw_system, raw_tools, model
+            )
+            if usage_state.source == "provider"
+            and 0 < usage_state.last_history_len <= len(history)
+            else None
+        )
+        if delta is not None:
+            hybrid = self.usage_tracker.hybrid_estimate(
+                sid, aged, system_prompt, tools, model, prefix_delta=delta
+            )
+            if hybrid.source == "provider":
+                figures.source = "provider"
+                figures.system, figures.tools, figures.history = (
+                    hybrid.system, hybrid.tools, hybrid.history,
+                )
+        return figures
 
     def _fit_request(
         self,
@@ -647,6 +727,7 @@ class DefaultContextEngine(_CompactionSteps, ContextEngine):
         if deltas is None:  # an ager that changed the number of messages
             return sum(self.estimator.message_tokens(m, model) for m in aged)
         return max(0, table.counted_tokens(thinking_retention(model)) + sum(deltas.values()))
+
 
     def _aging_deltas(
         self,
@@ -749,9 +830,42 @@ class DefaultContextEngine(_CompactionSteps, ContextEngine):
                 state.recommended = False
 
 
-def _default_ager(clock: Callable[[], float], estimator: Estimator) -> Any:
-    return TurnAger(clock=clock, estimator=estimator)
+class _UsageFigures:
+    """Step 4's figures: what the budget splits, and the estimates behind them."""
 
+    __slots__ = ("state", "raw_system", "raw_tools", "aged_estimate", "system", "tools", "history", "source")
+
+    def __init__(self, state: UsageState, raw_system: int, raw_tools: int, aged_estimate: int,
+                 system: int, tools: int, history: int, source: str) -> None:
+        self.state = state
+        self.raw_system, self.raw_tools, self.aged_estimate = raw_system, raw_tools, aged_estimate
+        self.system, self.tools, self.history, self.source = system, tools, history, source
+
+
+def _policy_ager(policy: CompactionPolicy, clock: Callable[[], float], estimator: Estimator) -> Any:
+    """The ager ``aging.kind`` names, with the policy's settings (None for ``none``).
+
+    ``microcompact`` and ``client`` are Claude Code's own clearing: the toolkit builds
+    that component (``opctx.lab.presets.build_engine``) and passes it as ``ager``.
+    """
+    aging = policy.aging
+    if aging.kind == "turns":
+        return TurnAger(
+            keep_recent_turns=aging.keep_recent_turns,
+            keep_recent_seconds=aging.keep_recent_seconds,
+            min_tokens=aging.min_tokens,
+            protect_first_n=aging.protect_first_n,
+            clock=clock,
+            estimator=estimator,
+        )
+    if aging.kind == "masking":
+        return ObservationMasker(aging.keep_last, estimate=estimator.message_tokens)
+    if aging.kind == "none":
+        return None
+    raise ValueError(
+        f"aging.kind {aging.kind!r} is Claude Code's clearing: pass the ager component "
+        "(opctx.lab.presets.build_engine builds it)"
+    )
 
 
 

@@ -143,11 +143,11 @@ from opctx.context.engine import (
     DefaultContextEngine,
     register_engine,
 )
+from opctx.context.masking import MASK_PLACEHOLDER, ObservationMasker
 from opctx.context.persistence import Persister
 from opctx.context.summarize import Summarizer, SummarizerConfig
-from opctx.context.types import AgingReport, ReferenceMap
+from opctx.context.types import CompactRequest, DecisionKind, ReferenceMap
 from opctx.context.usage import UsageTracker
-from opctx.dag.messages import is_tool_result
 
 # claude-code: Claude Code's own clearing of old tool results (microcompaction)
 from .history import parse_version
@@ -176,7 +176,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 INF = math.inf
-MASK_PLACEHOLDER = "[Old tool result omitted to save context ({tokens} tokens)]"
 
 _CONFIG_FIELDS = {f.name for f in fields(SummarizerConfig)}
 _ENGINE_FIELDS = {"recommend_pct", "auto_compact_pct", "emergency_pct", "tail_budget_share", "min_saving", "rearm_fraction"}
@@ -613,99 +612,6 @@ def thresholds_for(
     return {}
 
 
-class ObservationMasker:
-    """An ager component: keep the last ``keep_last`` tool results, mask the older ones.
-
-    ``age(history, references) -> (aged, AgingReport)`` like ``TurnAger``. A masked
-    message is a copy whose result text is ``MASK_PLACEHOLDER``; copies are cached
-    per message id so that a message masked once is the same object in every later
-    request (prefix-cache comparisons and the engine's per-message caches rely on
-    it). Work per call is proportional to the messages appended since the last
-    call (the positions of tool results are kept), plus one list copy.
-    """
-
-    def __init__(self, keep_last: int = 10, *, estimate: Callable[[dict], int] | None = None):
-        if not isinstance(keep_last, int) or keep_last < 0:
-            raise ValueError(f"keep_last must be an int >= 0, got {keep_last!r}")
-        self.keep_last = keep_last
-        self._estimate = estimate
-        self._masked: dict[str, tuple[dict, int]] = {}
-        self._positions: list[int] = []
-        self._scanned = 0
-        self._anchor: tuple[int, Any] | None = None  # (len, last message object) last seen
-        self._aged: list[dict] = []
-        self._n_masked = 0
-        self._freed = 0
-        self._ids: list[Any] = []
-        self._lock = threading.Lock()
-
-    def __deepcopy__(self, memo: dict) -> ObservationMasker:
-        # the same settings, nothing seen yet (a lock cannot be copied, nor need be)
-        return ObservationMasker(self.keep_last, estimate=self._estimate)
-
-    def _tokens(self, msg: dict) -> int:
-        if self._estimate is not None:
-            return int(self._estimate(msg))
-        from opctx.context.tokens import estimate_message_tokens
-
-        return estimate_message_tokens(msg)
-
-    def _mask(self, msg: dict) -> tuple[dict, int]:
-        key = msg.get("id")
-        hit = self._masked.get(key) if key else None
-        if hit is not None:
-            return hit
-        before = self._tokens(msg)
-        masked = copy.copy(msg)
-        text = MASK_PLACEHOLDER.format(tokens=before)
-        if msg.get("role") == "tool":
-            masked["content"] = text
-        extra = msg.get("extra")
-        if isinstance(extra, dict) and isinstance(extra.get("blocks"), list):
-            new_blocks = []
-            for b in extra["blocks"]:
-                if isinstance(b, dict) and b.get("type") == "tool_result":
-                    b = {**b, "content": text, "_redacted": True}
-                new_blocks.append(b)
-            masked["extra"] = {**extra, "blocks": new_blocks}
-        elif isinstance(msg.get("content"), list):
-            masked["content"] = [
-                {**b, "content": text, "_redacted": True} if isinstance(b, dict) and b.get("type") == "tool_result" else b
-                for b in msg["content"]
-            ]
-        masked["_masked"] = True
-        freed = max(0, before - self._tokens(masked))
-        result = (masked, freed)
-        if key:
-            self._masked[key] = result
-        return result
-
-    def age(self, history: Sequence[dict], references: ReferenceMap | None = None) -> tuple[list[dict], AgingReport]:
-        with self._lock:
-            n = len(history)
-            anchor = self._anchor
-            if anchor is None or anchor[0] > n or (anchor[0] and history[anchor[0] - 1] is not anchor[1]):
-                # not an extension of the history seen last time: start over
-                self._positions, self._scanned, self._aged = [], 0, []
-                self._n_masked, self._freed, self._ids = 0, 0, []
-            self._aged.extend(history[self._scanned:n])
-            for i in range(self._scanned, n):
-                if is_tool_result(history[i]):
-                    self._positions.append(i)
-            self._scanned = n
-            self._anchor = (n, history[-1] if n else None)
-            # positions that fell out of the window since the last call get masked, once
-            n_old = max(0, len(self._positions) - self.keep_last)
-            for i in self._positions[self._n_masked:n_old]:
-                masked, freed = self._mask(history[i])
-                self._aged[i] = masked
-                self._freed += freed
-                self._ids.append(history[i].get("id"))
-            self._n_masked = max(self._n_masked, n_old)
-            report = AgingReport(redacted=self._n_masked, tokens_freed=self._freed, redacted_ids=list(self._ids))
-            return list(self._aged), report
-
-
 class _NoReferences:
     """Stands in for the engine's ``ReferenceTracker`` when nothing reads references.
 
@@ -934,7 +840,7 @@ def _replay_clone(engine: DefaultContextEngine, session_db: Any, clock: Callable
         if hasattr(clone.ager, "clock"):
             clone.ager.clock = clock
     if clone.context_window is None:
-        clone.context_window = window
+        clone.policy = clone.policy.replace(**{"budget.context_window": window})
     clone._sessions = {}
     clone._lock = threading.RLock()
     return clone
@@ -981,32 +887,25 @@ class EngineDriver:
         return self.engine.prepare(self.agent, self.session_id, active, self.model, self.tools)
 
     def decide(self, prep: Any) -> str:
-        path = list(getattr(prep, "decision_path", ()) or ())
-        last = path[-1] if path else ""
-        if last == "emergency" and self.engine.should_auto_compact(prep):
-            return "emergency"
+        """The replay's decision word for ``prep``: ``emergency``, ``auto``, ``recommend`` or
+        ``none``, from the engine's own checks and the typed ``prep.decision``."""
         if self.engine.should_auto_compact(prep):
-            return "auto"
+            decision = getattr(prep, "decision", None)
+            emergency = decision is not None and decision.kind is DecisionKind.EMERGENCY
+            return "emergency" if emergency else "auto"
         if self.engine.should_recommend(prep):
             return "recommend"
         return "none"
 
     def compact(self, *, reason: str, force_structural: bool = False) -> Any:
         self.flush()
-        if reason == "recorded":
-            return self.engine.compact(
-                self.agent, self.session_id, self.model, on_event=self._on_event,
-                user_initiated=True, **self._compact_kw(reason="manual", trigger="recorded"),
-            )
-        return self.engine.compact(
-            self.agent, self.session_id, self.model, on_event=self._on_event,
-            user_initiated=False, **self._compact_kw(reason="auto", trigger=reason),
-        )
+        recorded = reason == "recorded"
+        return self.engine.compact(CompactRequest(
+            self.session_id, agent=self.agent, model=self.model, on_event=self._on_event,
+            user_initiated=recorded, reason="manual" if recorded else "auto", trigger=reason,
+            tools=self.tools,
+        ))
 
-    def _compact_kw(self, **kw: Any) -> dict[str, Any]:
-        if isinstance(self.engine, DefaultContextEngine):
-            return {"tools": self.tools, **kw}
-        return {}
 
     def branch(self) -> list[dict]:
         self.flush()

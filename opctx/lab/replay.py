@@ -652,19 +652,20 @@ class _Replay:
         results appended since the last response); Claude Code and Codex compare the
         last response's reported total instead (``preTokens`` equals it on the
         corpus), for the blocking limit as for the trigger. The engine's guard
-        (auto-compaction disabled) still applies.
+        (auto-compaction disabled, as the request's own decision says) still applies.
         """
         import dataclasses
+
+        from opctx.context.types import DecisionKind
 
         if not dataclasses.is_dataclass(prep):
             return self.driver.decide(prep)
         budget = max(1, self.driver.input_budget(prep))
         pct = self.last_response_total / budget
-        tail = ("ok", "recommend", "auto_compact", "emergency")
-        path = [p for p in (getattr(prep, "decision_path", ()) or ()) if p not in tail]
-        if "auto_compact_disabled" not in path and pct >= getattr(self.driver.engine, "emergency_pct", math.inf):
-            path.append("emergency")
-        view = dataclasses.replace(prep, budget_pct=pct, decision_path=path)
+        own = getattr(prep, "decision", None)
+        disabled = own is not None and own.kind is DecisionKind.DISABLED
+        decision = self.driver.engine.decide(pct, auto_disabled=disabled)
+        view = dataclasses.replace(prep, budget_pct=pct, decision=decision)
         return self.driver.decide(view)
 
     def _measure_overhead(self, provider_tokens: int | None) -> None:

@@ -19,6 +19,7 @@ from opctx.context.policy import (
     TriggerPolicy,
     policy_fields,
 )
+from opctx.context.summarize import SummarizerConfig
 
 
 def test_every_field_states_its_default_once_with_a_source():
@@ -39,6 +40,21 @@ def test_every_field_states_its_default_once_with_a_source():
     assert (p.guard.min_saving, p.guard.low_saving_streak, p.guard.rearm_fraction) == (0.10, 2, 0.25)
     assert "spec §4" in next(f.source for f in fields if f.name == "trigger.auto_pct")
     assert "Complexity Trap" in next(f.source for f in fields if f.name == "aging.keep_last")
+
+
+def test_component_defaults_are_the_policys():
+    from opctx.context.aging import TurnAger
+    from opctx.context.budget import BudgetAllocator
+    from opctx.context.engine import AUTO_COMPACT_PCT, EMERGENCY_PCT, RECOMMEND_PCT
+
+    p = CompactionPolicy()
+    ager = TurnAger()
+    assert (ager.keep_recent_turns, ager.keep_recent_seconds, ager.min_tokens, ager.protect_first_n) == (
+        p.aging.keep_recent_turns, p.aging.keep_recent_seconds, p.aging.min_tokens, p.aging.protect_first_n)
+    assert BudgetAllocator().reserve_policy == p.budget.reserve_policy
+    assert (RECOMMEND_PCT, AUTO_COMPACT_PCT, EMERGENCY_PCT) == p.trigger.thresholds()
+    assert SummarizerConfig().to_policy() == p
+    assert SummarizerConfig.from_policy(p) == SummarizerConfig()
 
 
 def test_replace_with_dotted_names_and_whole_parts():
