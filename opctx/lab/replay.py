@@ -109,8 +109,9 @@ from typing import Any
 from opctx.context.provider_messages import is_display_only
 from opctx.dag.messages import is_tool_result
 
-from ._replay_result import ReplayCompaction, ReplayResult, common_prefix_length, guard_counts
+from ._replay_result import ReplayCompaction, ReplayResult
 from .history import RecordedCompaction, RecordedHistory, as_history, provider_prompt_tokens
+from .metrics import common_prefix_length, guard_counts
 
 __all__ = [
     "ReplayClock",
