@@ -304,7 +304,11 @@ class _ReplaySessionDB:
 
 
 def _post_compaction_tokens(engine: Any) -> int:
-    """What the client adds after a compaction that no history holds (``SummarizerConfig``)."""
+    """What the client adds after a compaction that no history holds
+    (``client.post_compaction_tokens`` of the engine's policy)."""
+    policy = getattr(engine, "policy", None)
+    if policy is not None:
+        return int(policy.client.post_compaction_tokens)
     return int(getattr(getattr(engine, "config", None), "post_compaction_tokens", 0) or 0)
 
 
@@ -332,11 +336,12 @@ def replay(
 
     ``session_or_history``: a message list, ``SessionSpec``, ``(db_path,
     session_id)``, ``RecordedHistory`` or an importer's ``ImportedSession``.
-    ``engine_or_preset``: a preset name (``opctx.lab.presets``) or a
-    ``ContextEngine`` *factory* ``f(session_db=..., clock=..., context_window=...,
-    model=..., summarizer_provider=...)``; an engine instance is accepted too but
-    then its clock and database are its own (not reproducible, documented).
-    ``params`` go to the preset (e.g. ``trigger_pct=0.6``, ``keep_last=5``).
+    ``engine_or_preset``: a preset name (``opctx.lab.presets``), a ``PresetSpec``, a
+    ``CompactionPolicy`` or a ``ContextEngine`` *factory* ``f(session_db=..., clock=...,
+    context_window=..., model=..., summarizer_provider=...)``; an engine instance is
+    accepted too but then its clock and database are its own (not reproducible,
+    documented). ``params`` set fields of the preset's policy, by dotted name
+    (``**{"cut.keep_ratio": 0.2}``) or flat name (``trigger_pct=0.6``, ``keep_last=5``).
     ``context_window``: default the window the recording reported (Codex), else
     the model's (``opctx.context.tokens.real_context_window``). ``model``:
     default the recording's majority model. ``system_prompt`` / ``tools`` /
@@ -383,11 +388,17 @@ def preset_client(engine_or_preset: Any) -> str | None:
     Preset names look the client up in ``PRESETS``; objects that take a client
     version (a ``CalibratedPreset``: ``accepts_client_version``) say it in ``client``.
     """
-    from .presets import PRESETS
+    from opctx.context.policy import CompactionPolicy
+
+    from .presets import PRESETS, PresetSpec
 
     if isinstance(engine_or_preset, str):
         spec = PRESETS.get(engine_or_preset)
         return spec.client if spec is not None else None
+    if isinstance(engine_or_preset, PresetSpec):
+        return engine_or_preset.client
+    if isinstance(engine_or_preset, CompactionPolicy):
+        return engine_or_preset.client.name
     if getattr(engine_or_preset, "accepts_client_version", False):
         return getattr(engine_or_preset, "client", None)
     return None
@@ -485,7 +496,7 @@ class _Replay:
     ) -> None:
         from opctx.context.tokens import Estimator
 
-        from . import presets
+        from ._engine_driver import EngineDriver, instantiate
 
         self.history = history
         self.setup = setup
@@ -510,7 +521,7 @@ class _Replay:
         self.clock = clock = ReplayClock(first_time or 0.0)
         db = _ReplaySessionDB(clock)
         session_id = db.create_session(title=history.title or "replay", model=model_name, source="replay")
-        self.preset_name, engine, self.engine_cfg = presets.instantiate(
+        self.preset_name, engine, self.engine_cfg = instantiate(
             engine_or_preset,
             session_db=db,
             clock=clock,
@@ -519,7 +530,7 @@ class _Replay:
             summarizer_provider=setup.provider,
             **params,
         )
-        self.driver = presets.EngineDriver(engine, db, session_id, model_name, setup.window, agent=agent,
+        self.driver = EngineDriver(engine, db, session_id, model_name, setup.window, agent=agent,
                                            system_prompt=system_prompt, tools=tools)
         # the engine's own estimator (and its cache), so that every figure agrees with its budget
         self.estimator = estimator = self.driver.estimator or Estimator()
