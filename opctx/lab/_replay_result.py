@@ -64,6 +64,9 @@ class ReplayResult:
     origin_ids: dict[str, int]
     elapsed_s: float = 0.0
     events: list[dict] = field(default_factory=list)
+    #: the exact policy the engine ran with (resolved for the window, model and client
+    #: version: ``engine.policy``); None for an engine without one
+    policy: Any = None
 
     @property
     def stream(self) -> list[dict]:
@@ -106,7 +109,9 @@ class ReplayResult:
         cols = [
             "step", "stream_index", "turn", "reason", "tokens_before", "tokens_after", "folded",
             "kept", "protected", "fell_back_to_structural", "ok", "cut_index", "summary_chars",
+            "policy",
         ]
+        policy = self.policy_json
         rows = [
             {
                 **{k: getattr(c, k) for k in cols if hasattr(c, k)},
@@ -114,7 +119,13 @@ class ReplayResult:
                 "kept": len(c.kept_ids),
                 "protected": len(c.protected_ids),
                 "summary_chars": len(c.summary_text),
+                "policy": policy,
             }
             for c in self.compactions
         ]
         return pd.DataFrame(rows, columns=cols)
+
+    @property
+    def policy_json(self) -> str | None:
+        """``policy`` as the JSON the frames carry (``CompactionPolicy.to_json``), or None."""
+        return self.policy.to_json() if self.policy is not None else None

@@ -91,7 +91,10 @@ sent, ``tokens_before_compaction`` the request before a compaction it triggered,
 last response's prompt + output), ``compactions`` (what
 each compaction folded, kept, protected, its summary), ``recorded_compactions``
 (from the recording), ``context(step)``, ``origin_of(msg)`` (the stream index a
-request message comes from), ``metrics()`` (``opctx.lab.metrics.summarize``).
+request message comes from), ``metrics()`` (``opctx.lab.metrics.summarize``),
+``policy`` (the exact ``CompactionPolicy`` the engine ran with, resolved for the window,
+model and client version; ``steps_df`` and ``compactions_df()`` carry it as JSON in a
+``policy`` column, so any figure can be traced to its configuration).
 """
 
 from __future__ import annotations
@@ -810,7 +813,8 @@ class _Replay:
 
     def result(self, started: float, params: dict[str, Any]) -> ReplayResult:
         """Step 4: the ``ReplayResult`` (``steps_df`` built once, at the end); closes the driver."""
-        steps_df = _steps_frame(self.rows)
+        policy = getattr(self.driver.engine, "policy", None)
+        steps_df = _steps_frame(self.rows, policy.to_json() if policy is not None else None)
         elapsed = time.perf_counter() - started
         setup = self.setup
         result = ReplayResult(
@@ -826,6 +830,7 @@ class _Replay:
             origin_ids=self.origin_ids,
             elapsed_s=elapsed,
             events=self.events + self.driver.events,
+            policy=policy,
         )
         self.driver.close()
         return result
@@ -874,8 +879,9 @@ _INT_COLUMNS = (
 )
 
 
-def _steps_frame(rows: list[dict[str, Any]]) -> Any:
-    """``steps_df`` built column by column with its final dtypes (no per-column casts)."""
+def _steps_frame(rows: list[dict[str, Any]], policy: str | None = None) -> Any:
+    """``steps_df`` built column by column with its final dtypes (no per-column casts);
+    ``policy`` (the policy's JSON, one category) is its last column."""
     import numpy as np
     import pandas as pd
 
@@ -904,4 +910,5 @@ def _steps_frame(rows: list[dict[str, Any]]) -> Any:
             data[name] = pd.array(col(name), dtype="Int64")
         else:
             data[name] = col(name)
+    data["policy"] = pd.Categorical([policy] * len(rows))
     return pd.DataFrame(data)

@@ -358,6 +358,7 @@ def test_a_policy_engine_replays_as_the_legacy_arguments_did(policy):
     window = policy.budget.context_window
     new = replay(_SESSION, _policy_engine(policy), context_window=window, keep_contexts=False)
     old = replay(_SESSION, _legacy_engine(policy), context_window=window, keep_contexts=False)
+    assert new.policy == policy
     columns = [c for c in new.steps_df.columns if c != "policy"]
     assert new.steps_df[columns].equals(old.steps_df[columns])
     assert [c.to_dict() | {"duration_ms": 0} for c in new.compactions] == [

@@ -352,6 +352,7 @@ def test_tuner_with_the_real_presets_and_replay():
     t.controls["trigger.auto_pct"].value = 0.3
     assert "replay failed" not in t.status.value
     assert t.result.params is not None and t.table.value != before
+    assert t.result.policy.trigger.auto_pct == 0.3
     t.preset.value = "observation-masking"
     assert set(t.controls) == {"aging.kind", "aging.keep_last", "budget.output_reserve",
                                "budget.reserve_policy"}
