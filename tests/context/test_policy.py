@@ -208,6 +208,15 @@ def test_aging_kinds_are_named_once():
     assert AGING_KINDS == ("turns", "masking", "microcompact", "client", "none")
 
 
+def test_the_design_document_lists_every_field():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "design.md").read_text(encoding="utf-8")
+    section = text.split("### The compaction policy", 1)[1].split("\n## ", 1)[0]
+    for f in policy_fields():
+        assert f"| `{f.name}` |" in section, f.name
+
+
 def test_the_policy_imports_nothing_of_opctx():
     import ast
     from pathlib import Path
