@@ -1,8 +1,7 @@
 """A byte-comparable snapshot of replay figures: is a refactor really behaviour-neutral?
 
 Replays every preset (``opctx.lab.presets.PRESETS``) over every session of the sample
-database and of a corpus folder (parsed with ``opctx.importers``, no database written),
-at the recording's own window and at what-if windows (``--whatif``, every
+database and of a corpus folder, at the recording's own window and at what-if windows (``--whatif``, every
 ``--whatif-every``-th session only, to keep the run in minutes), and writes one canonical
 JSON document of everything deterministic a replay produces:
 
@@ -18,10 +17,16 @@ one revision give identical files, and two revisions give identical files exactl
 their replays agree. Floats are written with ``repr`` (shortest round-trip form), NaN
 and infinities as strings.
 
+The corpus is read from one database (``--corpus-db``: imported from ``--corpus`` with
+``opctx.importers.import_paths`` on the first run, reused after). Parsing a transcript
+mints fresh message ids each time, and a structural summary quotes the ids it folds, so
+two parses of one recording replay to figures a few tokens apart: the runs compared must
+read the same database.
+
 Run::
 
-    .venv/bin/python benchmarks/replay_snapshot.py --corpus ../shared/corpus --out snap.json
-    .venv/bin/python benchmarks/replay_snapshot.py --corpus ../shared/corpus --compare snap.json
+    .venv/bin/python benchmarks/replay_snapshot.py --corpus-db corpus.db --out snap.json
+    .venv/bin/python benchmarks/replay_snapshot.py --corpus-db corpus.db --compare snap.json
 
 ``--compare FILE`` runs the snapshot again and prints the first differences against
 ``FILE`` (exit status 1 when there is any, 0 otherwise).
@@ -122,28 +127,31 @@ def replay_figures(result: Any) -> dict[str, Any]:
     }
 
 
-def load_sessions(db: Path | None, corpus: Path | None) -> list[tuple[str, Any]]:
-    """``(label, history)`` of every session of the sample database and the corpus, sorted by label."""
+def _db_sessions(db: Path, prefix: str) -> list[tuple[str, Any]]:
+    from opctx.dag.session import DagSessionManager
     from opctx.lab.history import as_history
 
+    return [(f"{prefix}:{meta.id}", as_history((str(db), meta.id))) for meta in DagSessionManager(str(db)).list()]
+
+
+def corpus_database(corpus: Path, db: Path) -> Path:
+    """``db``, importing ``corpus`` into it first when it does not exist yet."""
+    if not db.exists():
+        from opctx.importers import import_paths
+
+        report = import_paths([corpus], str(db), on_error="skip")
+        print(f"imported {corpus} into {db}: {len(report.written)} sessions", file=sys.stderr)
+    return db
+
+
+def load_sessions(db: Path | None, corpus_db: Path | None) -> list[tuple[str, Any]]:
+    """``(label, history)`` of every session of the sample database and the corpus database,
+    sorted by label."""
     out: list[tuple[str, Any]] = []
     if db is not None:
-        from opctx.dag.session import DagSessionManager
-
-        for meta in DagSessionManager(str(db)).list():
-            out.append((f"db:{meta.id}", as_history((str(db), meta.id))))
-    if corpus is not None:
-        from opctx.importers import iter_transcript_files, parse_path
-
-        for path, _ in sorted(iter_transcript_files([corpus])):
-            rel = Path(path).relative_to(corpus)
-            try:
-                imported = parse_path(path, on_error="skip")
-            except Exception as exc:  # an unreadable file is reported in the snapshot, not fatal
-                out.append((f"corpus:{rel}", f"unreadable: {type(exc).__name__}"))
-                continue
-            for k, one in enumerate(imported):
-                out.append((f"corpus:{rel}#{k}", as_history(one)))
+        out += _db_sessions(db, "db")
+    if corpus_db is not None:
+        out += _db_sessions(corpus_db, "corpus")
     out.sort(key=lambda x: x[0])
     return out
 
@@ -158,19 +166,16 @@ def fidelity_rows(histories: list[Any]) -> dict[str, Any]:
     return out
 
 
-def snapshot(db: Path | None, corpus: Path | None, whatif: tuple[int, ...], every: int,
+def snapshot(db: Path | None, corpus_db: Path | None, whatif: tuple[int, ...], every: int,
              fidelity: bool = True, progress: bool = True) -> dict[str, Any]:
     from opctx.lab.presets import PRESETS
     from opctx.lab.replay import replay
 
     started = time.perf_counter()
-    sessions = load_sessions(db, corpus)
+    sessions = load_sessions(db, corpus_db)
     replays: dict[str, Any] = {}
     n = 0
     for si, (label, history) in enumerate(sessions):
-        if isinstance(history, str):
-            replays[label] = history
-            continue
         if not history.messages:
             continue
         windows: list[int | None] = [None]
@@ -191,9 +196,8 @@ def snapshot(db: Path | None, corpus: Path | None, whatif: tuple[int, ...], ever
     if progress:
         print(file=sys.stderr)
     out: dict[str, Any] = {"replays": replays}
-    if fidelity and corpus is not None:
-        compacted = [h for _, h in sessions if not isinstance(h, str) and h.compactions
-                     and h.client in ("claude-code", "codex")]
+    if fidelity and corpus_db is not None:
+        compacted = [h for _, h in sessions if h.compactions and h.client in ("claude-code", "codex")]
         out["fidelity"] = fidelity_rows(compacted)
     out["meta"] = {"sessions": len(sessions), "replays": n, "whatif": list(whatif), "whatif_every": every}
     return out
@@ -237,7 +241,10 @@ def differences(old: Any, new: Any, path: str = "$", limit: int = 20) -> list[st
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--db", type=Path, default=ROOT / "data" / "sample.db")
-    ap.add_argument("--corpus", type=Path, default=ROOT.parent / "shared" / "corpus")
+    ap.add_argument("--corpus", type=Path, default=ROOT.parent / "shared" / "corpus",
+                    help="the transcripts imported into --corpus-db when it does not exist")
+    ap.add_argument("--corpus-db", type=Path, help="the corpus as an opctx database (created from --corpus "
+                    "on the first run; compare runs that read the same one)")
     ap.add_argument("--whatif", default=",".join(map(str, DEFAULT_WHATIF)),
                     help="what-if windows, comma-separated (default 32000,64000)")
     ap.add_argument("--whatif-every", type=int, default=4,
@@ -248,11 +255,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
-    corpus = args.corpus if args.corpus.is_dir() else None
-    if corpus is None:
-        print(f"no corpus at {args.corpus}: sample database only", file=sys.stderr)
+    corpus_db = None
+    if args.corpus_db is not None and (args.corpus_db.exists() or args.corpus.is_dir()):
+        corpus_db = corpus_database(args.corpus, args.corpus_db)
+    else:
+        print("no --corpus-db (or no corpus to import into it): sample database only", file=sys.stderr)
     whatif = tuple(int(w) for w in args.whatif.split(",") if w.strip())
-    doc = snapshot(args.db if args.db.is_file() else None, corpus, whatif, args.whatif_every,
+    doc = snapshot(args.db if args.db.is_file() else None, corpus_db, whatif, args.whatif_every,
                    fidelity=not args.no_fidelity, progress=not args.quiet)
     text = dump(doc)
     if args.out is not None:
