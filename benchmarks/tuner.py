@@ -84,7 +84,7 @@ def main() -> int:
         tuner = CompactionTuner((db, sid), context_window=args.window, debounce_ms=0)
         first = time.perf_counter() - started
 
-        control = "keep_ratio" if "keep_ratio" in tuner.controls else next(iter(tuner.controls))
+        control = "cut.keep_ratio" if "cut.keep_ratio" in tuner.controls else next(iter(tuner.controls))
         widget = tuner.controls[control]
         low, high = getattr(widget, "min", 0), getattr(widget, "max", 1)
         span = high - low

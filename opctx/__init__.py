@@ -54,8 +54,9 @@ _export("opctx.dag.agentic", "agentic_function", "Runtime", "use_store")
 _export(
     "opctx.context.types",
     "UsageState", "BudgetAllocation", "ReferenceMap", "TurnPrep", "CompactResult",
-    "AgingReport", "CutPoint", "SummaryResult",
+    "AgingReport", "CutPoint", "SummaryResult", "Decision", "DecisionKind", "CompactRequest",
 )
+_export("opctx.context.policy", "CompactionPolicy")
 _export(
     "opctx.context.tokens",
     "estimate_message_tokens", "estimate_history_tokens", "real_context_window",

@@ -1,4 +1,5 @@
-"""``opctx``: the command line (import recordings, list, show, search, export, frames, samples, info).
+"""``opctx``: the command line (import recordings, list, show, search, export, frames, samples, info,
+presets).
 
 Commands (every one has ``--help``, with examples)::
 
@@ -11,6 +12,8 @@ Commands (every one has ``--help``, with examples)::
     opctx export-frames [--db FILE] --out DIR [--batch N] [--no-tokens]
     opctx build-samples [--db FILE] [--samples DIR] [--no-scenarios]
     opctx info [--json]
+    opctx presets list [--json]
+    opctx presets show NAME [--window N] [--model M] [--client-version V]
     opctx --version
 
 ``SESSION`` may be any unique prefix of a session id.
@@ -752,6 +755,12 @@ examples:
 examples:
   opctx info
   opctx info --json""",
+    "presets": """\
+examples:
+  opctx presets list
+  opctx presets show hermes                      # the policy as JSON ("client": the client's rules)
+  opctx presets show claude-code --window 200000 --model claude-sonnet-4-5 --client-version 2.0.76
+  opctx presets show codex --model gpt-5 | jq .trigger""",
 }
 
 
@@ -780,6 +789,59 @@ def _when(text: str, *, end_of_day: bool) -> float:
     if end_of_day and len(text.strip()) == 10:  # YYYY-MM-DD
         value += timedelta(days=1) - timedelta(microseconds=1)
     return value.timestamp()
+
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    """``presets list`` (name, client, ager, description) and ``presets show NAME`` (the
+    preset's ``CompactionPolicy`` as JSON; resolved for a window, model and client version
+    when one of them is given: the policy an engine of it runs with)."""
+    from opctx.lab.presets import PRESETS, resolve_policy
+
+    if args.action == "list":
+        rows = [{"name": s.name, "client": s.client, "aging": s.policy.aging.kind,
+                 "description": s.description} for s in PRESETS.values()]
+        if args.json:
+            print(json.dumps(rows, indent=2))
+        else:
+            for row in rows:
+                print(f"{row['name']:<22}{row['client'] or '-':<13}{row['aging']:<9}{row['description']}")
+        return EXIT_OK
+    spec = PRESETS.get(args.name)
+    if spec is None:
+        raise CliError(f"unknown preset {args.name!r}; presets: {', '.join(PRESETS)}", EXIT_USAGE)
+    policy = spec.policy
+    if args.client_version is not None:
+        policy = policy.replace(**{"client.version": args.client_version})
+    if args.window is not None or args.model is not None or args.client_version is not None:
+        from opctx.context.tokens import real_context_window
+
+        window = args.window or real_context_window(args.model)
+        try:
+            policy = resolve_policy(policy, context_window=window, model=args.model)
+        except ValueError as exc:
+            raise CliError(f"preset {args.name!r}: {exc}", EXIT_USAGE) from None
+        policy = policy.replace(**{"budget.context_window": window})
+    print(json.dumps(policy.to_dict(), indent=2))
+    return EXIT_OK
+
+
+def _presets_parser(sub: Any) -> None:
+    """``opctx presets list`` / ``opctx presets show NAME`` (``cmd_presets``)."""
+    sp = sub.add_parser("presets", help="the strategy presets and their compaction policies",
+                        description="List the presets (opctx.lab.presets), or print one preset's "
+                                    "compaction policy as JSON (opctx.context.policy). Fields the "
+                                    "client decides say \"client\" until a window, model or client "
+                                    "version is given: then the policy is the one an engine of the "
+                                    "preset runs with.")
+    presets = sp.add_subparsers(dest="action", metavar="ACTION", required=True)
+    pl = presets.add_parser("list", help="name, client, ager and description of every preset")
+    pl.add_argument("--json", action="store_true", help="print JSON")
+    ps = presets.add_parser("show", help="one preset's policy as JSON")
+    ps.add_argument("name", metavar="NAME", help="a preset name (opctx presets list)")
+    ps.add_argument("--window", type=_count, metavar="N", help="resolve for this context window (tokens)")
+    ps.add_argument("--model", metavar="M", help="resolve for this model (its window, unless --window)")
+    ps.add_argument("--client-version", metavar="V", help="resolve for this client version (claude-code, codex)")
+    sp.set_defaults(func=cmd_presets)
 
 
 def _reader_args(sp: argparse.ArgumentParser) -> None:
@@ -916,6 +978,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "and the toolkit's optional packages.")
     sp.add_argument("--json", action="store_true", help="print JSON")
     sp.set_defaults(func=cmd_info)
+
+    _presets_parser(sub)
     for name, examples in _EXAMPLES.items():
         sub.choices[name].epilog = examples
         sub.choices[name].formatter_class = argparse.RawDescriptionHelpFormatter

@@ -185,8 +185,8 @@ def _thresholds_of(preset: str, window: int) -> dict[str, str]:
     sessions = sessions_df(db, columns=["session_id", "n_nodes"])
     longest = sessions.sort_values("n_nodes", ascending=False).session_id.iloc[0]
     engine = build_engine(preset, context_window=window, model=load_history(db, longest).model)
-    return {name: f"{getattr(engine, name):.2f}"
-            for name in ("recommend_pct", "auto_compact_pct", "emergency_pct")}
+    return {name: f"{engine.policy.get(name):.2f}"
+            for name in ("trigger.recommend_pct", "trigger.auto_pct", "trigger.emergency_pct")}
 
 
 def _widget_input(page, css: str, label: str):
@@ -247,7 +247,7 @@ def test_tuner_in_jupyterlab_offline(lab_server):
 
             # move the trigger slider from 0.73 down with the keyboard, as a user would:
             # the engine compacts earlier and more often
-            slider = page.locator(".opctx-tuner .widget-slider", has_text="auto_compact_pct").first
+            slider = page.locator(".opctx-tuner .widget-slider", has_text="trigger.auto_pct").first
             handle = slider.locator(".noUi-handle").first
             handle.scroll_into_view_if_needed()
             handle.focus()

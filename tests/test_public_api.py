@@ -15,7 +15,7 @@ parse_tool_call render_dag_messages compute_reads fold_history agentic_function 
 BudgetAllocator UsageTracker TurnAger ReferenceTracker Summarizer Persister ContextEngine
 DefaultContextEngine register_engine get_engine resolve_engine_for TurnPrep CompactResult UsageState
 BudgetAllocation ReferenceMap estimate_message_tokens estimate_history_tokens real_context_window
-UserMessage ModelCall FunctionCall""".split()
+UserMessage ModelCall FunctionCall CompactionPolicy CompactRequest Decision DecisionKind""".split()
 
 
 @pytest.mark.parametrize("name", SPEC_NAMES)

@@ -1,10 +1,11 @@
 """Context orchestration: what each turn feeds the model and how history is compacted.
 
-Modules: ``types``, ``tokens`` (with its private ``_model_table``, ``_tiktoken_offline``,
-``_heuristic``, ``_family_profiles``, ``_image_sizes``, ``_message_parts``), ``budget``,
-``usage``, ``references``, ``aging``,
-``system_prompt``, ``prompts``, ``summarize`` (with its private ``_cut``, ``_cut_facts``,
-``_summary_config``, ``_transcript``, ``_structural``), ``persistence``,
+Modules: ``policy`` (``CompactionPolicy``: every number that decides when and how a
+history is compacted or aged, one typed value; exported here), ``types``, ``tokens`` (with
+its private ``_model_table``, ``_tiktoken_offline``, ``_heuristic``, ``_family_profiles``,
+``_image_sizes``, ``_message_parts``), ``budget``, ``usage``, ``references``, ``aging``,
+``masking``, ``system_prompt``, ``prompts``, ``summarize`` (with its private ``_cut``,
+``_cut_facts``, ``_summary_config``, ``_transcript``, ``_structural``), ``persistence``,
 ``provider_messages``, ``anthropic_messages``, ``fit`` (the last step of a prepare: the
 request as sent fits the window), ``engine``, ``turn``.
 Depends only on ``opctx.dag`` and the standard library (plus tiktoken).
@@ -15,9 +16,11 @@ from one assembly (display-only lines left out, tool results right after their c
 """
 
 from .anthropic_messages import anthropic_request_tokens, thinking_retention, to_anthropic_request
+from .policy import CompactionPolicy
 from .provider_messages import is_display_only, to_provider_messages
 
 __all__ = [
+    "CompactionPolicy",
     "anthropic_request_tokens",
     "is_display_only",
     "thinking_retention",

@@ -1,9 +1,16 @@
-"""``SummarizerConfig``: every parameter of the specification's §4 table, plus the
-settings of the summary call (additions).
+"""``SummarizerConfig``: the flat view of a policy that the cut and the summariser read.
 
-Its own module because three readers share it: the cut (``_cut.py``), the
-summariser (``summarize.py``) and the engine's triggers. The meaning of each
-field is in the ``opctx.context.summarize`` docstring ("Parameters").
+The settings themselves live in ``opctx.context.policy.CompactionPolicy`` (their
+defaults and sources are stated there, once). The cut (``_cut.py``) and the summariser
+(``summarize.py``) read them flat, under the names of the specification's §4 table,
+so this view keeps that shape: ``SummarizerConfig.from_policy(policy)`` builds it, and a
+directly constructed one (older code) has the policy's defaults and is checked by the
+policy's rules (``to_policy``). The meaning of each field is in the
+``opctx.context.summarize`` docstring ("Parameters") and in the policy's field metadata.
+
+``trigger_pct`` / ``recommend_pct`` / ``emergency_pct`` are the summariser's copy of
+the engine's thresholds, kept within [0, 1] (a threshold that never fires, or one past
+the input budget, is 1.0 here); the engine's own figures come from the policy.
 """
 
 from __future__ import annotations
@@ -11,80 +18,61 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from .policy import FROM_CLIENT, LEGACY_NAMES, CompactionPolicy
+
 __all__ = ["SummarizerConfig"]
+
+_D = CompactionPolicy()
+_THRESHOLDS = ("trigger_pct", "emergency_pct", "recommend_pct")
 
 
 @dataclass
 class SummarizerConfig:
-    """Every parameter of the §4 table, plus the summary-call settings (additions)."""
+    """The cut and summary settings of a policy, flat (module docstring)."""
 
-    trigger_pct: float = 0.80
-    emergency_pct: float = 0.95
-    recommend_pct: float = 0.70
-    keep_min_tokens: int = 8_000
-    keep_max_tokens: int = 40_000
-    keep_ratio: float = 0.10
-    keep_min_messages: int = 5
-    protect_first_n: int = 3
-    protect_last_n: int = 20
-    min_prompt_budget: int = 8_000
-    min_prompt_ratio: float = 0.25
-    # addition (the cut): fold the current turn too, keeping only the latest request verbatim
-    fold_current_turn: bool = False
-    # addition (replays): tokens a client adds after each compaction that no history holds
-    post_compaction_tokens: int = 0
-    # additions: the summary call itself
-    max_message_chars: int = 4_000
-    structural_head_chars: int = 60
-    summary_output_tokens: int = 4_096
-    timeout: float | None = 120.0
+    trigger_pct: float = _D.trigger.auto_pct  # type: ignore[assignment]
+    emergency_pct: float = _D.trigger.emergency_pct  # type: ignore[assignment]
+    recommend_pct: float = _D.trigger.recommend_pct  # type: ignore[assignment]
+    keep_min_tokens: int = _D.cut.keep_min_tokens
+    keep_max_tokens: int = _D.cut.keep_max_tokens
+    keep_ratio: float = _D.cut.keep_ratio
+    keep_min_messages: int = _D.cut.keep_min_messages
+    protect_first_n: int = _D.cut.protect_first_n
+    protect_last_n: int = _D.cut.protect_last_n
+    min_prompt_budget: int = _D.cut.min_prompt_budget
+    min_prompt_ratio: float = _D.cut.min_prompt_ratio
+    fold_current_turn: bool = _D.cut.fold_current_turn
+    post_compaction_tokens: int = _D.client.post_compaction_tokens
+    max_message_chars: int = _D.summary.max_message_chars
+    structural_head_chars: int = _D.summary.structural_head_chars
+    summary_output_tokens: int = _D.summary.summary_output_tokens
+    timeout: float | None = _D.summary.timeout
 
     def __post_init__(self) -> None:
-        for name in (
-            "trigger_pct",
-            "emergency_pct",
-            "recommend_pct",
-            "keep_ratio",
-            "min_prompt_ratio",
-        ):
+        for name in _THRESHOLDS:
             value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
                 raise ValueError(f"SummarizerConfig.{name} must be within [0, 1], got {value!r}")
-        for name in (
-            "keep_min_tokens",
-            "keep_max_tokens",
-            "keep_min_messages",
-            "protect_first_n",
-            "protect_last_n",
-            "min_prompt_budget",
-            "max_message_chars",
-            "structural_head_chars",
-            "summary_output_tokens",
-            "post_compaction_tokens",
-        ):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 0:
-                raise ValueError(
-                    f"SummarizerConfig.{name} must be a non-negative int, got {value!r}"
-                )
-        if not isinstance(self.fold_current_turn, bool):
-            raise ValueError(
-                f"SummarizerConfig.fold_current_turn must be a bool, got {self.fold_current_turn!r}"
-            )
-        if self.keep_min_tokens > self.keep_max_tokens:
-            raise ValueError(
-                f"SummarizerConfig.keep_min_tokens ({self.keep_min_tokens}) exceeds "
-                f"keep_max_tokens ({self.keep_max_tokens})"
-            )
-        if not self.recommend_pct <= self.trigger_pct <= self.emergency_pct:
-            raise ValueError(
-                "SummarizerConfig thresholds must satisfy recommend_pct <= trigger_pct <= emergency_pct, "
-                f"got {self.recommend_pct}, {self.trigger_pct}, {self.emergency_pct}"
-            )
-        if self.timeout is not None and self.timeout <= 0:
-            raise ValueError(
-                f"SummarizerConfig.timeout must be positive or None, got {self.timeout!r}"
-            )
+        self.to_policy()  # every other rule, with the policy's messages (dotted names)
+
+    @classmethod
+    def from_policy(cls, policy: CompactionPolicy) -> SummarizerConfig:
+        """The view of ``policy`` (thresholds clipped to [0, 1]; never is 1.0)."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            value = policy.get(LEGACY_NAMES[f.name])
+            if f.name in _THRESHOLDS:
+                if value == FROM_CLIENT:
+                    raise ValueError(f"{LEGACY_NAMES[f.name]} is {FROM_CLIENT!r}: resolve the policy first")
+                value = 1.0 if value is None else min(1.0, value)
+            values[f.name] = value
+        return cls(**values)
+
+    def to_policy(self, base: CompactionPolicy | None = None) -> CompactionPolicy:
+        """``base`` (default: the default policy) with this view's values; a threshold of
+        1.0 stays 1.0 (the view cannot tell it from "never")."""
+        changes = {LEGACY_NAMES[f.name]: getattr(self, f.name) for f in fields(self)}
+        return (base or _D).replace(**changes)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

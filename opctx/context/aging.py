@@ -87,9 +87,13 @@ from typing import Any
 
 from opctx.dag.nodes import Call
 
+from .policy import AgingPolicy
 from .references import ReferenceTracker
 from .tokens import Estimator, default_estimator
 from .types import AgingReport, ReferenceMap
+
+# the gates' defaults: their home (with their sources) is the policy's aging part
+_DEFAULTS = AgingPolicy()
 
 __all__ = ["TurnAger", "PLACEHOLDER_TEMPLATE", "placeholder_text"]
 
@@ -180,10 +184,10 @@ class TurnAger:
 
     def __init__(
         self,
-        keep_recent_turns: int = 4,
-        keep_recent_seconds: float = 60,
-        min_tokens: int = 800,
-        protect_first_n: int = 2,
+        keep_recent_turns: int = _DEFAULTS.keep_recent_turns,
+        keep_recent_seconds: float = _DEFAULTS.keep_recent_seconds,
+        min_tokens: int = _DEFAULTS.min_tokens,
+        protect_first_n: int = _DEFAULTS.protect_first_n,
         clock: Callable[[], float] = time.time,
         *,
         estimator: Estimator | None = None,

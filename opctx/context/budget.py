@@ -48,6 +48,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from .policy import RESERVE_POLICIES, BudgetPolicy
 from .tokens import (
     DEFAULT_MAX_OUTPUT,
     Estimator,
@@ -65,7 +66,7 @@ __all__ = [
 ]
 
 ReservePolicy = Literal["cap", "floor"]
-_POLICIES = ("cap", "floor")
+_POLICIES = RESERVE_POLICIES
 
 RESERVE_FRACTION = 0.25
 MIN_OUTPUT_RESERVE = 1_024
@@ -82,7 +83,7 @@ class BudgetAllocator:
     def __init__(
         self,
         output_reserve: int | None = None,
-        reserve_policy: ReservePolicy = "cap",
+        reserve_policy: ReservePolicy = BudgetPolicy.reserve_policy,  # type: ignore[assignment]
         *,
         reserve_fraction: float = RESERVE_FRACTION,
         min_reserve: int = MIN_OUTPUT_RESERVE,

@@ -8,29 +8,37 @@
 ``prepare(agent, session, history,     before every LLM call: returns a ``TurnPrep``
 model, tools)``
 ``should_recommend(prep)``             ``budget_pct >= recommend_pct`` (0.70)
-``should_auto_compact(prep)``          ``budget_pct >= auto_compact_pct`` (0.80) and
-                                       auto-compaction not disabled for the session
-``compact(agent, session_id, model,    fold the branch into a summary; ``CompactResult``
-on_event, previous_summary,
-user_initiated, cancel_event,
-keep_recent_tokens)``
+``should_auto_compact(prep)``          ``prep.decision`` says compact: ``budget_pct >=
+                                       auto_compact_pct`` (0.80) and auto-compaction not
+                                       disabled for the session
+``compact(request)``                   fold the branch into a summary, as a
+                                       ``CompactRequest`` asks; ``CompactResult``
 ``after_turn(session_id, usage,        feed the provider's real usage back; emit
 prep, on_event)``                      ``compaction_recommended``
 ``on_session_end(session_id)``         flush in-memory state
 =====================================  =================================================
 
-``DefaultContextEngine`` wires the hooks to six components, all injected
-keyword-only (§5.2): ``usage_tracker`` (UsageTracker), ``budget_allocator``
-(BudgetAllocator), ``ager`` (TurnAger), ``summarizer`` (Summarizer),
-``persister`` (Persister), ``references`` (a ReferenceTracker, or a factory of
-them: references are tracked per session), plus ``session_db``, the thresholds
-(``recommend_pct`` / ``auto_compact_pct`` / ``emergency_pct``; when not given they
-come from ``config``: ``recommend_pct`` / ``trigger_pct`` / ``emergency_pct``,
-0.70 / 0.80 / 0.95 by default), ``config`` (a ``SummarizerConfig``: the cut and
-summary parameters), a ``context_window`` override, an ``estimator`` and a
-``clock``. Swap one component to change one dimension of behaviour; tests pass a
-fake summariser to run compaction without a provider. ``aging=False`` runs
-without a ``TurnAger`` (the "none" strategy of the lab).
+``DefaultContextEngine(policy=...)`` reads every number from one
+``CompactionPolicy`` (``opctx.context.policy``: thresholds, the cut, aging, the
+budget, the anti-thrash guard, the summary call; ``engine.policy``) and wires the
+hooks to six components, all injected keyword-only (§5.2): ``usage_tracker``
+(UsageTracker), ``budget_allocator`` (BudgetAllocator), ``ager`` (TurnAger),
+``summarizer`` (Summarizer), ``persister`` (Persister), ``references`` (a
+ReferenceTracker, or a factory of them: references are tracked per session), plus
+``session_db``, an ``estimator`` and a ``clock``. A component not given is built from
+the policy (the ager from ``aging.kind``: ``turns``, ``masking`` or ``none``; the
+budget from ``budget``). Swap one component to change one dimension of behaviour;
+tests pass a fake summariser to run compaction without a provider. The engine's
+``recommend_pct`` / ``auto_compact_pct`` / ``emergency_pct`` (``math.inf`` for
+never), ``tail_budget_share``, ``min_saving``, ``rearm_fraction``, ``context_window``
+and ``config`` (the ``SummarizerConfig`` view the cut and the summariser read) are
+read-only views of the policy.
+
+The older keyword arguments (``recommend_pct``, ``auto_compact_pct``,
+``emergency_pct``, ``config``, ``context_window``, ``tail_budget_share``,
+``min_saving``, ``rearm_fraction``, ``aging``) still build a policy, with a
+``DeprecationWarning``; with neither, the policy is the summariser's ``config``
+viewed as a policy, else the default policy.
 
 prepare (the six steps)
 =======================
@@ -57,13 +65,18 @@ prepare (the six steps)
    originals); decide. The figures and the decision are those of the history
    before truncating, so that compaction still sees what it has to fold.
 
-``decision_path`` records each step, for example
+The decision is ``TurnPrep.decision`` (``opctx.context.types.Decision``): its kind
+(``none``, ``age``, ``recommend``, ``compact``, ``emergency``: at or over
+``emergency_pct``, compaction goes straight to the structural summary; ``disabled``:
+over the trigger while the guard holds automatic compaction off) with the share of the
+budget and the thresholds it was taken on (``ContextEngine.decide``). Callers read it
+(``should_auto_compact``, the lab's replay); ``decision_path`` is telemetry only, for
+people and logs: each step, for example
 ``["usage:provider", "aging:redacted=3", "budget:0.82", "auto_compact"]``
 (``"fit:truncated=N"`` / ``"fit:overflow"`` follow the budget entry when the
-request had to be truncated / cannot fit).
-The last entry is one of ``"ok"``, ``"recommend"``, ``"auto_compact"``,
-``"emergency"`` (at or over ``emergency_pct``: compaction goes straight to the
-structural summary) or ``"auto_compact_disabled"``.
+request had to be truncated / cannot fit; the last entry is the decision's word:
+``"ok"``, ``"recommend"``, ``"auto_compact"``, ``"emergency"`` or
+``"auto_compact_disabled"``).
 
 Estimates are for the call's ``model``: its tokenizer and the calibration scale
 of its family (``tokens.FAMILY_PROFILES``; Claude counts ~1.2x cl100k), everywhere:
@@ -88,7 +101,7 @@ mutated in place after it was passed in, so pass a new one.
 
 compact
 =======
-``compact`` is this sequence of steps, one method each:
+``compact`` (``_compaction.py``) is this sequence of steps, one method each:
 
 1. ``_measure_branch``: re-read the active branch (``session_db.get_branch``) and
    count ``tokens_before`` = system + tools + the history aged as ``prepare``
@@ -98,7 +111,7 @@ compact
    will age it, by a copy of the session's ager, so folding results aging
    already cleared is not mistaken for a saving); the emergency rule uses the
    same aged figure;
-2. ``_plan_cut``: ``find_cut_index`` with ``max_tail_tokens = tail_budget_share``
+2. ``_plan_cut``: ``find_cut_index`` with ``max_tail_tokens = cut.tail_budget_share``
    (0.5) of the input budget left after system and tools, so that on small
    windows the kept tail cannot eat the whole budget (the 8K case); nothing to
    cut ends the run (``_nothing_to_cut``);
@@ -129,10 +142,11 @@ Guards (compaction must not loop: docs/design.md)
 * nothing to cut, or a summary that would not shrink the input: nothing is
   written; for an automatic compaction, auto-compaction is disabled for the
   session;
-* saved under ``min_saving`` (10%) twice in a row: auto-compaction is disabled.
+* saved under ``guard.min_saving`` (10%) ``guard.low_saving_streak`` (2) times in a
+  row: auto-compaction is disabled.
 The result (``disabled_auto=True``, ``error``) and the ``compaction_finished``
 event say so. It does not latch forever: it re-arms when the history estimate
-has grown by ``rearm_fraction`` (25%) of the input budget since it was
+has grown by ``guard.rearm_fraction`` (25%) of the input budget since it was
 disabled, or at once on a manual compaction (``user_initiated=True``).
 
 Events
@@ -155,41 +169,50 @@ default. ``default_engine()`` is the lazily built shared ``DefaultContextEngine`
 
 from __future__ import annotations
 
-import copy
-import logging
+import math
 import operator
 import threading
 import time
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from itertools import compress
 from typing import Any
 
+from ._compaction import _CompactionSteps
+from ._engine_state import (
+    COMPACT_ATTEMPTS,
+    EngineError,
+    EventHandler,
+    _agent_attr,
+    _Guard,
+    _run_ager,
+    _session_id,
+    _SessionState,
+    _summary_id,
+    emit,
+    logger,
+)
 from .aging import TurnAger
 from .anthropic_messages import thinking_retention
 from .budget import BudgetAllocator
 from .fit import ContextOverflowError, FittedRequest, fit_request
-from .persistence import BranchChanged, Persister
-from .prompts import SUMMARY_PREFIX
-from .provider_messages import _ProviderCache, to_provider_messages
+from .masking import ObservationMasker
+from .persistence import Persister
+from .policy import CompactionPolicy
+from .provider_messages import to_provider_messages
 from .references import ReferenceTracker
-from .summarize import (
-    MessageFacts,
-    Summarizer,
-    SummarizerConfig,
-    find_cut_index,
-    is_summary_message,
-)
+from .summarize import MessageFacts, Summarizer, SummarizerConfig
 from .tokens import Estimator, default_estimator, real_context_window
 from .types import (
     AgingReport,
-    BudgetAllocation,
+    CompactRequest,
     CompactResult,
-    CutPoint,
+    Decision,
     ReferenceMap,
-    SummaryResult,
     TurnPrep,
+    UsageState,
 )
 from .usage import UsageTracker
 
@@ -199,6 +222,7 @@ __all__ = [
     "EngineError",
     "ContextOverflowError",  # re-exported from .fit, its home
     "EventHandler",
+    "CompactRequest",  # re-exported from .types, its home
     "CONTEXT_ENGINE_REGISTRY",
     "register_engine",
     "unregister_engine",
@@ -209,60 +233,42 @@ __all__ = [
     "RECOMMEND_PCT",
     "AUTO_COMPACT_PCT",
     "EMERGENCY_PCT",
+    "COMPACT_ATTEMPTS",
 ]
 
-logger = logging.getLogger(__name__)
-
-RECOMMEND_PCT = 0.70
-AUTO_COMPACT_PCT = 0.80
-EMERGENCY_PCT = 0.95
-# tries of one compaction when another writer switches the branch under it (BranchChanged)
-COMPACT_ATTEMPTS = 3
-
-EventHandler = Callable[[str, dict], Any]
-
-
-class EngineError(Exception):
-    """A context engine is unknown, misconfigured, or failed."""
-
-
-def emit(on_event: EventHandler | None, name: str, payload: dict) -> None:
-    """Call an event handler; a failing handler is logged, never raised."""
-    if on_event is None:
-        return
-    try:
-        on_event(name, payload)
-    except Exception:  # an observer must not break the turn
-        logger.exception("context engine: event handler failed on %r", name)
-
-
-def _session_id(session: Any) -> str:
-    if isinstance(session, str):
-        return session
-    if isinstance(session, dict) and session.get("id"):
-        return str(session["id"])
-    for attr in ("id", "session_id"):
-        value = getattr(session, attr, None)
-        if isinstance(value, str) and value:
-            return value
-    meta = getattr(session, "meta", None)
-    if meta is not None and getattr(meta, "id", None):
-        return str(meta.id)
-    raise EngineError(
-        f"cannot tell the session id of {type(session).__name__}: pass the id as a str"
-    )
+_DEFAULT_POLICY = CompactionPolicy()
+# the specification's thresholds (their home: the policy's trigger part)
+RECOMMEND_PCT, AUTO_COMPACT_PCT, EMERGENCY_PCT = _DEFAULT_POLICY.trigger.thresholds()
+# the engine's older keyword arguments, each a policy field (or, for aging, its kind)
+_LEGACY_ARGUMENTS = {
+    "recommend_pct": "trigger.recommend_pct",
+    "auto_compact_pct": "trigger.auto_pct",
+    "emergency_pct": "trigger.emergency_pct",
+    "context_window": "budget.context_window",
+    "tail_budget_share": "cut.tail_budget_share",
+    "min_saving": "guard.min_saving",
+    "rearm_fraction": "guard.rearm_fraction",
+}
 
 
 # --------------------------------------------------------------------------- base class
 
 
 class ContextEngine(ABC):
-    """The hooks of §5.1. Subclasses implement ``prepare`` and ``compact``."""
+    """The hooks of §5.1. Subclasses implement ``prepare`` and ``compact``.
+
+    ``compact`` receives a :class:`~opctx.context.types.CompactRequest` (the turn loop
+    builds one); an engine written for the older positional ``compact(agent,
+    session_id, model, ...)`` turns it back with ``CompactRequest.from_arguments`` or
+    reads the request's fields. ``decide`` is the decision rule on the engine's
+    thresholds, for engines and callers that take the decision on another figure.
+    """
 
     name: str = "abstract"
     recommend_pct: float = RECOMMEND_PCT
     auto_compact_pct: float = AUTO_COMPACT_PCT
     emergency_pct: float = EMERGENCY_PCT
+    policy: CompactionPolicy | None = None
 
     def on_session_start(self, session_id: str) -> None:
         """A session was opened or created."""
@@ -283,27 +289,26 @@ class ContextEngine(ABC):
     ) -> TurnPrep:
         """Assemble what the next LLM call sees."""
 
+    def decide(
+        self, budget_pct: float, *, auto_disabled: bool = False, redacted: int = 0, reason: str | None = None
+    ) -> Decision:
+        """The decision at ``budget_pct`` on this engine's thresholds (``Decision.of``)."""
+        thresholds = (self.recommend_pct, self.auto_compact_pct, self.emergency_pct)
+        return Decision.of(budget_pct, thresholds, auto_disabled=auto_disabled, redacted=redacted, reason=reason)
+
     def should_recommend(self, prep: TurnPrep) -> bool:
         return prep.budget_pct >= self.recommend_pct
 
     def should_auto_compact(self, prep: TurnPrep) -> bool:
-        if "auto_compact_disabled" in prep.decision_path:
-            return False
+        """Whether to compact before this request: ``prep.decision`` when the engine
+        decided, else ``budget_pct`` against ``auto_compact_pct``."""
+        if prep.decision is not None:
+            return prep.decision.compacts
         return prep.budget_pct >= self.auto_compact_pct
 
     @abstractmethod
-    def compact(
-        self,
-        agent: Any,
-        session_id: str,
-        model: str | None,
-        on_event: EventHandler | None = None,
-        previous_summary: str | None = None,
-        user_initiated: bool = False,
-        cancel_event: threading.Event | None = None,
-        keep_recent_tokens: int | None = None,
-    ) -> CompactResult:
-        """Fold part of the active branch into a summary."""
+    def compact(self, request: CompactRequest) -> CompactResult:
+        """Fold part of the active branch into a summary, as ``request`` asks."""
 
     def after_turn(
         self,
@@ -323,133 +328,52 @@ class ContextEngine(ABC):
 # --------------------------------------------------------------------------- default engine
 
 
-@dataclass
-class _Guard:
-    """Anti-thrash state of one session."""
-
-    disabled: bool = False
-    reason: str | None = None
-    low_saving_streak: int = 0
-    disabled_at_tokens: int = 0
-
-
-@dataclass
-class _SessionState:
-    facts: MessageFacts
-    references: Any
-    ager: Any = None  # this session's own ager (a copy of the engine's TurnAger), or the shared one
-    ager_source: Any = None  # the engine's ager it was made from (a later change is followed)
-    facts_model: str | None = None  # the model the facts' token estimates are for
-    # position -> (the aged copy there, its estimate): see _aged_history_tokens
-    aged_tokens: dict[int, tuple[Any, int]] = field(default_factory=dict)
-    provider_cache: _ProviderCache = field(default_factory=_ProviderCache)
-    guard: _Guard = field(default_factory=_Guard)
-    recommended: bool = False
-    last_prep: TurnPrep | None = None
-    system_tokens: int = 0
-    tools_tokens: int = 0
-    input_budget: int = 0
-    # the prompt the provider last counted: (aged history as sent, system and tools
-    # estimates, model); the next prepare estimates how its prefix has changed since
-    counted: tuple[list[Any], int, int, str | None] | None = None
-    # the provider messages last sent, their estimates and the model (see _fit_request)
-    sent: tuple[list[dict], list[int], str | None] = ([], [], None)
-    # one prepare/compact at a time per session: the caches above are extended in place
-    lock: Any = field(default_factory=threading.RLock)
-
-
-@dataclass
-class _BranchFigures:
-    """The active branch as ``compact`` measured it: what the later steps work from.
-
-    Every figure is an estimate of the prompt as ``prepare`` would send it (aged), so
-    that before and after compare like with like.
-    """
-
-    history: list[dict]
-    window: int
-    system_tokens: int
-    tools_tokens: int
-    facts: MessageFacts
-    table: Any  # facts.table(history)
-    deltas: dict[int, int]  # position -> what aging changed there (see _aging_deltas)
-    aged_history: int  # the history's tokens, aged
-    budget: BudgetAllocation
-
-    @property
-    def tokens_before(self) -> int:
-        return self.system_tokens + self.tools_tokens + self.aged_history
-
-    @property
-    def pct(self) -> float:
-        return self.budget.input_used_pct
+def _engine_policy(
+    policy: CompactionPolicy | None, legacy: dict[str, Any], summarizer: Any
+) -> CompactionPolicy:
+    """The engine's policy: ``policy``, or one built from the older keyword arguments
+    (a ``DeprecationWarning``), else the summariser's ``config``, else the defaults."""
+    unknown = sorted(set(legacy) - set(_LEGACY_ARGUMENTS) - {"config", "aging"})
+    if unknown:
+        raise TypeError(f"DefaultContextEngine got unexpected keyword argument(s) {unknown}")
+    if policy is not None:
+        if legacy:
+            raise TypeError(
+                f"pass policy= or the older keyword arguments {sorted(legacy)}, not both "
+                "(policy.replace(...) sets any field)"
+            )
+        if not isinstance(policy, CompactionPolicy):
+            raise TypeError(f"policy must be a CompactionPolicy, got {type(policy).__name__}")
+        return policy
+    if legacy:
+        warnings.warn(
+            f"DefaultContextEngine({', '.join(sorted(legacy))}=...) is deprecated: pass "
+            "policy=CompactionPolicy(...) (opctx.context.policy)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    config = legacy.get("config") or getattr(summarizer, "config", None)
+    base = config.to_policy() if isinstance(config, SummarizerConfig) else _DEFAULT_POLICY
+    changes = {_LEGACY_ARGUMENTS[k]: v for k, v in legacy.items() if k in _LEGACY_ARGUMENTS}
+    for key in ("trigger.recommend_pct", "trigger.auto_pct", "trigger.emergency_pct"):
+        if changes.get(key) == math.inf:
+            changes[key] = None  # the older spelling of "never"
+    if legacy.get("aging") is False:
+        changes["aging.kind"] = "none"
+    try:
+        return base.replace(**changes)
+    except ValueError as exc:
+        raise ValueError(f"engine thresholds and settings: {exc}") from None
 
 
-@dataclass
-class _CompactRequest:
-    """What one ``compact`` call was asked to do (kept for its retries)."""
-
-    session_id: str
-    db: Any
-    agent: Any
-    model: str | None
-    tools: Sequence[dict] | None
-    why: str
-    trigger: str | None
-    previous_summary: str | None
-    keep_recent_tokens: int | None
-    provider_call: Callable[..., Any] | None
-    cancel_event: threading.Event | None
-
-
-def _compaction_reason(reason: str | None, user_initiated: bool) -> str:
-    """``auto``, ``manual`` or ``recovered``: the reason given, else by who asked."""
-    why = reason or ("manual" if user_initiated else "auto")
-    if why not in ("auto", "manual", "recovered"):
-        raise ValueError(f"compaction reason must be auto, manual or recovered, got {why!r}")
-    return why
-
-
-def _result_fields(
-    branch: _BranchFigures, cut: CutPoint, summary: SummaryResult, why: str
-) -> dict[str, Any]:
-    """The ``CompactResult`` fields a compaction that got a summary reports, written or not."""
-    return dict(
-        summary_text=summary.text,
-        summarised_count=summary.summarised_count,
-        summarised_tokens=summary.summarised_tokens,
-        tokens_before=branch.tokens_before,
-        used_previous_summary=summary.used_previous_summary,
-        reason=why,
-        fell_back_to_structural=summary.fell_back_to_structural,
-        cut_index=cut.index,
-        kept_count=len(branch.history) - cut.index + len(cut.pinned),
-        protected_count=cut.protected_head,
-    )
-
-
-def _agent_attr(agent: Any, name: str, default: Any = None) -> Any:
-    if agent is None:
-        return default
-    if isinstance(agent, dict):
-        return agent.get(name, default)
-    return getattr(agent, name, default)
-
-
-class _ConfigDefault(float):
-    """A threshold left at its default: the value in the engine's ``config`` applies.
-
-    A ``float`` so that introspection (the lab's tuner reads ``__init__`` defaults)
-    still sees the specification's number.
-    """
-
-
-class DefaultContextEngine(ContextEngine):
-    """The specification's engine: the six components wired to the hooks (module docstring)."""
+class DefaultContextEngine(_CompactionSteps, ContextEngine):
+    """The specification's engine: the six components wired to the hooks, every number
+    from ``policy`` (module docstring)."""
 
     def __init__(
         self,
         *,
+        policy: CompactionPolicy | None = None,
         usage_tracker: UsageTracker | None = None,
         budget_allocator: BudgetAllocator | None = None,
         ager: Any = None,
@@ -457,41 +381,21 @@ class DefaultContextEngine(ContextEngine):
         persister: Persister | None = None,
         references: ReferenceTracker | Callable[[], Any] | None = None,
         session_db: Any = None,
-        recommend_pct: float = _ConfigDefault(RECOMMEND_PCT),
-        auto_compact_pct: float = _ConfigDefault(AUTO_COMPACT_PCT),
-        emergency_pct: float = _ConfigDefault(EMERGENCY_PCT),
-        context_window: int | None = None,
         clock: Callable[[], float] = time.time,
-        config: SummarizerConfig | None = None,
         estimator: Estimator | None = None,
         name: str = "default",
-        tail_budget_share: float = 0.5,
-        min_saving: float = 0.10,
-        rearm_fraction: float = 0.25,
-        aging: bool = True,
+        **legacy: Any,
     ):
-        self.config = config or getattr(summarizer, "config", None) or SummarizerConfig()
-        # thresholds not given here come from the config (recommend_pct, trigger_pct,
-        # emergency_pct), whose defaults are the specification's 0.70 / 0.80 / 0.95
-        if isinstance(recommend_pct, _ConfigDefault):
-            recommend_pct = self.config.recommend_pct
-        if isinstance(auto_compact_pct, _ConfigDefault):
-            auto_compact_pct = self.config.trigger_pct
-        if isinstance(emergency_pct, _ConfigDefault):
-            emergency_pct = self.config.emergency_pct
-        if not 0 < recommend_pct <= auto_compact_pct <= emergency_pct:
+        policy = _engine_policy(policy, legacy, summarizer)
+        unresolved = policy.client_decides()
+        if unresolved:
             raise ValueError(
-                "thresholds must satisfy 0 < recommend_pct <= auto_compact_pct <= emergency_pct, got "
-                f"{recommend_pct}, {auto_compact_pct}, {emergency_pct}"
+                f"the policy's {', '.join(unresolved)} still say 'client': build the engine for a "
+                "window with the client's rules (opctx.lab.presets.build_engine)"
             )
-        if context_window is not None and (
-            not isinstance(context_window, int) or context_window <= 0
-        ):
-            raise ValueError(
-                f"context_window must be a positive int or None, got {context_window!r}"
-            )
-        if not 0 < tail_budget_share <= 1:
-            raise ValueError(f"tail_budget_share must be in (0, 1], got {tail_budget_share!r}")
+        self.policy = policy
+        self.config = SummarizerConfig.from_policy(policy)
+        self._thresholds = policy.trigger.thresholds()
         self.name = name
         self.clock = clock
         self.session_db = session_db
@@ -499,22 +403,47 @@ class DefaultContextEngine(ContextEngine):
         self.usage_tracker = usage_tracker or UsageTracker(
             session_db, clock=clock, estimator=self.estimator
         )
-        self.budget_allocator = budget_allocator or BudgetAllocator(estimator=self.estimator)
-        self.ager = (
-            ager if ager is not None else (_default_ager(clock, self.estimator) if aging else None)
+        budget = policy.budget
+        self.budget_allocator = budget_allocator or BudgetAllocator(
+            output_reserve=budget.output_reserve,  # type: ignore[arg-type]
+            reserve_policy=budget.reserve_policy,  # type: ignore[arg-type]
+            estimator=self.estimator,
         )
+        self.ager = ager if ager is not None else _policy_ager(policy, clock, self.estimator)
         self.summarizer = summarizer or Summarizer(None, config=self.config)
         self.persister = persister or Persister(session_db, clock=clock)
         self._references = references
-        self.recommend_pct = recommend_pct
-        self.auto_compact_pct = auto_compact_pct
-        self.emergency_pct = emergency_pct
-        self.context_window = context_window
-        self.tail_budget_share = tail_budget_share
-        self.min_saving = min_saving
-        self.rearm_fraction = rearm_fraction
         self._sessions: dict[str, _SessionState] = {}
         self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------ the policy, as numbers
+    @property
+    def recommend_pct(self) -> float:  # type: ignore[override]
+        return self._thresholds[0]
+
+    @property
+    def auto_compact_pct(self) -> float:  # type: ignore[override]
+        return self._thresholds[1]
+
+    @property
+    def emergency_pct(self) -> float:  # type: ignore[override]
+        return self._thresholds[2]
+
+    @property
+    def context_window(self) -> int | None:
+        return self.policy.budget.context_window
+
+    @property
+    def tail_budget_share(self) -> float:
+        return self.policy.cut.tail_budget_share
+
+    @property
+    def min_saving(self) -> float:
+        return self.policy.guard.min_saving
+
+    @property
+    def rearm_fraction(self) -> float:
+        return self.policy.guard.rearm_fraction
 
     # ------------------------------------------------------------------ state
     def _estimate(self, msg: dict, model: str | None = None) -> int:
@@ -617,49 +546,19 @@ class DefaultContextEngine(ContextEngine):
             # 3. aging, on copies
             aged, report = self._age(state, history, refmap)
             # 4. usage: provider prefix + appended estimate, or the local estimate
-            table = self._facts(state, model).table(history)
-            usage_state = self.usage_tracker.get(sid)
-            raw_system = (
-                self.estimator.message_tokens({"role": "system", "content": system_prompt}, model)
-                if system_prompt
-                else 0
-            )
-            raw_tools = self.estimator.tools_tokens(list(tools), model) if tools else 0
-            system_tokens, tools_tokens = raw_system, raw_tools
-            aged_estimate = self._aged_history_tokens(state, history, aged, table, model)
-            history_tokens = aged_estimate
-            source = "estimate"
-            delta = (
-                self._counted_prefix_delta(
-                    state, aged, usage_state.last_history_len, raw_system, raw_tools, model
-                )
-                if usage_state.source == "provider"
-                and 0 < usage_state.last_history_len <= len(history)
-                else None
-            )
-            if delta is not None:
-                hybrid = self.usage_tracker.hybrid_estimate(
-                    sid, aged, system_prompt, tools, model, prefix_delta=delta
-                )
-                if hybrid.source == "provider":
-                    source = "provider"
-                    system_tokens, tools_tokens, history_tokens = (
-                        hybrid.system,
-                        hybrid.tools,
-                        hybrid.history,
-                    )
-            path.append(f"usage:{source}")
+            usage = self._usage_figures(state, sid, history, aged, system_prompt, tools, model)
+            path.append(f"usage:{usage.source}")
             path.append(f"aging:redacted={report.redacted}")
             # 5. budget
             budget = self.budget_allocator.allocate(
-                window, system_tokens, history_tokens, tools_tokens, model
+                window, usage.system, usage.history, usage.tools, model
             )
             pct = budget.input_used_pct
             path.append(f"budget:{pct:.2f}")
             # 6. assemble, fit into the window, and decide
             agent_messages = to_provider_messages(aged, state.provider_cache)
             fitted = self._fit_request(
-                state, system_prompt, agent_messages, tools, raw_system, raw_tools,
+                state, system_prompt, agent_messages, tools, usage.raw_system, usage.raw_tools,
                 budget.input_budget, model,
             )
             if fitted.truncated:
@@ -667,24 +566,18 @@ class DefaultContextEngine(ContextEngine):
             if not fitted.fits:
                 path.append("fit:overflow")
             # aged, like the figure compact disabled it at
-            self._maybe_rearm(state, aged_estimate, budget.input_budget)
+            self._maybe_rearm(state, usage.aged_estimate, budget.input_budget)
             guard = state.guard
-            if pct >= self.auto_compact_pct and guard.disabled:
-                path.append("auto_compact_disabled")
-            elif pct >= self.emergency_pct:
-                path.append("emergency")
-            elif pct >= self.auto_compact_pct:
-                path.append("auto_compact")
-            elif pct >= self.recommend_pct:
-                path.append("recommend")
-            else:
-                path.append("ok")
+            decision = self.decide(
+                pct, auto_disabled=guard.disabled, redacted=report.redacted, reason=guard.reason
+            )
+            path.append(decision.path_word)
             prep = TurnPrep(
                 system_prompt=fitted.system_prompt,
                 agent_messages=fitted.messages,
                 history_dicts=aged,
                 budget=budget,
-                usage=usage_state,
+                usage=usage.state,
                 tool_results_redacted=report.redacted,
                 tokens_freed_by_aging=report.tokens_freed,
                 references_protected=report.references_protected,
@@ -695,12 +588,55 @@ class DefaultContextEngine(ContextEngine):
                 request_tokens=fitted.tokens,
                 truncated_parts=fitted.truncated,
                 overflow=fitted.overflow,
+                decision=decision,
             )
             with self._lock:
                 state.last_prep = prep
-                state.system_tokens, state.tools_tokens = raw_system, raw_tools
+                state.system_tokens, state.tools_tokens = usage.raw_system, usage.raw_tools
                 state.input_budget = budget.input_budget
             return prep
+
+    def _usage_figures(
+        self,
+        state: _SessionState,
+        sid: str,
+        history: list[dict],
+        aged: list[dict],
+        system_prompt: str,
+        tools: Sequence[dict] | None,
+        model: str | None,
+    ) -> _UsageFigures:
+        """Step 4: the figures the budget splits: the provider's count of the prefix plus an
+        estimate of what changed since when the tracker trusts it, else local estimates."""
+        table = self._facts(state, model).table(history)
+        usage_state = self.usage_tracker.get(sid)
+        raw_system = (
+            self.estimator.message_tokens({"role": "system", "content": system_prompt}, model)
+            if system_prompt
+            else 0
+        )
+        raw_tools = self.estimator.tools_tokens(list(tools), model) if tools else 0
+        aged_estimate = self._aged_history_tokens(state, history, aged, table, model)
+        figures = _UsageFigures(usage_state, raw_system, raw_tools, aged_estimate,
+                                raw_system, raw_tools, aged_estimate, "estimate")
+        delta = (
+            self._counted_prefix_delta(
+                state, aged, usage_state.last_history_len, raw_system, raw_tools, model
+            )
+            if usage_state.source == "provider"
+            and 0 < usage_state.last_history_len <= len(history)
+            else None
+        )
+        if delta is not None:
+            hybrid = self.usage_tracker.hybrid_estimate(
+                sid, aged, system_prompt, tools, model, prefix_delta=delta
+            )
+            if hybrid.source == "provider":
+                figures.source = "provider"
+                figures.system, figures.tools, figures.history = (
+                    hybrid.system, hybrid.tools, hybrid.history,
+                )
+        return figures
 
     def _fit_request(
         self,
@@ -792,25 +728,6 @@ class DefaultContextEngine(ContextEngine):
             return sum(self.estimator.message_tokens(m, model) for m in aged)
         return max(0, table.counted_tokens(thinking_retention(model)) + sum(deltas.values()))
 
-    def _predicted_aged_tokens(
-        self, state: _SessionState, layout: list[dict], model: str | None
-    ) -> int | None:
-        """Estimate of the history ``layout`` (a compaction's new branch) as the next
-        ``prepare`` will send it: aged by a copy of the session's ager, which sees the
-        new branch afresh (its first messages are protected, its references are its
-        own). None when the ager cannot be copied."""
-        ager = self._session_ager(state)
-        estimate = self.estimator.message_tokens
-        if ager is not None:
-            try:
-                probe = copy.deepcopy(ager)
-            except Exception:  # a custom ager holding something uncopyable
-                return None
-            tracker = ReferenceTracker(clock=self.clock)
-            layout, _ = _run_ager(probe, layout, tracker.build(layout))
-        # counted like the branch before it (display-only lines, thinking the model drops)
-        table = MessageFacts(lambda m: estimate(m, model)).table(layout)
-        return table.counted_tokens(thinking_retention(model))
 
     def _aging_deltas(
         self,
@@ -912,503 +829,45 @@ class DefaultContextEngine(ContextEngine):
             else:
                 state.recommended = False
 
-    # ------------------------------------------------------------------ compaction
-    def compact(
-        self,
-        agent: Any,
-        session_id: str,
-        model: str | None,
-        on_event: EventHandler | None = None,
-        previous_summary: str | None = None,
-        user_initiated: bool = False,
-        cancel_event: threading.Event | None = None,
-        keep_recent_tokens: int | None = None,
-        *,
-        tools: Sequence[dict] | None = None,
-        reason: str | None = None,
-        trigger: str | None = None,
-        session_db: Any = None,
-        provider_call: Callable[..., Any] | None = None,
-    ) -> CompactResult:
-        started = time.perf_counter()
-        why = _compaction_reason(reason, user_initiated)
-        db = self._compaction_db(session_db)
-        state = self._state(session_id)
-        with state.lock:
-            if user_initiated and state.guard.disabled:
-                state.guard = _Guard()  # a manual compaction re-arms auto-compaction
-            emit(
-                on_event,
-                "compaction_started",
-                {"session_id": session_id, "reason": why, "trigger": trigger},
-            )
 
-            def finish(result: CompactResult) -> CompactResult:
-                return self._finish_compaction(result, session_id, started, on_event)
+class _UsageFigures:
+    """Step 4's figures: what the budget splits, and the estimates behind them."""
 
-            request = _CompactRequest(
-                session_id, db, agent, model, tools, why, trigger, previous_summary,
-                keep_recent_tokens, provider_call, cancel_event,
-            )
-            conflict: BranchChanged | None = None
-            for attempt in range(1, COMPACT_ATTEMPTS + 1):
-                try:
-                    return finish(self._compact_branch(state, request, retry=attempt > 1))
-                except BranchChanged as exc:
-                    # another compaction (or a fork, a rewind) switched the branch
-                    # while this one summarised: nothing was written; read it again
-                    logger.info("context engine %r: %s (attempt %d)", self.name, exc, attempt)
-                    conflict = exc
-            return finish(
-                CompactResult(
-                    ok=False,
-                    reason=why,
-                    error=f"{conflict}; gave up after {COMPACT_ATTEMPTS} attempts",
-                )
-            )
+    __slots__ = ("state", "raw_system", "raw_tools", "aged_estimate", "system", "tools", "history", "source")
 
-    def _compact_branch(
-        self, state: _SessionState, run: _CompactRequest, *, retry: bool
-    ) -> CompactResult:
-        """Steps 1-6 on the branch as it is now; raises ``BranchChanged`` when another
-        writer switched the branch before this one was written (nothing written). On a
-        retry, an automatic compaction first checks it is still needed."""
-        why = run.why
-        branch = self._measure_branch(
-            state, run.db, run.session_id, run.agent, run.model, run.tools
-        )
-        if retry and why == "auto" and branch.pct < self.auto_compact_pct:
-            return self._compacted_elsewhere(why, branch)
-        cut = self._plan_cut(branch, run.keep_recent_tokens)
-        if not cut.ok:
-            return self._nothing_to_cut(state, why, branch, cut)
-        summary = self._summarise_folded(
-            branch, cut, run.previous_summary, run.model, run.provider_call, run.cancel_event
-        )
-        tokens_after, summary_tokens = self._predict_tokens_after(
-            state, branch, cut, summary, run.model
-        )
-        fields = _result_fields(branch, cut, summary, why)
-        if tokens_after >= branch.tokens_before:
-            return self._no_shrink(state, why, branch, summary_tokens, tokens_after, fields)
-        persisted = self._persist_summary(
-            run.session_id, run.db, branch, cut, summary, why, run.trigger, tokens_after
-        )
-        self.usage_tracker.record_compaction(run.session_id)
-        error, disabled = self._account_for_saving(
-            state, why, branch, tokens_after, summary.error
-        )
-        carried = getattr(persisted, "carried_ids", None) or []
-        if carried:
-            fields["kept_count"] += len(carried)
-        return CompactResult(
-            ok=True,
-            summary_id=persisted.summary_id,
-            tokens_after=tokens_after,
-            error=error,
-            new_head_id=persisted.new_head_id,
-            disabled_auto=disabled,
-            **fields,
-        )
-
-    def _compacted_elsewhere(self, why: str, branch: _BranchFigures) -> CompactResult:
-        """An automatic compaction that lost the race to another writer's: the branch it
-        reads now is under the threshold, so it ends without writing (guard untouched)."""
-        return CompactResult(
-            ok=False,
-            reason=why,
-            error=(
-                "the branch was compacted by another writer meanwhile and is now at "
-                f"{branch.pct:.0%} of the budget; nothing more to do"
-            ),
-            tokens_before=branch.tokens_before,
-            tokens_after=branch.tokens_before,
-        )
-
-    def _compaction_db(self, session_db: Any) -> Any:
-        """The store ``compact`` reads and writes: the argument, else the engine's own."""
-        db = session_db if session_db is not None else self.session_db
-        if db is None:
-            raise EngineError(
-                f"context engine {self.name!r} has no session_db: pass session_db=... to compact"
-            )
-        return db
-
-    def _measure_branch(
-        self,
-        state: _SessionState,
-        db: Any,
-        session_id: str,
-        agent: Any,
-        model: str | None,
-        tools: Sequence[dict] | None,
-    ) -> _BranchFigures:
-        """Step 1: re-read the active branch and count it as ``prepare`` would send it.
-
-        The system prompt is rebuilt when an agent is given (or no prepare ran yet),
-        else the last prepare's estimate is reused; the same for the tools.
-        """
-        history = db.get_branch(session_id)
-        window = self.window_for(model)
-        system_prompt = (
-            self.system_prompt_for(agent)
-            if agent is not None or state.last_prep is None
-            else None
-        )
-        if system_prompt is not None:
-            system_tokens = (
-                self.estimator.message_tokens(
-                    {"role": "system", "content": system_prompt}, model
-                )
-                if system_prompt
-                else 0
-            )
-        else:
-            system_tokens = state.system_tokens
-        tools_tokens = (
-            self.estimator.tools_tokens(list(tools), model) if tools else state.tools_tokens
-        )
-        facts = self._facts(state, model)
-        table = facts.table(history)
-        # measured on the prompt as prepare sends it, aged: a history whose old results
-        # aging already cleared is no emergency, and folding results that are already
-        # placeholders saves less than their stored size
-        refmap = state.references.update(history) if history else ReferenceMap()
-        aged, _ = self._age(state, history, refmap)
-        deltas = self._aging_deltas(state, history, aged, table, model)
-        if deltas is None:  # an ager that changed the message count: no positions
-            deltas = {}
-        aged_history = max(0, table.counted_tokens(thinking_retention(model)) + sum(deltas.values()))
-        budget = self.budget_allocator.allocate(
-            window, system_tokens, aged_history, tools_tokens, model
-        )
-        return _BranchFigures(
-            history=history,
-            window=window,
-            system_tokens=system_tokens,
-            tools_tokens=tools_tokens,
-            facts=facts,
-            table=table,
-            deltas=deltas,
-            aged_history=aged_history,
-            budget=budget,
-        )
-
-    def _plan_cut(self, branch: _BranchFigures, keep_recent_tokens: int | None) -> CutPoint:
-        """Step 2: where to cut. The kept tail may use at most ``tail_budget_share`` of the
-        input budget left after system and tools (unless ``keep_recent_tokens`` is given),
-        so that on a small window the tail cannot eat the whole budget."""
-        room = max(1, branch.budget.input_budget - branch.system_tokens - branch.tools_tokens)
-        max_tail = (
-            None
-            if keep_recent_tokens is not None
-            else max(1, int(room * self.tail_budget_share))
-        )
-        return find_cut_index(
-            branch.history,
-            branch.window,
-            self.config,
-            keep_recent_tokens,
-            facts=branch.facts,
-            max_tail_tokens=max_tail,
-        )
-
-    def _nothing_to_cut(
-        self, state: _SessionState, why: str, branch: _BranchFigures, cut: CutPoint
-    ) -> CompactResult:
-        """No cut possible: nothing is written; an automatic run disables auto-compaction."""
-        disabled = self._no_progress(
-            state, why, branch.aged_history, f"no compaction possible: {cut.reason}"
-        )
-        return CompactResult(
-            ok=False,
-            reason=why,
-            error=cut.reason,
-            tokens_before=branch.tokens_before,
-            tokens_after=branch.tokens_before,
-            cut_index=None,
-            protected_count=cut.protected_head,
-            disabled_auto=disabled,
-        )
-
-    def _summarise_folded(
-        self,
-        branch: _BranchFigures,
-        cut: CutPoint,
-        previous_summary: str | None,
-        model: str | None,
-        provider_call: Callable[..., Any] | None,
-        cancel_event: threading.Event | None,
-    ) -> SummaryResult:
-        """Step 3: summarise ``history[head:cut]`` (pinned requests excepted).
-
-        UPDATE from the previous summary (the argument, else the summary node being
-        folded), FRESH otherwise; the structural summary at once in an emergency
-        (``budget_pct >= emergency_pct``). The summariser falls back to the structural
-        summary by itself when the LLM call fails.
-        """
-        history, head_n, cut_idx, pinned = branch.history, cut.protected_head, cut.index, cut.pinned
-        # a pinned request (CutPoint.pinned) is kept verbatim after the summary
-        folded = [m for i, m in enumerate(history[head_n:cut_idx], head_n) if i not in pinned]
-        if previous_summary is None:
-            previous_summary = _latest_summary_text(folded)
-        pct, window = branch.pct, branch.window
-        force = None
-        if pct >= self.emergency_pct:
-            force = (
-                f"Emergency: input at {pct:.0%} of the budget (>= {self.emergency_pct:.0%}); "
-                "no room for an LLM summary call"
-            )
-        output_room = min(self.config.summary_output_tokens, window // 4)
-        max_prompt = window - output_room
-        summarizer = self.summarizer
-        if getattr(summarizer, "provider_call", True) is None and provider_call is not None:
-            # no summariser provider configured: summarise with the agent's own provider
-            summarizer = Summarizer(
-                provider_call, model, self.config, count_tokens=summarizer.count_tokens
-            )
-        return summarizer.summarise(
-            folded,
-            previous_summary,
-            cancel_event,
-            None,
-            max_prompt_tokens=max_prompt,
-            force_structural=force,
-            estimate=branch.facts.tokens,
-        )
-
-    def _predict_tokens_after(
-        self,
-        state: _SessionState,
-        branch: _BranchFigures,
-        cut: CutPoint,
-        summary: SummaryResult,
-        model: str | None,
-    ) -> tuple[int, int]:
-        """Step 4: ``(tokens_after, summary_tokens)``: the new branch (head, summary,
-        pinned requests, tail) as the next ``prepare`` will send it, aged by a copy of
-        the session's ager; with an ager that cannot be copied, each kept message
-        counts as it is aged now."""
-        history, head_n, cut_idx, pinned = branch.history, cut.protected_head, cut.index, cut.pinned
-        table = branch.table
-        summary_msg = {"role": "system", "content": f"{SUMMARY_PREFIX}\n{summary.text}"}
-        summary_tokens = self._estimate(summary_msg, model)
-        layout = (
-            history[:head_n]
-            + [summary_msg]
-            + [history[i] for i in sorted(pinned)]
-            + history[cut_idx:]
-        )
-        predicted = self._predicted_aged_tokens(state, layout, model)
-        if predicted is None:  # an ager that cannot be tried on a copy: keep aged as now
-            kept = lambda i: i < head_n or i >= cut_idx or i in pinned  # noqa: E731
-            predicted = (
-                table.prefix_tokens[head_n]
-                + summary_tokens
-                + table.tail_tokens(cut_idx)
-                + sum(table.tokens_at(i) for i in pinned)
-                + sum(d for i, d in branch.deltas.items() if kept(i))
-            )
-        return branch.system_tokens + branch.tools_tokens + predicted, summary_tokens
-
-    def _no_shrink(
-        self,
-        state: _SessionState,
-        why: str,
-        branch: _BranchFigures,
-        summary_tokens: int,
-        tokens_after: int,
-        fields: dict[str, Any],
-    ) -> CompactResult:
-        """The summary would not shrink the input: nothing is written (guard as for no cut)."""
-        tokens_before = branch.tokens_before
-        msg = (
-            f"no progress: the summary ({summary_tokens} tokens) would not shrink the input "
-            f"({tokens_before} -> {tokens_after} tokens); nothing was written"
-        )
-        disabled = self._no_progress(state, why, branch.aged_history, msg)
-        return CompactResult(
-            ok=False,
-            tokens_after=tokens_before,
-            error=msg,
-            disabled_auto=disabled,
-            **{**fields, "summary_text": ""},
-        )
-
-    def _persist_summary(
-        self,
-        session_id: str,
-        db: Any,
-        branch: _BranchFigures,
-        cut: CutPoint,
-        summary: SummaryResult,
-        why: str,
-        trigger: str | None,
-        tokens_after: int,
-    ) -> Any:
-        """Step 5: write the summary node and the new branch (``Persister.insert_summary_node``)."""
-        pinned = cut.pinned
-        return self.persister.insert_summary_node(
-            session_id,
-            summary.text,
-            cut.index,
-            branch.history,
-            cut.protected_head,
-            reason=why,
-            trigger=trigger,
-            pre_tokens=branch.tokens_before,
-            tokens_after=tokens_after,
-            fell_back_to_structural=summary.fell_back_to_structural,
-            session_db=db,
-            **({"pinned": pinned} if pinned else {}),  # custom persisters predate pinning
-        )
-
-    def _account_for_saving(
-        self,
-        state: _SessionState,
-        why: str,
-        branch: _BranchFigures,
-        tokens_after: int,
-        error: str | None,
-    ) -> tuple[str | None, bool]:
-        """Step 6, after a written compaction: ``(error, disabled_auto)``.
-
-        Two automatic compactions in a row that saved under ``min_saving`` disable
-        auto-compaction (the message is added to ``error``); the session's caches
-        start afresh, since the new branch has new ids.
-        """
-        tokens_before = branch.tokens_before
-        saved = (tokens_before - tokens_after) / tokens_before if tokens_before else 0.0
-        disabled = False
-        with self._lock:
-            guard = state.guard
-            if saved < self.min_saving:
-                guard.low_saving_streak += 1
-                if guard.low_saving_streak >= 2 and why != "manual":
-                    msg = (
-                        f"auto-compaction disabled: two compactions in a row saved under "
-                        f"{self.min_saving:.0%} ({saved:.1%} this time)"
-                    )
-                    self._disable(
-                        state, msg, tokens_after - branch.system_tokens - branch.tools_tokens
-                    )
-                    disabled = True
-                    error = f"{error}; {msg}" if error else msg
-            else:
-                guard.low_saving_streak = 0
-            self._forget_branch_caches(state)
-        return error, disabled
-
-    def _forget_branch_caches(self, state: _SessionState) -> None:
-        """The per-session caches of a branch that compaction replaced (new ids)."""
-        state.facts, state.facts_model = MessageFacts(self._estimate), None
-        state.aged_tokens.clear()
-        state.references = self._new_references()
-        state.provider_cache = _ProviderCache()
-        state.counted = None
-        state.sent = ([], [], None)
-        state.recommended = False
-
-    def _finish_compaction(
-        self,
-        result: CompactResult,
-        session_id: str,
-        started: float,
-        on_event: EventHandler | None,
-    ) -> CompactResult:
-        """Step 7: time the compaction, emit ``compaction_finished``, log a run that did not happen."""
-        result.duration_ms = (time.perf_counter() - started) * 1000
-        emit(on_event, "compaction_finished", {"session_id": session_id, **asdict(result)})
-        if result.error and not result.ok:
-            logger.info(
-                "context engine %r: compaction of %s did not run: %s",
-                self.name,
-                session_id,
-                result.error,
-            )
-        return result
-
-    def _disable(self, state: _SessionState, reason: str, history_tokens: int) -> None:
-        state.guard.disabled = True
-        state.guard.reason = reason
-        state.guard.disabled_at_tokens = history_tokens
-        logger.warning("context engine %r: %s", self.name, reason)
-
-    def _no_progress(
-        self, state: _SessionState, why: str, history_tokens: int, reason: str
-    ) -> bool:
-        """A compaction that could not shrink anything: disable auto-compaction (auto runs only)."""
-        if why == "manual":
-            return False
-        with self._lock:
-            self._disable(state, f"auto-compaction disabled: {reason}", history_tokens)
-        return True
+    def __init__(self, state: UsageState, raw_system: int, raw_tools: int, aged_estimate: int,
+                 system: int, tools: int, history: int, source: str) -> None:
+        self.state = state
+        self.raw_system, self.raw_tools, self.aged_estimate = raw_system, raw_tools, aged_estimate
+        self.system, self.tools, self.history, self.source = system, tools, history, source
 
 
-def _run_ager(
-    ager: Any, history: list[dict], refmap: ReferenceMap
-) -> tuple[list[dict], AgingReport]:
-    """Run a TurnAger-like component on ``history`` with the reference map.
+def _policy_ager(policy: CompactionPolicy, clock: Callable[[], float], estimator: Estimator) -> Any:
+    """The ager ``aging.kind`` names, with the policy's settings (None for ``none``).
 
-    Accepted shapes: a method ``age`` (else ``apply``, else the object called)
-    taking ``(history, references)``, returning ``(aged_history, AgingReport)``,
-    an object with ``history``/``messages`` and ``report`` attributes, or a bare
-    list (no report).
+    ``microcompact`` and ``client`` are Claude Code's own clearing: the toolkit builds
+    that component (``opctx.lab.presets.build_engine``) and passes it as ``ager``.
     """
-    fn = getattr(ager, "age", None) or getattr(ager, "apply", None) or ager
-    if not callable(fn):
-        raise EngineError(f"ager {type(ager).__name__} has no age(history, references) method")
-    result = fn(history, refmap)
-    if isinstance(result, tuple) and len(result) == 2:
-        aged, report = result
-    elif isinstance(result, list):
-        aged, report = result, AgingReport()
-    else:
-        aged = getattr(result, "history", None) or getattr(result, "messages", None)
-        report = getattr(result, "report", None)
-        if aged is None:
-            raise EngineError(
-                f"ager {type(ager).__name__} returned {type(result).__name__}: expected (history, report)"
-            )
-    if not isinstance(report, AgingReport):
-        report = AgingReport(
-            redacted=int(getattr(report, "redacted", 0) or 0),
-            tokens_freed=int(getattr(report, "tokens_freed", 0) or 0),
-            references_protected=int(getattr(report, "references_protected", 0) or 0),
-            redacted_ids=list(getattr(report, "redacted_ids", []) or []),
+    aging = policy.aging
+    if aging.kind == "turns":
+        return TurnAger(
+            keep_recent_turns=aging.keep_recent_turns,
+            keep_recent_seconds=aging.keep_recent_seconds,
+            min_tokens=aging.min_tokens,
+            protect_first_n=aging.protect_first_n,
+            clock=clock,
+            estimator=estimator,
         )
-    return list(aged), report
-
-
-def _default_ager(clock: Callable[[], float], estimator: Estimator) -> Any:
-    return TurnAger(clock=clock, estimator=estimator)
-
-
-def _summary_id(history: Sequence[dict]) -> str | None:
-    """Id of the active summary node: it sits right after the protected head."""
-    for msg in history[:64]:
-        if is_summary_message(msg):
-            found = msg.get("id")
-            break
-    else:
+    if aging.kind == "masking":
+        return ObservationMasker(aging.keep_last, estimate=estimator.message_tokens)
+    if aging.kind == "none":
         return None
-    return found
+    raise ValueError(
+        f"aging.kind {aging.kind!r} is Claude Code's clearing: pass the ager component "
+        "(opctx.lab.presets.build_engine builds it)"
+    )
 
 
-def _latest_summary_text(messages: Sequence[dict]) -> str | None:
-    for msg in reversed(messages):
-        if is_summary_message(msg):
-            text = msg.get("content")
-            if isinstance(text, str):
-                return (
-                    text[len(SUMMARY_PREFIX) :].lstrip("\n")
-                    if text.startswith(SUMMARY_PREFIX)
-                    else text
-                )
-    return None
-
-
-# --------------------------------------------------------------------------- registry
 
 CONTEXT_ENGINE_REGISTRY: dict[str, ContextEngine] = {}
 _registry_lock = threading.Lock()

@@ -52,8 +52,10 @@ takes seconds):
   re-reads the branch and compacts again (``DefaultContextEngine.compact``
   does, a few times) or gives up, losing nothing either way.
 
-A ``session_db`` without ``transaction()`` (a test double) gets the same steps
-without the lock: the HEAD check then narrows the race instead of closing it.
+What the persister needs of a session database is :class:`SessionStore` (a
+``typing.Protocol``; ``DagSessionDB`` is one): the branch and HEAD, ``set_head`` with a
+compare-and-set ``expected``, one-call ``append_messages``, the session's extra
+metadata, and ``transaction()``.
 
 Copies are deep copies of the message dicts minus ``id``/``parent_id``, so every
 other key (tool calls, blocks, model, usage, timestamps) is preserved verbatim.
@@ -70,12 +72,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import inspect
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from opctx.dag._text import replace_lone_surrogates
 from opctx.dag.session_db import HeadMoved
@@ -87,6 +88,7 @@ __all__ = [
     "PersistResult",
     "PersistError",
     "BranchChanged",
+    "SessionStore",
     "LAST_SUMMARY_KEY",
     "summary_message",
     "copy_message",
@@ -95,6 +97,32 @@ __all__ = [
 ]
 
 LAST_SUMMARY_KEY = "_last_summary_text"
+
+
+@runtime_checkable
+class SessionStore(Protocol):
+    """What the persister and the engine read and write of a session database.
+
+    ``DagSessionDB`` (``opctx.dag.session_db``) implements it; so must a test double
+    or another store. ``set_head(..., expected=...)`` is a compare-and-set: it raises
+    ``HeadMoved`` (or moves nothing) when HEAD is not ``expected`` inside the write
+    transaction. ``transaction()`` is one write transaction holding the write lock from
+    its start; everything called inside it joins it.
+    """
+
+    def get_branch(self, session_id: str, head_msg_id: str | None = None) -> list[dict[str, Any]]: ...
+
+    def get_head(self, session_id: str) -> str | None: ...
+
+    def set_head(self, session_id: str, msg_id: str | None, *, expected: Any = ...) -> None: ...
+
+    def append_messages(self, session_id: str, msgs: Sequence[dict]) -> list[dict[str, Any]]: ...
+
+    def get_extra_meta(self, session_id: str) -> dict[str, Any] | None: ...
+
+    def set_extra_meta(self, session_id: str, meta: dict[str, Any]) -> None: ...
+
+    def transaction(self) -> contextlib.AbstractContextManager[Any]: ...
 
 
 class PersistError(Exception):
@@ -163,7 +191,7 @@ class PersistResult:
 class Persister:
     """Writes compactions through a ``DagSessionDB``-like object (message-dict API)."""
 
-    def __init__(self, session_db: Any = None, *, clock: Callable[[], float] = time.time):
+    def __init__(self, session_db: SessionStore | None = None, *, clock: Callable[[], float] = time.time):
         self.session_db = session_db
         self.clock = clock
 
@@ -206,7 +234,7 @@ class Persister:
         db = self._db(session_db)
         pinned_set = set(pinned)
         head, folded, kept = _split_branch(history, protect_first_n, cut_idx, pinned_set)
-        with _write_lock(db):
+        with db.transaction():
             head_now, newer = _carry_newer(db, session_id, history[-1]["id"])
             compaction = _compaction_record(
                 head,
@@ -366,13 +394,6 @@ def _write_branch(db: Any, session_id: str, new_branch: list[dict]) -> list[dict
     return new_branch
 
 
-def _write_lock(db: Any) -> contextlib.AbstractContextManager[Any]:
-    """``db.transaction()`` (one write transaction, lock held from the start), or nothing
-    for a store without one."""
-    transaction = getattr(db, "transaction", None)
-    return transaction() if callable(transaction) else contextlib.nullcontext()
-
-
 def _carry_newer(db: Any, session_id: str, read_head: str) -> tuple[str, list[dict]]:
     """``(head, newer)``: HEAD now, and the messages on its branch after ``read_head``
     (where the compaction read the branch), oldest first; none when HEAD has not moved.
@@ -395,14 +416,11 @@ def _carry_newer(db: Any, session_id: str, read_head: str) -> tuple[str, list[di
     )
 
 
-def _move_head(db: Any, session_id: str, new_head: str, expected: str) -> None:
-    """Point HEAD at the new branch, if it is still ``expected`` (compare-and-set where
-    the store offers one); on failure the old branch stays active."""
+def _move_head(db: SessionStore, session_id: str, new_head: str, expected: str) -> None:
+    """Point HEAD at the new branch, if it is still ``expected`` (compare-and-set); on
+    failure the old branch stays active."""
     try:
-        if _accepts_expected(db.set_head):
-            db.set_head(session_id, new_head, expected=expected)
-        else:
-            db.set_head(session_id, new_head)
+        db.set_head(session_id, new_head, expected=expected)
     except Exception as exc:
         if isinstance(exc, HeadMoved):
             raise BranchChanged(
@@ -415,15 +433,9 @@ def _move_head(db: Any, session_id: str, new_head: str, expected: str) -> None:
         ) from exc
 
 
-def _accepts_expected(set_head: Callable[..., Any]) -> bool:
-    try:
-        return "expected" in inspect.signature(set_head).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-def _save_summary_text(db: Any, session_id: str, summary_text: str) -> None:
-    """Keep the summary text in ``extra_meta["_last_summary_text"]`` for the next UPDATE."""
+def _save_summary_text(db: SessionStore, session_id: str, summary_text: str) -> None:
+    """Keep the summary text in ``extra_meta["_last_summary_text"]`` for the next UPDATE
+    (inside the write transaction: a failure writes nothing)."""
     try:
         meta = dict(db.get_extra_meta(session_id) or {})
         meta[LAST_SUMMARY_KEY] = replace_lone_surrogates(summary_text)[0]  # storable
@@ -432,7 +444,4 @@ def _save_summary_text(db: Any, session_id: str, summary_text: str) -> None:
         raise PersistError(
             f"saving the summary text failed ({type(exc).__name__}: {exc}); "
             "the compaction is not written"
-            if callable(getattr(db, "transaction", None))
-            else f"the compaction was written and HEAD moved, but saving the summary text "
-            f"failed ({type(exc).__name__}: {exc})"
         ) from exc

@@ -58,8 +58,11 @@ Choices where the specification is open
   logged and reported in ``TurnResult.errors`` and the turn goes on with the
   uncompacted context.
 * **The agent's provider summarises** when the engine's summariser has no
-  provider of its own (the shared default engine): ``compact`` receives
-  ``provider_call`` and uses it with the turn's model.
+  provider of its own (the shared default engine): the ``CompactRequest`` carries
+  ``provider_call`` and the engine uses it with the turn's model.
+* **One call to compact.** Every compaction is ``engine.compact(CompactRequest(...))``
+  (``ContextEngine.compact``): the request names the session, the reason, the tools,
+  the store, the provider and the event handler; an engine reads what it needs.
 * ``tools`` is a dict ``name -> callable``, a list of callables, or a
   ``ToolRegistry``; schemas are derived from signatures (``chat.tool_schema``).
   With no tools, JSON in a reply's text is never taken for a call.
@@ -77,7 +80,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import logging
 import re
 import threading
@@ -93,7 +95,7 @@ from opctx.dag.providers import Reply, ToolCall, Usage, call_provider
 from .engine import ContextEngine, EngineError, EventHandler, emit, resolve_engine_for
 from .fit import ContextOverflowError, fit_request
 from .tokens import Estimator
-from .types import CompactResult, TurnPrep
+from .types import CompactRequest, CompactResult, TurnPrep
 
 __all__ = [
     "TurnResult",
@@ -178,56 +180,10 @@ def _estimator_of(engine: Any) -> Estimator | None:
     return estimator if isinstance(estimator, Estimator) else None
 
 
-def _accepts(fn: Callable[..., Any], name: str) -> bool:
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-
-
 def _registry(tools: Any) -> ToolRegistry:
     if isinstance(tools, ToolRegistry):
         return tools
     return ToolRegistry(tools)
-
-
-def _compact(
-    engine: ContextEngine,
-    session_db: Any,
-    session_id: str,
-    *,
-    agent: Any,
-    model: str | None,
-    on_event: EventHandler | None,
-    user_initiated: bool,
-    reason: str | None = None,
-    tools: Sequence[dict] | None = None,
-    keep_recent_tokens: int | None = None,
-    previous_summary: str | None = None,
-    cancel_event: threading.Event | None = None,
-    provider_call: Callable[..., Any] | None = None,
-) -> CompactResult:
-    kwargs: dict[str, Any] = {}
-    if provider_call is not None and _accepts(engine.compact, "provider_call"):
-        kwargs["provider_call"] = provider_call
-    if _accepts(engine.compact, "session_db"):
-        kwargs["session_db"] = session_db
-    if reason is not None and _accepts(engine.compact, "reason"):
-        kwargs["reason"] = reason
-    if tools is not None and _accepts(engine.compact, "tools"):
-        kwargs["tools"] = tools
-    return engine.compact(
-        agent,
-        session_id,
-        model,
-        on_event,
-        previous_summary,
-        user_initiated,
-        cancel_event,
-        keep_recent_tokens,
-        **kwargs,
-    )
 
 
 def _prepare(
@@ -380,19 +336,19 @@ class _Turn:
         """Compact during the turn (``user_initiated=False``); re-read the branch when
         it was written. A failure is logged and reported in ``errors``, never raised."""
         result = self.result
+        request = CompactRequest(
+            self.session_id,
+            agent=self.agent,
+            model=self.model,
+            reason=reason,  # type: ignore[arg-type]
+            user_initiated=False,
+            tools=self.schemas,
+            session_db=self.session_db,
+            provider_call=self.provider_call,
+            on_event=self.on_event,
+        )
         try:
-            res = _compact(
-                self.engine,
-                self.session_db,
-                self.session_id,
-                agent=self.agent,
-                model=self.model,
-                on_event=self.on_event,
-                user_initiated=False,
-                reason=reason,
-                tools=self.schemas,
-                provider_call=self.provider_call,
-            )
+            res = self.engine.compact(request)
         except Exception as exc:
             logger.exception("context engine %r failed in compact", self._engine_name())
             result.errors.append(
@@ -584,17 +540,18 @@ def trigger_compaction(
     """
     engine = engine or resolve_engine_for(agent)
     engine.on_session_start(session_id)
-    return _compact(
-        engine,
-        session_db,
-        session_id,
-        agent=agent,
-        model=model,
-        on_event=on_event,
-        user_initiated=True,
-        tools=tools,
-        keep_recent_tokens=keep_recent_tokens,
-        previous_summary=previous_summary,
-        cancel_event=cancel_event,
-        provider_call=provider_call,
+    return engine.compact(
+        CompactRequest(
+            session_id,
+            agent=agent,
+            model=model,
+            user_initiated=True,
+            tools=tools,
+            keep_recent_tokens=keep_recent_tokens,
+            previous_summary=previous_summary,
+            session_db=session_db,
+            provider_call=provider_call,
+            on_event=on_event,
+            cancel_event=cancel_event,
+        ),
     )

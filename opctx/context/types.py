@@ -9,7 +9,10 @@ marked as such.
 from __future__ import annotations
 
 import math
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any, Literal
 
 __all__ = [
@@ -21,6 +24,9 @@ __all__ = [
     "SummaryResult",
     "TurnPrep",
     "CompactResult",
+    "Decision",
+    "DecisionKind",
+    "CompactRequest",
 ]
 
 UsageSource = Literal["estimate", "provider", "cached"]
@@ -164,6 +170,94 @@ class SummaryResult:
     summarised_tokens: int = 0
 
 
+class DecisionKind(StrEnum):
+    """What a prepare decided for the request (``Decision.kind``).
+
+    ``none``: under every threshold; ``age``: under every threshold, with tool results
+    cleared by aging in this request (aging alone keeps it there); ``recommend``: at or
+    above the recommend threshold; ``compact``: at or above the automatic threshold;
+    ``emergency``: at or above the emergency threshold (the compaction uses the
+    structural summary at once); ``disabled``: at or above the automatic threshold while
+    the anti-thrash guard has automatic compaction disabled.
+    """
+
+    NONE = "none"
+    AGE = "age"
+    RECOMMEND = "recommend"
+    COMPACT = "compact"
+    EMERGENCY = "emergency"
+    DISABLED = "disabled"
+
+
+# the telemetry word of each kind in ``TurnPrep.decision_path`` (kept as it always was)
+_PATH_WORDS = {
+    DecisionKind.NONE: "ok",
+    DecisionKind.AGE: "ok",
+    DecisionKind.RECOMMEND: "recommend",
+    DecisionKind.COMPACT: "auto_compact",
+    DecisionKind.EMERGENCY: "emergency",
+    DecisionKind.DISABLED: "auto_compact_disabled",
+}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The engine's decision for one request, with the figures it was taken on.
+
+    ``budget_pct`` is the share of the input budget the decision compared, against the
+    thresholds ``recommend_pct`` / ``auto_pct`` / ``emergency_pct`` (``math.inf``: never);
+    ``redacted`` counts the tool results aging cleared in the request; ``reason`` says
+    why automatic compaction is disabled (``disabled`` only). ``compacts``: whether the
+    turn loop should compact now.
+    """
+
+    kind: DecisionKind
+    budget_pct: float
+    recommend_pct: float
+    auto_pct: float
+    emergency_pct: float
+    redacted: int = 0
+    reason: str | None = None
+
+    @property
+    def compacts(self) -> bool:
+        return self.kind in (DecisionKind.COMPACT, DecisionKind.EMERGENCY)
+
+    @property
+    def recommends(self) -> bool:
+        return self.budget_pct >= self.recommend_pct
+
+    @property
+    def path_word(self) -> str:
+        """The word ``decision_path`` records for it (telemetry only)."""
+        return _PATH_WORDS[self.kind]
+
+    @classmethod
+    def of(
+        cls,
+        budget_pct: float,
+        thresholds: tuple[float, float, float],
+        *,
+        auto_disabled: bool = False,
+        redacted: int = 0,
+        reason: str | None = None,
+    ) -> Decision:
+        """The decision at ``budget_pct`` for ``(recommend, auto, emergency)`` thresholds."""
+        recommend, auto, emergency = thresholds
+        if budget_pct >= auto and auto_disabled:
+            kind = DecisionKind.DISABLED
+        elif budget_pct >= emergency:
+            kind = DecisionKind.EMERGENCY
+        elif budget_pct >= auto:
+            kind = DecisionKind.COMPACT
+        elif budget_pct >= recommend:
+            kind = DecisionKind.RECOMMEND
+        else:
+            kind = DecisionKind.AGE if redacted else DecisionKind.NONE
+        return cls(kind, budget_pct, recommend, auto, emergency, redacted,
+                   reason if kind is DecisionKind.DISABLED else None)
+
+
 @dataclass
 class TurnPrep:
     """Everything ``ContextEngine.prepare`` assembled for one request (§7)."""
@@ -187,6 +281,10 @@ class TurnPrep:
     request_tokens: int | None = None
     truncated_parts: int = 0
     overflow: str | None = None
+    # addition: the decision, typed (decision_path is telemetry; nothing parses it).
+    # None from an engine that does not decide (ContextEngine.should_auto_compact then
+    # compares budget_pct with its threshold)
+    decision: Decision | None = None
 
 
 @dataclass
@@ -211,3 +309,70 @@ class CompactResult:
     protected_count: int = 0
     new_head_id: str | None = None
     disabled_auto: bool = False
+
+
+@dataclass(frozen=True)
+class CompactRequest:
+    """What the turn loop (or any caller) asks ``ContextEngine.compact`` to do.
+
+    ``reason``: ``"auto"``, ``"manual"`` or ``"recovered"``; ``None`` means ``"manual"``
+    when ``user_initiated`` else ``"auto"``. ``user_initiated``: a person asked (the
+    ``/compact`` command); a manual compaction re-arms automatic compaction and never
+    disables it. ``trigger``: a free label recorded on the summary node (a replay puts
+    the recording's reason there). ``keep_recent_tokens``: keep exactly this many tokens
+    of tail (spec §4.3) instead of the policy's clamps. ``previous_summary``: UPDATE from
+    this text instead of the summary being folded. ``tools``: the tool schemas the
+    request carries (counted like the system prompt). ``session_db``: the store to
+    read and write (default: the engine's). ``provider_call``: summarise with this
+    provider when the engine's summariser has none. ``on_event``: receives
+    ``compaction_started`` / ``compaction_finished``. ``cancel_event``: set to abandon the
+    summary call (the structural summary is used).
+    """
+
+    session_id: str
+    agent: Any = None
+    model: str | None = None
+    reason: CompactReason | None = None
+    user_initiated: bool = False
+    trigger: str | None = None
+    keep_recent_tokens: int | None = None
+    previous_summary: str | None = None
+    tools: Sequence[dict] | None = None
+    session_db: Any = None
+    provider_call: Callable[..., Any] | None = None
+    on_event: Callable[[str, dict], Any] | None = None
+    cancel_event: threading.Event | None = None
+
+    @property
+    def why(self) -> CompactReason:
+        """``reason``, else ``manual`` or ``auto`` by who asked; anything else is a ``ValueError``."""
+        why = self.reason or ("manual" if self.user_initiated else "auto")
+        if why not in ("auto", "manual", "recovered"):
+            raise ValueError(f"compaction reason must be auto, manual or recovered, got {why!r}")
+        return why  # type: ignore[return-value]
+
+    @classmethod
+    def from_arguments(
+        cls,
+        agent: Any,
+        session_id: str,
+        model: str | None,
+        on_event: Callable[[str, dict], Any] | None = None,
+        previous_summary: str | None = None,
+        user_initiated: bool = False,
+        cancel_event: threading.Event | None = None,
+        keep_recent_tokens: int | None = None,
+        *,
+        tools: Sequence[dict] | None = None,
+        reason: CompactReason | None = None,
+        trigger: str | None = None,
+        session_db: Any = None,
+        provider_call: Callable[..., Any] | None = None,
+    ) -> CompactRequest:
+        """The request of the older ``compact(agent, session_id, model, ...)`` arguments."""
+        return cls(
+            session_id, agent=agent, model=model, reason=reason, user_initiated=user_initiated,
+            trigger=trigger, keep_recent_tokens=keep_recent_tokens,
+            previous_summary=previous_summary, tools=tools, session_db=session_db,
+            provider_call=provider_call, on_event=on_event, cancel_event=cancel_event,
+        )

@@ -1,40 +1,22 @@
-"""What a replay produces, and what both ``replay`` and ``metrics`` read from it.
+"""What a replay produces: :class:`ReplayResult` and :class:`ReplayCompaction`.
 
-* :class:`ReplayResult` and :class:`ReplayCompaction`: the result of
-  ``opctx.lab.replay.replay`` (described in that module's docstring);
-* :func:`guard_counts`: the engine's anti-thrash guard at work, counted from a
-  result's ``events``;
-* :func:`common_prefix_length`: how many leading messages a request shares with
-  the previous one (the replay records ``prefix_kept_tokens`` with it, the
-  metrics compare contexts with it).
-
-Its own module so that ``replay`` (which makes results) and ``metrics`` (which
-reads them) both import it and neither imports the other. Two conveniences of
-``ReplayResult`` call into ``metrics`` when used (``metrics()`` and
-``stream_identifiers``), imported inside them as ``compactions_df`` imports
-pandas. Each name is re-exported where it was defined before:
-``opctx.lab.replay`` (the result types, ``guard_counts``) and ``opctx.lab.metrics``
-(``common_prefix_length``).
+The result of ``opctx.lab.replay.replay`` (described in that module's docstring),
+re-exported there. Imports point one way: ``replay`` -> this module -> ``metrics``.
+``ReplayResult.metrics()`` and ``stream_identifiers`` are ``metrics``' functions
+applied to the result; ``metrics`` itself never imports this module (it reads any
+object of the ``metrics.Replayed`` shape), so there is no circle, not even inside a
+function.
 """
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .history import RecordedCompaction, RecordedHistory
+from .metrics import identifiers, summarize
 
-__all__ = ["ReplayResult", "ReplayCompaction", "guard_counts", "common_prefix_length"]
-
-
-def guard_counts(events: Sequence[dict]) -> dict[str, int]:
-    """``compactions_failed`` / ``auto_compaction_disabled`` counted from a replay's events."""
-    return {
-        "compactions_failed": sum(1 for e in events if e.get("event") == "compaction_failed"),
-        "auto_compaction_disabled": sum(1 for e in events if e.get("event") == "auto_compaction_disabled"),
-    }
+__all__ = ["ReplayResult", "ReplayCompaction"]
 
 
 @dataclass
@@ -82,6 +64,9 @@ class ReplayResult:
     origin_ids: dict[str, int]
     elapsed_s: float = 0.0
     events: list[dict] = field(default_factory=list)
+    #: the exact policy the engine ran with (resolved for the window, model and client
+    #: version: ``engine.policy``); None for an engine without one
+    policy: Any = None
 
     @property
     def stream(self) -> list[dict]:
@@ -97,8 +82,6 @@ class ReplayResult:
 
     @property
     def stream_identifiers(self) -> list[list[str]]:
-        from .metrics import identifiers
-
         texts = self.stream_texts
         return self.history.derived("identifiers", lambda: [identifiers(t) for t in texts])
 
@@ -118,8 +101,6 @@ class ReplayResult:
         return self.origin_ids.get(source) if source is not None else None
 
     def metrics(self, prices: Any = None, *, reference_loss: bool = True) -> dict[str, Any]:
-        from .metrics import summarize
-
         return summarize(self, prices, reference_loss=reference_loss)
 
     def compactions_df(self) -> Any:
@@ -128,7 +109,9 @@ class ReplayResult:
         cols = [
             "step", "stream_index", "turn", "reason", "tokens_before", "tokens_after", "folded",
             "kept", "protected", "fell_back_to_structural", "ok", "cut_index", "summary_chars",
+            "policy",
         ]
+        policy = self.policy_json
         rows = [
             {
                 **{k: getattr(c, k) for k in cols if hasattr(c, k)},
@@ -136,35 +119,13 @@ class ReplayResult:
                 "kept": len(c.kept_ids),
                 "protected": len(c.protected_ids),
                 "summary_chars": len(c.summary_text),
+                "policy": policy,
             }
             for c in self.compactions
         ]
         return pd.DataFrame(rows, columns=cols)
 
-
-def common_prefix_length(previous: Sequence[dict], current: Sequence[dict]) -> int:
-    """How many leading messages ``current`` shares unchanged with ``previous``.
-
-    Identity is checked first (a replay shares unchanged dicts between steps),
-    then equality of role, id and text.
-    """
-    n = min(len(previous), len(current))
-    # C-speed identity pass first: a replay shares unchanged dicts between steps
-    same = list(map(operator.is_, previous[:n], current[:n]))
-    i = same.index(False) if False in same else n
-    while i < n:
-        a, b = previous[i], current[i]
-        if a is not b and not _same_message(a, b):
-            break
-        i += 1
-    return i
-
-
-def _same_message(a: dict, b: dict) -> bool:
-    return (
-        a.get("role") == b.get("role")
-        and a.get("id") == b.get("id")
-        and a.get("content") == b.get("content")
-        and a.get("extra") == b.get("extra")
-        and a.get("tool_calls") == b.get("tool_calls")
-    )
+    @property
+    def policy_json(self) -> str | None:
+        """``policy`` as the JSON the frames carry (``CompactionPolicy.to_json``), or None."""
+        return self.policy.to_json() if self.policy is not None else None

@@ -73,14 +73,15 @@ from __future__ import annotations
 
 import bisect
 import math
+import operator
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from opctx.context.provider_messages import is_display_only
 from opctx.dag.messages import is_tool_result, message_text, tool_result_ids, tool_use_ids
 
-from ._replay_result import ReplayResult, common_prefix_length, guard_counts
+from .history import RecordedHistory
 from .prices import PriceTable, price_for
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -98,7 +99,74 @@ __all__ = [
     "cost_per_step",
     "estimator_error",
     "summarize",
+    "guard_counts",
+    "Replayed",
 ]
+
+
+class Replayed(Protocol):
+    """What the metrics read of a replay: ``opctx.lab.replay.ReplayResult`` is one.
+
+    A protocol, not the class, so that this module does not import the result's (whose
+    ``metrics()`` is this module's ``summarize``): imports point one way.
+    """
+
+    history: RecordedHistory
+    steps_df: Any
+    compactions: Sequence[Any]
+    events: list[dict]
+    context_window: int
+    model: str
+
+    @property
+    def stream(self) -> list[dict]: ...
+
+    @property
+    def stream_texts(self) -> list[str]: ...
+
+    @property
+    def stream_identifiers(self) -> list[list[str]]: ...
+
+    def context(self, step: int) -> list[dict]: ...
+
+    def origin_of(self, msg: dict) -> int | None: ...
+
+
+def guard_counts(events: Sequence[dict]) -> dict[str, int]:
+    """``compactions_failed`` / ``auto_compaction_disabled`` counted from a replay's events."""
+    return {
+        "compactions_failed": sum(1 for e in events if e.get("event") == "compaction_failed"),
+        "auto_compaction_disabled": sum(1 for e in events if e.get("event") == "auto_compaction_disabled"),
+    }
+
+
+
+def common_prefix_length(previous: Sequence[dict], current: Sequence[dict]) -> int:
+    """How many leading messages ``current`` shares unchanged with ``previous``.
+
+    Identity is checked first (a replay shares unchanged dicts between steps),
+    then equality of role, id and text.
+    """
+    n = min(len(previous), len(current))
+    # C-speed identity pass first: a replay shares unchanged dicts between steps
+    same = list(map(operator.is_, previous[:n], current[:n]))
+    i = same.index(False) if False in same else n
+    while i < n:
+        a, b = previous[i], current[i]
+        if a is not b and not _same_message(a, b):
+            break
+        i += 1
+    return i
+
+
+def _same_message(a: dict, b: dict) -> bool:
+    return (
+        a.get("role") == b.get("role")
+        and a.get("id") == b.get("id")
+        and a.get("content") == b.get("content")
+        and a.get("extra") == b.get("extra")
+        and a.get("tool_calls") == b.get("tool_calls")
+    )
 
 # -- identifiers ---------------------------------------------------------------
 
@@ -320,18 +388,11 @@ def reference_losses_from(
                         continue
                     reason = _loss_reason(ident, sources, by_origin, synthetic, text_of)
                     if reason is not None:
-                        losses.append(
-                            {
-                                "identifier": ident,
-                                "use_index": j,
-                                "use_id": msg.get("id"),
-                                "use_role": role,
-                                "step": k,
-                                "request_index": request_points[k],
-                                "source_indices": list(sources),
-                                "reason": reason,
-                            }
-                        )
+                        losses.append({
+                            "identifier": ident, "use_index": j, "use_id": msg.get("id"), "use_role": role,
+                            "step": k, "request_index": request_points[k], "source_indices": list(sources),
+                            "reason": reason,
+                        })
         for ident in idents:
             first_seen.setdefault(ident, []).append(j)
     return losses
@@ -356,7 +417,7 @@ def _loss_reason(
     return "masked" if modified_present else "folded"
 
 
-def reference_losses(result: ReplayResult) -> pd.DataFrame:
+def reference_losses(result: Replayed) -> pd.DataFrame:
     """Reference losses of a replay as a DataFrame (see ``reference_losses_from``)."""
     import pandas as pd
 
@@ -377,7 +438,7 @@ def reference_losses(result: ReplayResult) -> pd.DataFrame:
 _COST_COLUMNS = ["cache_read_tokens", "cache_write_tokens", "output_tokens", "cost", "cost_none"]
 
 
-def _cost_columns(result: ReplayResult, prices: PriceTable | None) -> dict[str, list]:
+def _cost_columns(result: Replayed, prices: PriceTable | None) -> dict[str, list]:
     """The cost columns as plain lists (see ``cost_per_step``)."""
     price = price_for(result.model, prices)
     df = result.steps_df
@@ -400,7 +461,7 @@ def _cost_columns(result: ReplayResult, prices: PriceTable | None) -> dict[str, 
     return out
 
 
-def cost_per_step(result: ReplayResult, prices: PriceTable | None = None) -> pd.DataFrame:
+def cost_per_step(result: Replayed, prices: PriceTable | None = None) -> pd.DataFrame:
     """Per step: ``cache_read_tokens``, ``cache_write_tokens``, ``output_tokens``, ``cost``.
 
     See the module docstring ("cost"). ``cost_none`` is the same for the
@@ -414,7 +475,7 @@ def cost_per_step(result: ReplayResult, prices: PriceTable | None = None) -> pd.
 # -- estimator error --------------------------------------------------------------------
 
 
-def estimator_error(result: ReplayResult) -> pd.DataFrame:
+def estimator_error(result: Replayed) -> pd.DataFrame:
     """Steps with provider usage where the replay still equals the recording.
 
     Columns: ``step, estimated, provider, error, rel_error``.
@@ -501,7 +562,7 @@ class _PairState:
         )
 
 
-def step_metrics(result: ReplayResult, prices: PriceTable | None = None) -> pd.DataFrame:
+def step_metrics(result: Replayed, prices: PriceTable | None = None) -> pd.DataFrame:
     """``steps_df`` plus cost columns, saved tokens and broken tool pairs per step."""
     df = result.steps_df.copy()
     df = df.join(cost_per_step(result, prices).drop(columns=["output_tokens"]))
@@ -514,7 +575,7 @@ def step_metrics(result: ReplayResult, prices: PriceTable | None = None) -> pd.D
     return df
 
 
-def turn_metrics(result: ReplayResult, prices: PriceTable | None = None) -> pd.DataFrame:
+def turn_metrics(result: Replayed, prices: PriceTable | None = None) -> pd.DataFrame:
     """One row per user turn: requests, input tokens (sum, peak), savings, cost, compactions."""
     df = step_metrics(result, prices)
     grouped = df.groupby("turn", sort=True, observed=True)
@@ -532,7 +593,7 @@ def turn_metrics(result: ReplayResult, prices: PriceTable | None = None) -> pd.D
 
 
 def summarize(
-    result: ReplayResult,
+    result: Replayed,
     prices: PriceTable | None = None,
     *,
     reference_loss: bool = True,

@@ -91,7 +91,10 @@ sent, ``tokens_before_compaction`` the request before a compaction it triggered,
 last response's prompt + output), ``compactions`` (what
 each compaction folded, kept, protected, its summary), ``recorded_compactions``
 (from the recording), ``context(step)``, ``origin_of(msg)`` (the stream index a
-request message comes from), ``metrics()`` (``opctx.lab.metrics.summarize``).
+request message comes from), ``metrics()`` (``opctx.lab.metrics.summarize``),
+``policy`` (the exact ``CompactionPolicy`` the engine ran with, resolved for the window,
+model and client version; ``steps_df`` and ``compactions_df()`` carry it as JSON in a
+``policy`` column, so any figure can be traced to its configuration).
 """
 
 from __future__ import annotations
@@ -109,8 +112,9 @@ from typing import Any
 from opctx.context.provider_messages import is_display_only
 from opctx.dag.messages import is_tool_result
 
-from ._replay_result import ReplayCompaction, ReplayResult, common_prefix_length, guard_counts
+from ._replay_result import ReplayCompaction, ReplayResult
 from .history import RecordedCompaction, RecordedHistory, as_history, provider_prompt_tokens
+from .metrics import common_prefix_length, guard_counts
 
 __all__ = [
     "ReplayClock",
@@ -303,7 +307,11 @@ class _ReplaySessionDB:
 
 
 def _post_compaction_tokens(engine: Any) -> int:
-    """What the client adds after a compaction that no history holds (``SummarizerConfig``)."""
+    """What the client adds after a compaction that no history holds
+    (``client.post_compaction_tokens`` of the engine's policy)."""
+    policy = getattr(engine, "policy", None)
+    if policy is not None:
+        return int(policy.client.post_compaction_tokens)
     return int(getattr(getattr(engine, "config", None), "post_compaction_tokens", 0) or 0)
 
 
@@ -331,11 +339,12 @@ def replay(
 
     ``session_or_history``: a message list, ``SessionSpec``, ``(db_path,
     session_id)``, ``RecordedHistory`` or an importer's ``ImportedSession``.
-    ``engine_or_preset``: a preset name (``opctx.lab.presets``) or a
-    ``ContextEngine`` *factory* ``f(session_db=..., clock=..., context_window=...,
-    model=..., summarizer_provider=...)``; an engine instance is accepted too but
-    then its clock and database are its own (not reproducible, documented).
-    ``params`` go to the preset (e.g. ``trigger_pct=0.6``, ``keep_last=5``).
+    ``engine_or_preset``: a preset name (``opctx.lab.presets``), a ``PresetSpec``, a
+    ``CompactionPolicy`` or a ``ContextEngine`` *factory* ``f(session_db=..., clock=...,
+    context_window=..., model=..., summarizer_provider=...)``; an engine instance is
+    accepted too but then its clock and database are its own (not reproducible,
+    documented). ``params`` set fields of the preset's policy, by dotted name
+    (``**{"cut.keep_ratio": 0.2}``) or flat name (``trigger_pct=0.6``, ``keep_last=5``).
     ``context_window``: default the window the recording reported (Codex), else
     the model's (``opctx.context.tokens.real_context_window``). ``model``:
     default the recording's majority model. ``system_prompt`` / ``tools`` /
@@ -382,11 +391,17 @@ def preset_client(engine_or_preset: Any) -> str | None:
     Preset names look the client up in ``PRESETS``; objects that take a client
     version (a ``CalibratedPreset``: ``accepts_client_version``) say it in ``client``.
     """
-    from .presets import PRESETS
+    from opctx.context.policy import CompactionPolicy
+
+    from .presets import PRESETS, PresetSpec
 
     if isinstance(engine_or_preset, str):
         spec = PRESETS.get(engine_or_preset)
         return spec.client if spec is not None else None
+    if isinstance(engine_or_preset, PresetSpec):
+        return engine_or_preset.client
+    if isinstance(engine_or_preset, CompactionPolicy):
+        return engine_or_preset.client.name
     if getattr(engine_or_preset, "accepts_client_version", False):
         return getattr(engine_or_preset, "client", None)
     return None
@@ -484,7 +499,7 @@ class _Replay:
     ) -> None:
         from opctx.context.tokens import Estimator
 
-        from . import presets
+        from ._engine_driver import EngineDriver, instantiate
 
         self.history = history
         self.setup = setup
@@ -509,7 +524,7 @@ class _Replay:
         self.clock = clock = ReplayClock(first_time or 0.0)
         db = _ReplaySessionDB(clock)
         session_id = db.create_session(title=history.title or "replay", model=model_name, source="replay")
-        self.preset_name, engine, self.engine_cfg = presets.instantiate(
+        self.preset_name, engine, self.engine_cfg = instantiate(
             engine_or_preset,
             session_db=db,
             clock=clock,
@@ -518,7 +533,7 @@ class _Replay:
             summarizer_provider=setup.provider,
             **params,
         )
-        self.driver = presets.EngineDriver(engine, db, session_id, model_name, setup.window, agent=agent,
+        self.driver = EngineDriver(engine, db, session_id, model_name, setup.window, agent=agent,
                                            system_prompt=system_prompt, tools=tools)
         # the engine's own estimator (and its cache), so that every figure agrees with its budget
         self.estimator = estimator = self.driver.estimator or Estimator()
@@ -652,19 +667,20 @@ class _Replay:
         results appended since the last response); Claude Code and Codex compare the
         last response's reported total instead (``preTokens`` equals it on the
         corpus), for the blocking limit as for the trigger. The engine's guard
-        (auto-compaction disabled) still applies.
+        (auto-compaction disabled, as the request's own decision says) still applies.
         """
         import dataclasses
+
+        from opctx.context.types import DecisionKind
 
         if not dataclasses.is_dataclass(prep):
             return self.driver.decide(prep)
         budget = max(1, self.driver.input_budget(prep))
         pct = self.last_response_total / budget
-        tail = ("ok", "recommend", "auto_compact", "emergency")
-        path = [p for p in (getattr(prep, "decision_path", ()) or ()) if p not in tail]
-        if "auto_compact_disabled" not in path and pct >= getattr(self.driver.engine, "emergency_pct", math.inf):
-            path.append("emergency")
-        view = dataclasses.replace(prep, budget_pct=pct, decision_path=path)
+        own = getattr(prep, "decision", None)
+        disabled = own is not None and own.kind is DecisionKind.DISABLED
+        decision = self.driver.engine.decide(pct, auto_disabled=disabled)
+        view = dataclasses.replace(prep, budget_pct=pct, decision=decision)
         return self.driver.decide(view)
 
     def _measure_overhead(self, provider_tokens: int | None) -> None:
@@ -797,7 +813,8 @@ class _Replay:
 
     def result(self, started: float, params: dict[str, Any]) -> ReplayResult:
         """Step 4: the ``ReplayResult`` (``steps_df`` built once, at the end); closes the driver."""
-        steps_df = _steps_frame(self.rows)
+        policy = getattr(self.driver.engine, "policy", None)
+        steps_df = _steps_frame(self.rows, policy.to_json() if policy is not None else None)
         elapsed = time.perf_counter() - started
         setup = self.setup
         result = ReplayResult(
@@ -813,6 +830,7 @@ class _Replay:
             origin_ids=self.origin_ids,
             elapsed_s=elapsed,
             events=self.events + self.driver.events,
+            policy=policy,
         )
         self.driver.close()
         return result
@@ -861,8 +879,9 @@ _INT_COLUMNS = (
 )
 
 
-def _steps_frame(rows: list[dict[str, Any]]) -> Any:
-    """``steps_df`` built column by column with its final dtypes (no per-column casts)."""
+def _steps_frame(rows: list[dict[str, Any]], policy: str | None = None) -> Any:
+    """``steps_df`` built column by column with its final dtypes (no per-column casts);
+    ``policy`` (the policy's JSON, one category) is its last column."""
     import numpy as np
     import pandas as pd
 
@@ -891,4 +910,5 @@ def _steps_frame(rows: list[dict[str, Any]]) -> Any:
             data[name] = pd.array(col(name), dtype="Int64")
         else:
             data[name] = col(name)
+    data["policy"] = pd.Categorical([policy] * len(rows))
     return pd.DataFrame(data)

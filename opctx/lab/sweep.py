@@ -9,10 +9,12 @@
   read-only itself, so nothing large is pickled and nothing is shared.
 * ``grid``: a list of configuration dicts, or a dict of lists whose cartesian
   product is taken (keys in the given order, values in the given order). A
-  configuration names a ``preset`` (default ``"default"``) and may set
-  ``context_window``, ``model``, ``summaries`` and any preset parameter; an
-  optional ``label`` names it in the output (default: ``preset`` plus the other
-  keys, sorted).
+  configuration names a ``preset`` (default ``"default"``: a preset name, a
+  ``PresetSpec`` or a ``CompactionPolicy``) and may set ``context_window``,
+  ``model``, ``summaries`` and any field of the policy by its dotted name
+  (``{"cut.keep_ratio": [0.05, 0.1, 0.2]}``; the older flat names, ``keep_ratio``,
+  ``trigger_pct`` ..., work too: ``opctx.lab.presets``, "Parameters"); an optional
+  ``label`` names it in the output (default: ``preset`` plus the other keys, sorted).
 * ``executor``: ``None`` runs serially in this process; otherwise any
   ``concurrent.futures.Executor`` (``ThreadPoolExecutor``,
   ``ProcessPoolExecutor``, a dask ``Client(...).get_executor()``). Work is cut
@@ -35,7 +37,9 @@ Columns: ``session`` (label), ``session_index``, ``config_index``, ``config``
 requested ``context_window`` / ``model`` as ``param_context_window`` /
 ``param_model``, since ``context_window`` and ``model`` report what the replay
 actually used), the metrics of ``opctx.lab.metrics.summarize``, ``messages``,
-``error``.
+``policy`` (the exact policy the replay ran with, resolved for its window and model,
+as JSON: ``CompactionPolicy.from_dict(json.loads(row.policy))`` gives it back, so
+every figure can be traced to its configuration), ``error``.
 """
 
 from __future__ import annotations
@@ -74,10 +78,25 @@ def expand_grid(grid: Mapping[str, Sequence[Any]] | Iterable[Mapping[str, Any]])
     return configs
 
 
+def _preset_label(preset: Any) -> str:
+    """A preset's name in the output: the name, a spec's name, or a policy's short digest."""
+    if isinstance(preset, str):
+        return preset
+    name = getattr(preset, "name", None)
+    if isinstance(name, str):
+        return name
+    to_json = getattr(preset, "to_json", None)
+    if callable(to_json):
+        import hashlib
+
+        return "policy-" + hashlib.sha256(to_json().encode()).hexdigest()[:8]
+    return str(preset)
+
+
 def _config_label(config: Mapping[str, Any]) -> str:
     if config.get("label"):
         return str(config["label"])
-    preset = str(config.get("preset", "default"))
+    preset = _preset_label(config.get("preset", "default"))
     rest = [f"{k}={config[k]!r}" for k in sorted(config) if k not in ("preset", "label")]
     return preset + (f"({', '.join(rest)})" if rest else "")
 
@@ -179,6 +198,7 @@ def run_task(session: Any, configs: Sequence[tuple[int, dict[str, Any]]], timing
             row["context_window"] = result.context_window
             row["model"] = result.model
             row["messages"] = len(history.messages)
+            row["policy"] = result.policy_json
             row["error"] = None
         except Exception as exc:
             row["error"] = f"{type(exc).__name__}: {exc}"
@@ -259,7 +279,7 @@ class _Records:
             "session_index": si,
             "config_index": row["config_index"],
             "config": self.config_labels[row["config_index"]],
-            "preset": config.get("preset", "default"),
+            "preset": _preset_label(config.get("preset", "default")),
         }
         for key in self.grid_keys:
             if key != "preset":

@@ -1,7 +1,7 @@
-"""CompactionTuner: every engine and summariser parameter on a slider, replayed live.
+"""CompactionTuner: every field of the compaction policy on a control, replayed live.
 
-Pick a strategy preset (``opctx.lab.presets``), a context window, move any of the
-preset's parameters, and the session is replayed (``opctx.lab.replay.replay``)
+Pick a strategy preset (``opctx.lab.presets``), a context window, move any field of
+the preset's policy, and the session is replayed (``opctx.lab.replay.replay``)
 with those values: the budget timeline (``viz.plots.budget_timeline``: input used
 per request, the thresholds the replay used, a marker per compaction) and the
 cut-point table (one row per compaction: when, why, tokens before/after, what was
@@ -9,30 +9,34 @@ folded, kept, protected, and the cut index) update after every change.
 
 Choices:
 
-* **Controls come from the preset.** The parameters and their defaults are read
-  from the presets module, so a parameter added there gets a control here with
-  no change to this file. The kind of control follows the default's type: a
-  checkbox for a bool, a 0..1 slider for a float fraction, an integer slider
-  (range scaled from the default) for counts and token sizes, a dropdown for a
-  string with known choices. The few parameters people move most
-  (``PRIMARY``: the three thresholds, the tail, aging, the output reserve,
+* **Controls come from the policy.** Each control is a field of
+  ``opctx.context.policy.CompactionPolicy``, named by its dotted name
+  (``trigger.auto_pct``, ``cut.keep_ratio`` ...), built from the field's metadata (its
+  kind: a share of the budget or a fraction is a 0..1 slider, tokens and counts an
+  integer slider scaled from the value, a choice a dropdown, a flag a checkbox) with
+  its meaning as the tooltip; a field added to the policy gets a control here with no
+  change to this file. Which fields a preset shows follows what it runs: the masking
+  strategy shows its ``aging.keep_last``, the ``none`` baseline only the budget, the
+  others every field of the trigger, the cut, the guard, the summary, the spec's aging
+  and their client; fields that are off (``None``) have no control. The few fields people move
+  most (``PRIMARY``: the three thresholds, the tail, aging, the output reserve,
   observation masking's ``keep_last``) stay in view; the rest sit in a collapsed
   "more parameters" group.
 * **What is shown is what the replay uses.** A control the user has not touched
-  shows the value the replay's engine will use for the current preset, window and
-  the parameters the user did set. That value is read from the engine itself
-  (``opctx.lab.presets.build_engine`` with the same arguments ``replay`` gives it),
-  not recomputed here, so thresholds that presets define in tokens before the
-  window (Claude Code, Codex) follow every change of the window, the output
-  reserve or its policy, and the lines on the plot are the engine's. A control the
-  user moved keeps its value across window changes. Every value that differs from
-  the preset's own is passed to the replay (a derived threshold included, so the
-  engine gets the very number drawn). Choosing a preset resets every control
-  without replaying once per control. Thresholds stay ordered (``recommend_pct <=
-  auto_compact_pct <= emergency_pct``): moving one pushes the others instead of
-  producing an invalid configuration. ``output_reserve`` shows the base reserve
-  the budget starts from (the model's maximum output when known, else 16,384;
-  see ``opctx.context.budget``).
+  shows the value in the policy the replay's engine runs with for the current preset,
+  window and the fields the user did set: ``engine.policy`` of
+  ``opctx.lab.presets.build_engine`` called with the same arguments ``replay`` gives
+  it, not recomputed here, so thresholds that presets define in tokens before the
+  window (Claude Code, Codex) follow every change of the window, the output reserve or
+  its policy, and the lines on the plot are the engine's. A control the user moved
+  keeps its value across window changes. Every value that differs from the preset's
+  own is passed to the replay by its dotted name (a derived threshold included, so the
+  engine gets the very number drawn). Choosing a preset resets every control without
+  replaying once per control. Thresholds stay ordered (``recommend_pct <= auto_pct <=
+  emergency_pct``): moving one pushes the others instead of producing an invalid
+  policy. ``budget.output_reserve`` left to the model (``None``) shows the base reserve
+  the budget starts from (the model's maximum output when known, else 16,384; see
+  ``opctx.context.budget``).
 * **The window is typed, not snapped.** The context window is an integer field,
   so 32,000 stays 32,000 (a slider would round it to its step). With no window
   given, the one ``replay`` would choose is shown and used.
@@ -52,9 +56,9 @@ Choices:
   step), a count in the status line and a table under the cut table (request,
   uuid, trigger, the client's ``preTokens`` / ``tokensSaved``, results cleared), all
   escaped: the uuids and figures come from the transcript.
-* **Errors are shown, not raised**: an invalid combination (``keep_min_tokens``
-  above ``keep_max_tokens``, thresholds out of order) is reported in the status
-  line with the engine's own message, and the last good picture stays.
+* **Errors are shown, not raised**: an invalid combination (``cut.keep_min_tokens``
+  above ``cut.keep_max_tokens``, thresholds out of order) is reported in the status
+  line with the policy's own message, naming the field, and the last good picture stays.
 """
 
 from __future__ import annotations
@@ -67,24 +71,21 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from ..context.policy import PolicyField, policy_fields
 from ..viz.html import escape_text
 from ..viz.plots import _outside_legend, budget_timeline, new_figure
 from ._common import Debouncer, figure_html, html_table, load_messages
 
 __all__ = ["CompactionTuner", "preset_catalogue", "control_for", "PRIMARY"]
 
-# string parameters whose values are a closed set
-_CHOICES: dict[str, tuple[str, ...]] = {
-    "reserve_policy": ("cap", "floor"),
-    "summaries": ("structural", "recorded"),
-}
-_THRESHOLD_ORDER = ("recommend_pct", "auto_compact_pct", "emergency_pct")
+_FIELDS: dict[str, PolicyField] = {pf.name: pf for pf in policy_fields()}
+_THRESHOLD_ORDER = ("trigger.recommend_pct", "trigger.auto_pct", "trigger.emergency_pct")
 # the names budget_timeline styles, for the engine's three thresholds
-_THRESHOLD_LABELS = {"recommend_pct": "recommend", "auto_compact_pct": "trigger",
-                     "emergency_pct": "emergency"}
-# the parameters that stay in view; every other one sits in the collapsed group
-PRIMARY = ("auto_compact_pct", "recommend_pct", "emergency_pct", "keep_ratio", "protect_last_n",
-           "aging", "keep_last", "output_reserve")
+_THRESHOLD_LABELS = {"trigger.recommend_pct": "recommend", "trigger.auto_pct": "trigger",
+                     "trigger.emergency_pct": "emergency"}
+# the fields that stay in view; every other one sits in the collapsed group
+PRIMARY = ("trigger.auto_pct", "trigger.recommend_pct", "trigger.emergency_pct", "cut.keep_ratio",
+           "cut.protect_last_n", "aging.kind", "aging.keep_last", "budget.output_reserve")
 _TABLE_COLUMNS = ["step", "turn", "reason", "tokens before", "tokens after", "saved",
                   "folded", "kept", "protected", "cut index", "structural"]
 # the PNG: 8 x 5 inches at 100 dpi = 800 x 500 px, shown at the plot column's width; at
@@ -92,91 +93,61 @@ _TABLE_COLUMNS = ["step", "turn", "reason", "tokens before", "tokens after", "sa
 _FIGURE_INCHES = (8.0, 5.0)
 _PLOT_DPI = 100
 _PLOT_CSS = "width:100%;height:auto;min-height:400px;object-fit:contain"
+# the window has its own control; the client's name and version are the recording's
+_NO_CONTROL = {"budget.context_window", "client.name", "client.version"}
 
 
-# TurnAger's documented defaults (docs/ARCHITECTURE.md), used if aging cannot be introspected
-_AGING_DEFAULTS = {"keep_recent_turns": 4, "keep_recent_seconds": 60, "min_tokens": 800,
-                   "protect_first_n": 2}
-# the summariser keeps a copy of the thresholds; the engine's are the ones that decide
-_THRESHOLD_COPIES = {"recommend_pct", "trigger_pct", "emergency_pct", "timeout"}
-
-
-def _init_defaults(cls: Any, skip: set[str]) -> dict[str, Any]:
-    import inspect
-
-    out = {}
-    for p in inspect.signature(cls.__init__).parameters.values():
-        if p.name in skip or p.name == "self" or p.default is inspect.Parameter.empty:
-            continue
-        if isinstance(p.default, bool | int | float | str):
-            out[p.name] = p.default
-    return out
-
-
-def _engine_thresholds(
+def _engine_policy(
     name: str, context_window: int | None, model: str | None, params: Mapping[str, Any]
-) -> dict[str, float]:
-    """The three thresholds the engine of preset ``name`` uses with ``params``.
-
-    Built by ``build_engine`` with the arguments ``replay`` passes it, so this is the
-    replay's own figure; ``{}`` when those arguments are invalid (the replay will
-    say why).
-    """
+) -> Any:
+    """The policy the engine of preset ``name`` runs with for ``params``: ``engine.policy``
+    of ``build_engine`` with the arguments ``replay`` passes it, so this is the replay's
+    own; ``None`` when those arguments are invalid (the replay will say why)."""
     from ..lab.presets import build_engine
 
     try:
-        engine = build_engine(name, context_window=context_window, model=model or None,
-                              **dict(params))
+        engine = build_engine(name, context_window=context_window, model=model or None, **dict(params))
     except (ValueError, TypeError):
-        return {}
-    return {key: float(getattr(engine, key)) for key in _THRESHOLD_ORDER}
+        return None
+    return engine.policy
+
+
+def _shown(spec: Any, name: str) -> bool:
+    """Whether preset ``spec`` shows field ``name`` (module docstring: what it runs)."""
+    part = name.split(".", 1)[0]
+    if name in _NO_CONTROL or name == "summary.timeout":
+        return False
+    if part == "budget":
+        return True
+    if spec.kind == "none":
+        return False
+    if spec.kind == "masking":
+        return name in ("aging.kind", "aging.keep_last")
+    if name == "aging.keep_last":
+        return False
+    return part != "client" or spec.client is not None
 
 
 def _full_parameters(spec: Any, context_window: int | None, model: str | None) -> dict[str, Any]:
-    """Every parameter ``replay`` accepts for ``spec``, at the value the preset uses."""
-    from dataclasses import fields
-
+    """Every policy field the tuner shows for ``spec``, at the value its engine uses."""
     from ..context.budget import BudgetAllocator
-    from ..context.engine import DefaultContextEngine
-    from ..context.summarize import SummarizerConfig
-    from ..lab import presets as presets_module
 
-    budget: dict[str, Any] = {"output_reserve": BudgetAllocator().base_reserve(model or None),
-                              "reserve_policy": "cap"}
-    if spec.kind == "none":
-        params = dict(budget)
-    elif spec.kind == "masking":
-        params = {"keep_last": 10, **budget}
-    else:
-        engine = _init_defaults(DefaultContextEngine, {"context_window", "name", "aging"})
-        engine = {k: v for k, v in engine.items() if k in presets_module._ENGINE_FIELDS}
-        config = {f.name: f.default for f in fields(SummarizerConfig)
-                  if f.name not in _THRESHOLD_COPIES}
-        try:
-            from ..context.aging import TurnAger
-
-            aging = _init_defaults(TurnAger, {"clock"}) or dict(_AGING_DEFAULTS)
-        except ImportError:
-            aging = dict(_AGING_DEFAULTS)
-        params = {**engine, **config, "aging": True,
-                  **{f"aging_{k}": v for k, v in aging.items()}, **budget}
-    params.update(spec.params)
-    if spec.kind not in ("none", "masking"):
-        # presets defined in tokens before the window get the engine's fractions for it
-        params.update(_engine_thresholds(spec.name, context_window, model, {}))
-    return params
+    policy = _engine_policy(spec.name, context_window, model, {}) or spec.policy
+    values = {name: value for name, value in policy.flat().items() if _shown(spec, name)}
+    if values.get("budget.output_reserve") is None:
+        values["budget.output_reserve"] = BudgetAllocator().base_reserve(model or None)
+    return values
 
 
 def preset_catalogue(
     presets: Any = None, *, context_window: int | None = None, model: str | None = None
 ) -> dict[str, dict[str, Any]]:
-    """``{preset: {parameter: value}}``: every parameter a replay of that preset accepts.
+    """``{preset: {dotted field: value}}``: every policy field the tuner shows per preset.
 
-    Built from ``opctx.lab.presets.PRESETS`` (each preset's overrides) on top of
-    the defaults of the engine, ``SummarizerConfig``, ``TurnAger`` and the budget,
-    so a new field in any of them gets a control; thresholds are those of the
-    preset's engine for ``context_window``. ``presets`` may instead be a ready
-    mapping (used as is, whatever the window; tests pass one).
+    Built from ``opctx.lab.presets.PRESETS`` (each preset's policy, resolved by its
+    engine for ``context_window``), so a new field of the policy gets a control.
+    ``presets`` may instead be a ready mapping (used as is, whatever the window; tests
+    pass one).
     """
     if isinstance(presets, Mapping):
         return {str(k): dict(v) for k, v in presets.items()}
@@ -189,32 +160,44 @@ def preset_catalogue(
     }
 
 
-def control_for(name: str, default: Any, *, width: str = "480px") -> widgets.Widget | None:
-    """The widget for one parameter, chosen from its default value (``None``: no control)."""
+def control_for(name: str, value: Any, *, width: str = "480px") -> widgets.Widget | None:
+    """The widget for one field at ``value`` (``None``: no control).
+
+    A policy field (a dotted name) gets the control of its kind, with its meaning as
+    the tooltip; any other name (a ready catalogue's) the control of its value's type.
+    """
     style = {"description_width": "150px"}
     layout = widgets.Layout(width=width)
     common = {"description": name, "style": style, "layout": layout, "continuous_update": False}
-    if isinstance(default, bool):
-        return widgets.Checkbox(value=default, description=name, indent=True, style=style,
+    info = _FIELDS.get(name)
+    if info is not None:
+        common["tooltip"] = f"{info.doc} (source: {info.source})"
+        if info.kind == "choice" and value in info.choices:
+            return widgets.Dropdown(options=info.choices, value=value, description=name,
+                                    style=style, layout=layout,
+                                    tooltip=common["tooltip"])
+    if value is None or isinstance(value, str) and info is None:
+        return None
+    if isinstance(value, bool):
+        return widgets.Checkbox(value=value, description=name, indent=True, style=style,
                                 layout=layout)
-    if isinstance(default, float):
-        if default != default or default in (float("inf"), float("-inf")):
+    kind = info.kind if info is not None else None
+    if isinstance(value, float) or kind in ("threshold", "fraction", "seconds", "percent"):
+        value = float(value)
+        if not math.isfinite(value):
             return None  # an "off" threshold has no meaningful range
-        if 0.0 <= default <= 1.0:
-            # a threshold of 0 means "compact before every request": the engine refuses it
-            low = 0.05 if name.endswith("_pct") else 0.0
-            return widgets.FloatSlider(value=default, min=min(low, default), max=1.0, step=0.01,
-                                       **common)
-        hi = max(default * 4, 1.0)
-        return widgets.FloatSlider(value=default, min=0.0, max=hi, step=hi / 200, **common)
-    if isinstance(default, int):
-        if default <= 64:
-            return widgets.IntSlider(value=default, min=0, max=max(64, default * 4), **common)
-        step = 10 ** max(0, len(str(default)) - 2)
-        return widgets.IntSlider(value=default, min=0, max=default * 4, step=step, **common)
-    if isinstance(default, str) and name in _CHOICES:
-        return widgets.Dropdown(options=_CHOICES[name], value=default, description=name,
-                                style=style, layout=layout)
+        if kind in ("threshold", "fraction") or (kind is None and 0.0 <= value <= 1.0):
+            # a threshold of 0 means "compact before every request": the policy refuses it
+            low = 0.05 if kind == "threshold" or name.endswith("_pct") else 0.0
+            return widgets.FloatSlider(value=value, min=min(low, value), max=max(1.0, value),
+                                       step=0.01, **common)
+        hi = max(value * 4, 1.0)
+        return widgets.FloatSlider(value=value, min=0.0, max=hi, step=hi / 200, **common)
+    if isinstance(value, int):
+        if value <= 64:
+            return widgets.IntSlider(value=value, min=0, max=max(64, value * 4), **common)
+        step = 10 ** max(0, len(str(value)) - 2)
+        return widgets.IntSlider(value=value, min=0, max=value * 4, step=step, **common)
     return None
 
 
@@ -367,10 +350,11 @@ class CompactionTuner(widgets.VBox):
                     _show_value(control, base[name])
             if self._fixed_catalogue is None:
                 window = self.current_window()
-                used = _engine_thresholds(self.preset.value, window if window > 0 else None,
-                                          self.model, self.params())
-                for name, value in used.items():
-                    if name in self.controls and math.isfinite(value):
+                used = _engine_policy(self.preset.value, window if window > 0 else None,
+                                      self.model, self.params())
+                for name in _THRESHOLD_ORDER if used is not None else ():
+                    value = used.get(name)
+                    if name in self.controls and value is not None:
                         _show_value(self.controls[name], value)
         finally:
             self._resetting = False

@@ -250,7 +250,7 @@ def test_config_validation() -> None:
         SummarizerConfig(keep_min_tokens=50_000, keep_max_tokens=40_000)
     with pytest.raises(ValueError, match="trigger_pct"):
         SummarizerConfig(trigger_pct=1.5)
-    with pytest.raises(ValueError, match="recommend_pct <= trigger_pct"):
+    with pytest.raises(ValueError, match=r"trigger.recommend_pct \(0.9\) must not exceed trigger.auto_pct"):
         SummarizerConfig(recommend_pct=0.9, trigger_pct=0.8)
     with pytest.raises(ValueError, match="unknown SummarizerConfig"):
         SummarizerConfig.from_dict({"nope": 1})

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import math
 
 import pytest
 from _compaction_fixtures import assistant, call, chat_turns, filler, results, tool_turn, user
@@ -14,7 +16,6 @@ from opctx.context.engine import (
     ContextEngine,
     DefaultContextEngine,
     EngineError,
-    _ProviderCache,
     default_engine,
     get_engine,
     register_engine,
@@ -22,9 +23,18 @@ from opctx.context.engine import (
     to_provider_messages,
     unregister_engine,
 )
+from opctx.context.policy import CompactionPolicy
+from opctx.context.provider_messages import _ProviderCache
 from opctx.context.summarize import Summarizer, SummarizerConfig
 from opctx.context.tokens import Estimator
-from opctx.context.types import AgingReport, CompactResult, TurnPrep
+from opctx.context.types import (
+    AgingReport,
+    CompactRequest,
+    CompactResult,
+    Decision,
+    DecisionKind,
+    TurnPrep,
+)
 from opctx.dag.providers import Reply, ScriptedProvider, Usage
 from opctx.dag.session_db import DagSessionDB
 
@@ -78,11 +88,10 @@ def test_abc_exposes_every_hook() -> None:
     assert ContextEngine.__abstractmethods__ == {"prepare", "compact"}
     with pytest.raises(TypeError):
         ContextEngine()  # type: ignore[abstract]
-    params = list(inspect.signature(ContextEngine.compact).parameters)
-    assert params[1:] == [
-        "agent", "session_id", "model", "on_event", "previous_summary", "user_initiated",
-        "cancel_event", "keep_recent_tokens",
-    ]
+    # the turn loop passes one CompactRequest; nobody inspects a signature
+    assert list(inspect.signature(ContextEngine.compact).parameters)[1:] == ["request"]
+    assert inspect.signature(ContextEngine.compact).parameters["request"].annotation in (
+        CompactRequest, "CompactRequest")
     assert list(inspect.signature(ContextEngine.prepare).parameters)[1:] == [
         "agent", "session", "history", "model", "tools",
     ]
@@ -92,17 +101,130 @@ def test_components_are_keyword_only() -> None:
     with pytest.raises(TypeError):
         DefaultContextEngine(None)  # type: ignore[misc]
     params = inspect.signature(DefaultContextEngine.__init__).parameters
-    for name in ("usage_tracker", "budget_allocator", "ager", "summarizer", "persister", "references",
-                 "session_db", "recommend_pct", "auto_compact_pct", "emergency_pct", "context_window", "clock"):
+    for name in ("policy", "usage_tracker", "budget_allocator", "ager", "summarizer", "persister",
+                 "references", "session_db", "clock", "estimator", "name"):
         assert params[name].kind is inspect.Parameter.KEYWORD_ONLY
-    with pytest.raises(ValueError, match="thresholds"):
-        DefaultContextEngine(recommend_pct=0.9, auto_compact_pct=0.8)
     spec = DefaultContextEngine()
+    assert spec.policy == CompactionPolicy()
     assert (spec.recommend_pct, spec.auto_compact_pct, spec.emergency_pct) == (0.70, 0.80, 0.95)
-    # a Hermes-like preset: thresholds follow the config unless given explicitly
-    hermes = DefaultContextEngine(config=SummarizerConfig(recommend_pct=0.4, trigger_pct=0.5))
+    hermes = DefaultContextEngine(policy=CompactionPolicy().replace(**{
+        "trigger.recommend_pct": 0.4, "trigger.auto_pct": 0.5}))
     assert (hermes.recommend_pct, hermes.auto_compact_pct, hermes.emergency_pct) == (0.4, 0.5, 0.95)
-    assert DefaultContextEngine(config=SummarizerConfig(trigger_pct=0.5, recommend_pct=0.4), auto_compact_pct=0.6).auto_compact_pct == 0.6
+    # the policy is the one home of the numbers: the engine's attributes are views of it
+    with pytest.raises(AttributeError):
+        hermes.auto_compact_pct = 0.9  # type: ignore[misc]
+    never = DefaultContextEngine(policy=CompactionPolicy().replace(**{
+        "trigger.recommend_pct": None, "trigger.auto_pct": None, "trigger.emergency_pct": None}))
+    assert never.auto_compact_pct == math.inf and never.config.trigger_pct == 1.0
+
+
+def test_the_older_keyword_arguments_build_a_policy_with_a_warning() -> None:
+    with pytest.warns(DeprecationWarning, match="policy=CompactionPolicy"):
+        legacy = DefaultContextEngine(auto_compact_pct=0.6, recommend_pct=0.5, context_window=50_000,
+                                      tail_budget_share=0.4, min_saving=0.2, rearm_fraction=0.3,
+                                      aging=False, config=SummarizerConfig(keep_ratio=0.2))
+    assert legacy.policy == CompactionPolicy().replace(**{
+        "trigger.recommend_pct": 0.5, "trigger.auto_pct": 0.6, "budget.context_window": 50_000,
+        "cut.tail_budget_share": 0.4, "guard.min_saving": 0.2, "guard.rearm_fraction": 0.3,
+        "aging.kind": "none", "cut.keep_ratio": 0.2})
+    assert legacy.ager is None and legacy.context_window == 50_000
+    with pytest.warns(DeprecationWarning):
+        never = DefaultContextEngine(recommend_pct=math.inf, auto_compact_pct=math.inf, emergency_pct=math.inf)
+    assert never.policy.trigger.auto_pct is None and never.auto_compact_pct == math.inf
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="trigger.recommend_pct"):
+        DefaultContextEngine(recommend_pct=0.9, auto_compact_pct=0.8)
+    # thresholds not given come from the config, whose own defaults are the policy's
+    with pytest.warns(DeprecationWarning):
+        hermes = DefaultContextEngine(config=SummarizerConfig(recommend_pct=0.4, trigger_pct=0.5))
+    assert (hermes.recommend_pct, hermes.auto_compact_pct, hermes.emergency_pct) == (0.4, 0.5, 0.95)
+    with pytest.warns(DeprecationWarning):
+        explicit = DefaultContextEngine(config=SummarizerConfig(trigger_pct=0.5, recommend_pct=0.4),
+                                        auto_compact_pct=0.6)
+    assert explicit.auto_compact_pct == 0.6
+    # a summariser's config still says the engine's numbers when nothing else does (no warning)
+    summarizer = Summarizer(None, config=SummarizerConfig(keep_ratio=0.3))
+    assert DefaultContextEngine(summarizer=summarizer).policy.cut.keep_ratio == 0.3
+    with pytest.raises(TypeError, match="not both"):
+        DefaultContextEngine(policy=CompactionPolicy(), auto_compact_pct=0.5)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        DefaultContextEngine(wibble=1)
+    with pytest.raises(ValueError, match="still say 'client'"):
+        DefaultContextEngine(policy=CompactionPolicy().replace(**{
+            "client.name": "codex", "trigger.auto_pct": "client"}))
+
+
+def test_the_ager_comes_from_the_policy() -> None:
+    from opctx.context.aging import TurnAger
+    from opctx.context.masking import ObservationMasker
+
+    def kind(k: str, **more: object) -> DefaultContextEngine:
+        return DefaultContextEngine(policy=CompactionPolicy().replace(**{"aging.kind": k, **more}))
+
+    turns = kind("turns", **{"aging.min_tokens": 123})
+    assert isinstance(turns.ager, TurnAger) and turns.ager.min_tokens == 123
+    masking = kind("masking", **{"aging.keep_last": 3})
+    assert isinstance(masking.ager, ObservationMasker) and masking.ager.keep_last == 3
+    assert kind("none").ager is None
+    with pytest.raises(ValueError, match="Claude Code's clearing"):
+        kind("microcompact")
+
+
+def test_the_decision_is_typed() -> None:
+    engine = DefaultContextEngine()
+    thresholds = (0.7, 0.8, 0.95)
+    assert engine.decide(0.5).kind is DecisionKind.NONE
+    assert engine.decide(0.5, redacted=2).kind is DecisionKind.AGE
+    assert engine.decide(0.75).kind is DecisionKind.RECOMMEND
+    compact = engine.decide(0.85)
+    assert compact.kind is DecisionKind.COMPACT and compact.compacts and compact.path_word == "auto_compact"
+    assert (compact.budget_pct, compact.recommend_pct, compact.auto_pct, compact.emergency_pct) == (0.85, *thresholds)
+    assert engine.decide(0.97).kind is DecisionKind.EMERGENCY and engine.decide(0.97).compacts
+    disabled = engine.decide(0.97, auto_disabled=True, reason="guard")
+    assert disabled.kind is DecisionKind.DISABLED and not disabled.compacts and disabled.reason == "guard"
+    assert engine.decide(0.5, auto_disabled=True).kind is DecisionKind.NONE
+    assert Decision.of(0.5, (math.inf,) * 3).kind is DecisionKind.NONE
+    # nothing parses decision_path: a prep whose telemetry says otherwise is decided by its decision
+    prep = engine.prepare(None, "s", [{"role": "user", "content": "hi"}], None, None)
+    assert prep.decision.kind is DecisionKind.NONE and prep.decision_path[-1] == "ok"
+    forced = dataclasses.replace(prep, decision=engine.decide(0.9), decision_path=["ok"])
+    assert engine.should_auto_compact(forced)
+    undecided = dataclasses.replace(prep, decision=None, budget_pct=0.9)
+    assert engine.should_auto_compact(undecided)  # an engine that does not decide: the threshold
+
+
+def test_compact_takes_a_request_and_the_older_arguments(db) -> None:
+    sid = db.create_session(title="t")
+    parent = None
+    for i in range(40):
+        parent = db.append_message(sid, {"role": "user" if i % 2 == 0 else "assistant",
+                                         "content": f"message {i} " + "words " * 200, "parent_id": parent})["id"]
+    engine = DefaultContextEngine(session_db=db, policy=CompactionPolicy().replace(**{
+        "budget.context_window": 16_000, "aging.kind": "none"}))
+    events: list[str] = []
+    request = CompactRequest(sid, user_initiated=True, trigger="test", on_event=lambda n, p: events.append(n))
+    assert request.why == "manual"
+    result = engine.compact(request)
+    assert result.ok and result.reason == "manual" and events == ["compaction_started", "compaction_finished"]
+    meta = db.get_message(sid, result.summary_id)["compaction"]
+    assert meta["trigger"] == "test"
+    # the older positional call is the same request
+    assert CompactRequest.from_arguments(None, sid, None, None, None, True, trigger="t") == CompactRequest(
+        sid, user_initiated=True, trigger="t")
+    again = engine.compact(None, sid, None, user_initiated=True)
+    assert again.reason == "manual"
+    with pytest.raises(TypeError, match="not both"):
+        engine.compact(request, sid)
+    with pytest.raises(ValueError, match="auto, manual or recovered"):
+        engine.compact(CompactRequest(sid, reason="whenever"))  # type: ignore[arg-type]
+
+
+def test_the_session_store_protocol_is_declared() -> None:
+    from opctx.context.persistence import SessionStore
+
+    assert isinstance(DagSessionDB(":memory:"), SessionStore)
+    assert not isinstance(object(), SessionStore)
+    params = inspect.signature(SessionStore.set_head).parameters
+    assert params["expected"].kind is inspect.Parameter.KEYWORD_ONLY
 
 
 # ------------------------------------------------------------------ prepare

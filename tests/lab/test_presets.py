@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from opctx.context.engine import CONTEXT_ENGINE_REGISTRY, DefaultContextEngine, get_engine
+from opctx.context.policy import FROM_CLIENT, CompactionPolicy
+from opctx.context.summarize import SummarizerConfig
 from opctx.lab import presets as presets_module
 from opctx.lab.presets import (
     ENGINE_SOURCES,
@@ -17,6 +19,8 @@ from opctx.lab.presets import (
     build_engine,
     parse_version,
     preset_names,
+    preset_policy,
+    resolve_policy,
     resolve_trigger,
     rule_for,
     thresholds_for,
@@ -30,11 +34,14 @@ def test_every_preset_says_where_its_numbers_come_from():
     for spec in PRESETS.values():
         assert spec.description and spec.sources, spec.name
         assert all(isinstance(v, str) and v for v in spec.sources.values())
-        # every number the preset sets is named in one of its sources
+        # every field the preset sets differently from the default policy is named in one of
+        # its sources (by its dotted name); the default policy's own are in the field metadata
         described = " ".join(spec.sources)
-        for param in spec.params:
-            assert param in described or param == "aging" and "aging" in described, (spec.name, param)
+        for name in spec.set_fields():
+            assert name in described and spec.source_of(name), (spec.name, name)
     assert all(v for v in ENGINE_SOURCES.values())
+    assert PRESETS["hermes"].source_of("trigger.auto_pct").startswith("docs/design.md")
+    assert PRESETS["hermes"].source_of("cut.min_prompt_ratio") == "spec §4 parameter table"
 
 
 def test_presets_are_registered_engines():
@@ -80,6 +87,10 @@ def test_overrides_and_unknown_parameters():
     with pytest.raises(ValueError, match="unknown preset"):
         build_engine("gpt-magic")
     assert thresholds_for(PRESETS["none"], 1000, 800)["auto_compact_pct"] == float("inf")
+    # dotted names and whole policies too
+    dotted = build_engine("default", context_window=100_000, **{"cut.keep_ratio": 0.2, "trigger.auto_pct": 0.6})
+    assert dotted.policy == engine.policy
+    assert build_engine(engine.policy).policy == engine.policy
 
 
 def _tool(i):
@@ -235,3 +246,121 @@ def test_a_version_falls_in_at_most_one_row_per_client(version):
         assert len(covering) <= 1
         rule, known = rule_for(client, text)
         assert known == bool(covering) and (not covering or rule is covering[0])
+
+
+# -- every preset is a policy ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_every_preset_is_a_policy_that_round_trips_through_json(name):
+    import json
+
+    spec = PRESETS[name]
+    assert isinstance(spec.policy, CompactionPolicy)
+    assert CompactionPolicy.from_dict(json.loads(json.dumps(spec.policy.to_dict()))) == spec.policy
+    # built for a window, every field holds a number, and the engine runs with that policy
+    engine = build_engine(name, context_window=64_000, model="claude-sonnet-4-5")
+    assert engine.policy.resolved and engine.policy.client.name == spec.policy.client.name
+    assert CompactionPolicy.from_dict(json.loads(engine.policy.to_json())) == engine.policy
+    assert (engine.recommend_pct, engine.auto_compact_pct, engine.emergency_pct) == engine.policy.trigger.thresholds()
+    # and an engine built from that resolved policy is the same engine
+    again = build_engine(engine.policy, context_window=64_000, model="claude-sonnet-4-5")
+    assert again.policy == engine.policy and type(again.ager) is type(engine.ager)
+
+
+def test_the_client_decides_what_says_client():
+    spec = PRESETS["claude-code"]
+    assert spec.policy.client_decides() == [
+        "trigger.recommend_pct", "trigger.auto_pct", "trigger.emergency_pct", "aging.kind",
+        "budget.output_reserve"]
+    assert PRESETS["codex"].policy.client_decides() == [
+        "trigger.recommend_pct", "trigger.auto_pct", "trigger.emergency_pct"]
+    old = resolve_policy(spec.policy.replace(**{"client.version": "2.0.76"}), context_window=200_000, model=OPUS)
+    assert old.budget.output_reserve == 32_000 and old.aging.kind == "none"
+    assert old.trigger.auto_pct * (200_000 - 32_000) == pytest.approx(155_000)
+    new = resolve_policy(spec.policy.replace(**{"client.version": "2.1.30"}), context_window=200_000, model=OPUS)
+    assert new.budget.output_reserve == 20_000 and new.aging.kind == "microcompact"
+    assert resolve_policy(spec, context_window=200_000, model=OPUS).aging.kind == "turns"
+    # a threshold set explicitly wins; those the client decides give way to it
+    moved = build_engine("claude-code", context_window=200_000, model=OPUS, auto_compact_pct=0.5)
+    assert moved.policy.trigger.auto_pct == 0.5 and moved.policy.trigger.recommend_pct == 0.5
+    assert moved.policy.trigger.emergency_pct > 0.9
+    assert preset_policy("claude-code", {"microcompact": True}).aging.kind == "microcompact"
+    assert preset_policy("claude-code", {"microcompact": False}).aging.kind == "turns"
+    assert preset_policy("claude-code", {"aging": False}).aging.kind == "none"
+    assert preset_policy("observation-masking", {"aging": False}).aging.kind == "masking"
+    assert spec.params["post_compaction_tokens"] == 10_000 and "output_reserve" not in spec.params
+    assert FROM_CLIENT not in PRESETS["codex"].params.values()
+
+
+def test_policy_fields_by_dotted_name_and_flat_name_build_the_same_engine():
+    flat = build_engine("hermes", context_window=80_000, keep_ratio=0.2, aging_min_tokens=100, aging=True,
+                        min_saving=0.2)
+    dotted = build_engine("hermes", context_window=80_000, aging=True, **{
+        "cut.keep_ratio": 0.2, "aging.min_tokens": 100, "guard.min_saving": 0.2})
+    assert flat.policy == dotted.policy and flat.ager.min_tokens == 100
+    assert [c.name for c in PRESETS["hermes"].policy.diff(flat.policy)] == [
+        "cut.keep_ratio", "aging.kind", "aging.min_tokens", "budget.context_window", "guard.min_saving"]
+
+
+# -- an engine built from a policy replays as one built from the older keyword arguments ----------
+
+
+@st.composite
+def _engine_policies(draw):
+    """Random valid policies within what the older engine arguments can say."""
+    shares = sorted(draw(st.lists(st.floats(0.3, 1.2), min_size=3, max_size=3)))
+    keep = sorted(draw(st.lists(st.integers(0, 12_000), min_size=2, max_size=2)))
+    return CompactionPolicy().replace(**{
+        "trigger.recommend_pct": shares[0], "trigger.auto_pct": shares[1], "trigger.emergency_pct": shares[2],
+        "cut.keep_ratio": draw(st.floats(0.0, 0.5)), "cut.keep_min_tokens": keep[0], "cut.keep_max_tokens": keep[1],
+        "cut.keep_min_messages": draw(st.integers(0, 6)), "cut.protect_first_n": draw(st.integers(0, 4)),
+        "cut.protect_last_n": draw(st.integers(0, 25)), "cut.tail_budget_share": draw(st.floats(0.1, 1.0)),
+        "cut.fold_current_turn": draw(st.booleans()),
+        "guard.min_saving": draw(st.floats(0.0, 0.5)), "guard.rearm_fraction": draw(st.floats(0.0, 1.0)),
+        "aging.kind": draw(st.sampled_from(["turns", "none"])),
+        "budget.context_window": draw(st.sampled_from([12_000, 20_000, 32_000])),
+        "summary.structural_head_chars": draw(st.integers(10, 80)),
+    })
+
+
+def _legacy_engine(policy):
+    import warnings
+
+    config = SummarizerConfig.from_policy(policy)
+
+    def factory(*, session_db, clock, context_window, model, summarizer_provider, **_):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return DefaultContextEngine(
+                session_db=session_db, clock=clock, config=config,
+                recommend_pct=policy.trigger.recommend_pct, auto_compact_pct=policy.trigger.auto_pct,
+                emergency_pct=policy.trigger.emergency_pct, context_window=policy.budget.context_window,
+                tail_budget_share=policy.cut.tail_budget_share, min_saving=policy.guard.min_saving,
+                rearm_fraction=policy.guard.rearm_fraction, aging=policy.aging.kind != "none")
+
+    return factory
+
+
+def _policy_engine(policy):
+    def factory(*, session_db, clock, context_window, model, summarizer_provider, **_):
+        return DefaultContextEngine(policy=policy, session_db=session_db, clock=clock)
+
+    return factory
+
+
+_SESSION = generate_session(5, n_turns=10, max_tools_per_turn=3).messages
+
+
+@given(_engine_policies())
+@settings(max_examples=12, deadline=None)
+def test_a_policy_engine_replays_as_the_legacy_arguments_did(policy):
+    window = policy.budget.context_window
+    new = replay(_SESSION, _policy_engine(policy), context_window=window, keep_contexts=False)
+    old = replay(_SESSION, _legacy_engine(policy), context_window=window, keep_contexts=False)
+    assert new.policy == policy
+    columns = [c for c in new.steps_df.columns if c != "policy"]
+    assert new.steps_df[columns].equals(old.steps_df[columns])
+    assert [c.to_dict() | {"duration_ms": 0} for c in new.compactions] == [
+        c.to_dict() | {"duration_ms": 0} for c in old.compactions]
+    assert new.events == old.events

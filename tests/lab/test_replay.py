@@ -222,3 +222,31 @@ def test_engine_guard_notes_become_one_clear_warning(caplog):
     with caplog.at_level(logging.INFO, logger="opctx"):
         logging.getLogger("opctx.context.engine").warning("outside a replay")
     assert [x.getMessage() for x in caplog.records] == ["outside a replay"]
+
+
+def test_every_result_carries_the_policy_it_ran_with(scenario, tmp_path):
+    import json
+
+    from opctx.context.policy import CompactionPolicy
+    from opctx.lab.presets import PRESETS, build_engine, resolve_trigger
+
+    r = replay(scenario.messages, "claude-code", context_window=30_000, client_version="2.0.76")
+    expected = build_engine("claude-code", context_window=30_000, model=r.model or None,
+                            client_version="2.0.76").policy
+    assert r.policy == expected and r.policy.resolved
+    auto_tokens = resolve_trigger("claude-code", context_window=30_000, model=r.model or None,
+                                  client_version="2.0.76").auto_tokens
+    assert r.policy.trigger.auto_pct * r.steps_df["input_budget"].iloc[0] == pytest.approx(auto_tokens)
+    # the frames carry it as JSON: every step, every compaction, through Parquet and back
+    assert set(r.steps_df["policy"]) == {r.policy_json}
+    assert CompactionPolicy.from_dict(json.loads(r.steps_df["policy"].iloc[0])) == r.policy
+    comps = r.compactions_df()
+    assert len(comps) and set(comps["policy"]) == {r.policy_json}
+    path = tmp_path / "steps.parquet"
+    r.steps_df.to_parquet(path)
+    back = pd.read_parquet(path)
+    assert CompactionPolicy.from_dict(json.loads(back["policy"].iloc[-1])) == r.policy
+    # a policy given as such is replayed as such (the window it names wins)
+    mine = PRESETS["hermes"].policy.replace(**{"cut.protect_last_n": 4})
+    again = replay(scenario.messages, mine, context_window=30_000)
+    assert again.policy == mine.replace(**{"budget.context_window": 30_000}) and again.preset == "custom"

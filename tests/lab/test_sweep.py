@@ -196,3 +196,31 @@ def test_finished_futures_are_released_as_rows_are_read():
         gc.collect()
         alive = sum(ref() is not None for ref in refs)
         assert alive <= len(tasks) - done + 1, (done, alive)
+
+
+def test_grid_by_dotted_policy_names_and_the_policy_column(specs, tmp_path):
+    import json
+
+    from opctx.context.policy import CompactionPolicy
+    from opctx.lab.presets import PRESETS
+
+    grid = {"preset": ["default"], "context_window": [30_000], "cut.keep_ratio": [0.05, 0.2]}
+    df = sweep(specs[:1], grid, progress=False)
+    assert df["error"].isna().all(), df["error"].dropna().tolist()
+    assert list(df["cut.keep_ratio"]) == [0.05, 0.2]
+    policies = [CompactionPolicy.from_dict(json.loads(p)) for p in df["policy"]]
+    assert [p.cut.keep_ratio for p in policies] == [0.05, 0.2]
+    assert policies[0].diff(policies[1]) == [("cut.keep_ratio", 0.05, 0.2)]
+    assert policies[0].budget.context_window == 30_000
+    # the older flat name is the same field, row for row
+    flat = sweep(specs[:1], {"preset": ["default"], "context_window": [30_000], "keep_ratio": [0.05, 0.2]},
+                 progress=False)
+    assert list(flat["policy"]) == list(df["policy"])
+    assert flat["tokens_saved"].tolist() == df["tokens_saved"].tolist()
+    # a policy as the preset, and the rows streamed to Parquet carry the policy too
+    custom = PRESETS["hermes"].policy.replace(**{"cut.protect_last_n": 4})
+    out = sweep(specs[:1], [{"preset": custom, "context_window": 30_000}], progress=False,
+                out=tmp_path / "rows.parquet")
+    back = pd.read_parquet(out)
+    assert back["preset"].iloc[0].startswith("policy-")
+    assert CompactionPolicy.from_dict(json.loads(back["policy"].iloc[0])).cut.protect_last_n == 4

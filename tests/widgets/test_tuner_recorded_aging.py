@@ -11,7 +11,7 @@ pytest.importorskip("ipywidgets")
 
 from opctx.widgets.tuner import CompactionTuner, _mark_recorded_aging  # noqa: E402
 
-CATALOGUE = {"default": {"trigger_pct": 0.8, "aging": True}}
+CATALOGUE = {"default": {"trigger.auto_pct": 0.8, "aging.kind": "turns"}}
 
 
 def _messages(with_event: bool) -> list[dict]:

@@ -191,7 +191,7 @@ class FakeReplay:
 
     def __call__(self, history, preset, *, context_window=None, keep_contexts=True, **params):
         self.calls.append((preset, context_window, dict(params)))
-        trigger = params.get("trigger_pct", 0.8)
+        trigger = params.get("trigger.auto_pct", 0.8)
         n = 10
         steps = pd.DataFrame({
             "step": range(n),
@@ -211,10 +211,10 @@ class FakeReplay:
 
 
 CATALOGUE = {
-    "default": {"trigger_pct": 0.8, "keep_min_tokens": 8000, "protect_first_n": 3,
-                "aging": True, "reserve_policy": "cap", "note": None},
-    "hermes": {"trigger_pct": 0.5, "keep_min_tokens": 4000, "protect_first_n": 3,
-               "aging": False, "reserve_policy": "cap", "note": None},
+    "default": {"trigger.auto_pct": 0.8, "cut.keep_min_tokens": 8000, "cut.protect_first_n": 3,
+                "aging.kind": "turns", "budget.reserve_policy": "cap", "note": None},
+    "hermes": {"trigger.auto_pct": 0.5, "cut.keep_min_tokens": 4000, "cut.protect_first_n": 3,
+               "aging.kind": "none", "budget.reserve_policy": "cap", "note": None},
 }
 
 
@@ -226,27 +226,37 @@ def test_controls_follow_the_default_types():
     big = control_for("keep_min_tokens", 8000)
     assert isinstance(big, widgets.IntSlider) and big.max == 32000 and big.step == 100
     assert isinstance(control_for("protect_first_n", 3), widgets.IntSlider)
-    assert isinstance(control_for("reserve_policy", "cap"), widgets.Dropdown)
     assert control_for("note", None) is None
+    # a policy field: the control of its kind, its meaning and source as the tooltip
+    trigger = control_for("trigger.auto_pct", 0.8)
+    assert isinstance(trigger, widgets.FloatSlider) and trigger.min == 0.05 and trigger.max == 1.0
+    assert "spec §4" in trigger.tooltip
+    assert control_for("trigger.emergency_pct", 1.004).max == 1.004  # a share past the budget
+    assert isinstance(control_for("budget.reserve_policy", "cap"), widgets.Dropdown)
+    assert control_for("budget.reserve_policy", "cap").options == ("cap", "floor")
+    assert isinstance(control_for("aging.kind", "turns"), widgets.Dropdown)
+    assert isinstance(control_for("cut.fold_current_turn", False), widgets.Checkbox)
+    assert isinstance(control_for("aging.keep_recent_seconds", 60), widgets.FloatSlider)
+    assert control_for("trigger.auto_pct", None) is None  # never: no control
 
 
 def test_tuner_replays_on_change_and_redraws():
     fake = FakeReplay()
     t = CompactionTuner(_messages(), presets=CATALOGUE, replay=fake, debounce_ms=0,
                         context_window=10_000)
-    assert set(t.controls) == {"trigger_pct", "keep_min_tokens", "protect_first_n", "aging",
-                               "reserve_policy"}
+    assert set(t.controls) == {"trigger.auto_pct", "cut.keep_min_tokens", "cut.protect_first_n",
+                               "aging.kind", "budget.reserve_policy"}
     assert fake.calls == [("default", 10_000, {})]
     plot0, table0 = t.plot.value, t.table.value
     assert plot0.startswith('<img alt="plot"') and "data:image/png;base64," in plot0
-    t.controls["trigger_pct"].value = 0.6
-    assert fake.calls[-1] == ("default", 10_000, {"trigger_pct": 0.6})
+    t.controls["trigger.auto_pct"].value = 0.6
+    assert fake.calls[-1] == ("default", 10_000, {"trigger.auto_pct": 0.6})
     assert t.plot.value != plot0 and t.table.value != table0
     # going back is served from the cache: no replay, and the very same picture
     from unittest import mock
 
     with mock.patch("opctx.widgets.tuner.figure_html", side_effect=AssertionError("redrawn")):
-        t.controls["trigger_pct"].value = 0.8
+        t.controls["trigger.auto_pct"].value = 0.8
     assert len(fake.calls) == 2 and t.table.value == table0 and t.plot.value == plot0
 
 
@@ -257,7 +267,7 @@ def test_tuner_preset_switch_resets_controls_with_one_replay():
     # no window given: the one replay would choose (the model's) is shown and passed
     assert t.window.value == 128_000
     assert len(fake.calls) == 2 and fake.calls[-1] == ("hermes", 128_000, {})
-    assert t.controls["trigger_pct"].value == 0.5 and t.controls["aging"].value is False
+    assert t.controls["trigger.auto_pct"].value == 0.5 and t.controls["aging.kind"].value == "none"
 
 
 def test_tuner_reports_replay_errors_and_keeps_the_last_picture():
@@ -269,7 +279,7 @@ def test_tuner_reports_replay_errors_and_keeps_the_last_picture():
         raise ValueError("keep_min_tokens <b>exceeds</b> keep_max_tokens")
 
     t._replay = broken
-    t.controls["keep_min_tokens"].value = 9000
+    t.controls["cut.keep_min_tokens"].value = 9000
     assert "replay failed" in t.status.value and "&lt;b&gt;exceeds" in t.status.value
     assert t.plot.value == good
 
@@ -305,14 +315,15 @@ def test_branch_diff_viewer_without_compactions():
 
 
 def test_tuner_keeps_thresholds_ordered():
-    catalogue = {"default": {"recommend_pct": 0.7, "auto_compact_pct": 0.8, "emergency_pct": 0.95}}
+    catalogue = {"default": {"trigger.recommend_pct": 0.7, "trigger.auto_pct": 0.8,
+                             "trigger.emergency_pct": 0.95}}
     fake = FakeReplay()
     t = CompactionTuner(_messages(), presets=catalogue, replay=fake, debounce_ms=0)
-    t.controls["auto_compact_pct"].value = 0.5
-    assert t.controls["recommend_pct"].value == 0.5 and t.controls["emergency_pct"].value == 0.95
-    assert fake.calls[-1][2] == {"recommend_pct": 0.5, "auto_compact_pct": 0.5}
-    t.controls["auto_compact_pct"].value = 0.97
-    assert t.controls["emergency_pct"].value == 0.97
+    t.controls["trigger.auto_pct"].value = 0.5
+    assert t.controls["trigger.recommend_pct"].value == 0.5 and t.controls["trigger.emergency_pct"].value == 0.95
+    assert fake.calls[-1][2] == {"trigger.recommend_pct": 0.5, "trigger.auto_pct": 0.5}
+    t.controls["trigger.auto_pct"].value = 0.97
+    assert t.controls["trigger.emergency_pct"].value == 0.97
     assert len(fake.calls) == 3  # one replay per user move, none for the pushed sliders
 
 
@@ -324,19 +335,27 @@ def test_tuner_with_the_real_presets_and_replay():
     t = CompactionTuner(session.messages, context_window=16_384, debounce_ms=0)
     assert list(t.preset.options) == list(PRESETS)
     # every engine and summariser parameter has a control on the default preset
-    for name in ("recommend_pct", "auto_compact_pct", "emergency_pct", "keep_ratio",
-                 "keep_min_tokens", "protect_first_n", "protect_last_n", "aging",
-                 "output_reserve", "reserve_policy", "tail_budget_share", "min_saving"):
+    for name in ("trigger.recommend_pct", "trigger.auto_pct", "trigger.emergency_pct", "cut.keep_ratio",
+                 "cut.keep_min_tokens", "cut.protect_first_n", "cut.protect_last_n", "aging.kind",
+                 "budget.output_reserve", "budget.reserve_policy", "cut.tail_budget_share",
+                 "guard.min_saving"):
         assert name in t.controls, name
+    # every shown field of the policy has a control: none is hand-copied here
+    from opctx.context.policy import policy_fields
+
+    shown = {f.name for f in policy_fields() if f.name.split(".")[0] in ("trigger", "cut", "guard")}
+    assert shown <= set(t.controls)
     assert "replay failed" not in t.status.value
     assert len(t.result.steps_df) == session.meta["n_messages"] - sum(
         1 for m in session.messages if m["role"] != "assistant")
     before = t.table.value
-    t.controls["auto_compact_pct"].value = 0.3
+    t.controls["trigger.auto_pct"].value = 0.3
     assert "replay failed" not in t.status.value
     assert t.result.params is not None and t.table.value != before
+    assert t.result.policy.trigger.auto_pct == 0.3
     t.preset.value = "observation-masking"
-    assert set(t.controls) == {"keep_last", "output_reserve", "reserve_policy"}
+    assert set(t.controls) == {"aging.kind", "aging.keep_last", "budget.output_reserve",
+                               "budget.reserve_policy"}
 
 
 # -- what the tuner draws is what its replay used --------------------------------------------
@@ -351,12 +370,12 @@ def _tuner_session():
 @pytest.fixture
 def spy(monkeypatch):
     """Every engine a replay drives, and every threshold set the tuner draws."""
-    from opctx.lab import presets
+    from opctx.lab import _engine_driver
     from opctx.widgets import tuner as tuner_module
 
     seen = types.SimpleNamespace(engines=[], drawn=[])
 
-    class Driver(presets.EngineDriver):
+    class Driver(_engine_driver.EngineDriver):
         def __init__(self, engine, *args, **kwargs):
             seen.engines.append(engine)
             super().__init__(engine, *args, **kwargs)
@@ -366,7 +385,7 @@ def spy(monkeypatch):
         return tuner_module.budget_timeline.__wrapped__(*args, thresholds=thresholds, **kwargs)
 
     timeline.__wrapped__ = tuner_module.budget_timeline
-    monkeypatch.setattr(presets, "EngineDriver", Driver)
+    monkeypatch.setattr(_engine_driver, "EngineDriver", Driver)
     monkeypatch.setattr(tuner_module, "budget_timeline", timeline)
     return seen
 
@@ -378,8 +397,8 @@ def _assert_drawn_equals_used(t, seen):
     used = {k: v for k, v in used.items() if v != float("inf")}
     assert seen.drawn[-1] == pytest.approx(used), "the plot's lines are not the replay's"
     sliders = {label: t.controls[name].value for name, label in (
-        ("recommend_pct", "recommend"), ("auto_compact_pct", "trigger"),
-        ("emergency_pct", "emergency")) if name in t.controls}
+        ("trigger.recommend_pct", "recommend"), ("trigger.auto_pct", "trigger"),
+        ("trigger.emergency_pct", "emergency")) if name in t.controls}
     assert sliders == pytest.approx(used), "the sliders are not the replay's"
     assert engine.context_window == t.window.value == t.result.context_window
     # and so every automatic compaction starts at or above the drawn trigger line
@@ -402,10 +421,10 @@ def test_tuner_window_change_after_a_preset_change_redraws_the_replays_threshold
 
 @pytest.mark.parametrize("moves", [
     [("preset", "codex"), ("window", 50_000), ("window", 200_000)],
-    [("preset", "claude-code"), ("output_reserve", 4_000), ("window", 100_000)],
-    [("preset", "claude-code"), ("reserve_policy", "floor"), ("window", 40_000)],
-    [("window", 20_000), ("auto_compact_pct", 0.5), ("window", 90_000), ("preset", "hermes")],
-    [("preset", "claude-code"), ("auto_compact_pct", 0.6), ("window", 128_000),
+    [("preset", "claude-code"), ("budget.output_reserve", 4_000), ("window", 100_000)],
+    [("preset", "claude-code"), ("budget.reserve_policy", "floor"), ("window", 40_000)],
+    [("window", 20_000), ("trigger.auto_pct", 0.5), ("window", 90_000), ("preset", "hermes")],
+    [("preset", "claude-code"), ("trigger.auto_pct", 0.6), ("window", 128_000),
      ("preset", "default"), ("window", 16_000)],
 ], ids=["codex", "reserve", "policy", "moved-trigger", "back-and-forth"])
 def test_tuner_draws_what_the_replay_used_after_any_sequence(spy, moves):
@@ -424,9 +443,9 @@ def test_tuner_draws_what_the_replay_used_after_any_sequence(spy, moves):
 def test_tuner_keeps_a_moved_threshold_across_window_changes(spy):
     t = CompactionTuner(_tuner_session(), preset="claude-code", context_window=32_000,
                         debounce_ms=0)
-    t.controls["auto_compact_pct"].value = 0.6
+    t.controls["trigger.auto_pct"].value = 0.6
     t.window.value = 64_000
-    assert t.controls["auto_compact_pct"].value == 0.6
+    assert t.controls["trigger.auto_pct"].value == 0.6
     assert spy.engines[-1].auto_compact_pct == 0.6
     _assert_drawn_equals_used(t, spy)
 
@@ -463,8 +482,9 @@ def test_tuner_plot_is_the_main_thing_and_rare_parameters_are_folded_away():
     assert t.more.selected_index is None and len(folded) >= 10
     assert t.more.get_title(0) == f"more parameters ({len(folded)})"
     t.preset.value = "observation-masking"
-    assert {w.description for w in t.controls_box.children} == {"keep_last", "output_reserve"}
-    assert [w.description for w in t.more_box.children] == ["reserve_policy"]
+    assert {w.description for w in t.controls_box.children} == {"aging.kind", "aging.keep_last",
+                                                                 "budget.output_reserve"}
+    assert [w.description for w in t.more_box.children] == ["budget.reserve_policy"]
 
 
 # -- BranchDiffViewer: long diffs fold and page -------------------------------------------------

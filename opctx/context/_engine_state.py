@@ -1,0 +1,148 @@
+"""What the context engine keeps per session, and the small pieces its modules share.
+
+``DefaultContextEngine`` (``engine.py``) and its compaction steps (``_compaction.py``)
+both work on a session's :class:`_SessionState` (caches, the anti-thrash :class:`_Guard`)
+and report through :func:`emit`; an ager of any shape runs through :func:`_run_ager`.
+Every public name is re-exported by ``opctx.context.engine``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .provider_messages import _ProviderCache
+from .summarize import MessageFacts, is_summary_message
+from .types import AgingReport, ReferenceMap, TurnPrep
+
+__all__ = ["EngineError", "EventHandler", "emit", "COMPACT_ATTEMPTS"]
+
+logger = logging.getLogger("opctx.context.engine")  # one logger for the engine's records
+
+# tries of one compaction when another writer switches the branch under it (BranchChanged)
+COMPACT_ATTEMPTS = 3
+
+EventHandler = Callable[[str, dict], Any]
+
+class EngineError(Exception):
+    """A context engine is unknown, misconfigured, or failed."""
+
+
+def emit(on_event: EventHandler | None, name: str, payload: dict) -> None:
+    """Call an event handler; a failing handler is logged, never raised."""
+    if on_event is None:
+        return
+    try:
+        on_event(name, payload)
+    except Exception:  # an observer must not break the turn
+        logger.exception("context engine: event handler failed on %r", name)
+
+
+def _session_id(session: Any) -> str:
+    if isinstance(session, str):
+        return session
+    if isinstance(session, dict) and session.get("id"):
+        return str(session["id"])
+    for attr in ("id", "session_id"):
+        value = getattr(session, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    meta = getattr(session, "meta", None)
+    if meta is not None and getattr(meta, "id", None):
+        return str(meta.id)
+    raise EngineError(
+        f"cannot tell the session id of {type(session).__name__}: pass the id as a str"
+    )
+
+
+@dataclass
+class _Guard:
+    """Anti-thrash state of one session."""
+
+    disabled: bool = False
+    reason: str | None = None
+    low_saving_streak: int = 0
+    disabled_at_tokens: int = 0
+
+
+@dataclass
+class _SessionState:
+    facts: MessageFacts
+    references: Any
+    ager: Any = None  # this session's own ager (a copy of the engine's TurnAger), or the shared one
+    ager_source: Any = None  # the engine's ager it was made from (a later change is followed)
+    facts_model: str | None = None  # the model the facts' token estimates are for
+    # position -> (the aged copy there, its estimate): see _aged_history_tokens
+    aged_tokens: dict[int, tuple[Any, int]] = field(default_factory=dict)
+    provider_cache: _ProviderCache = field(default_factory=_ProviderCache)
+    guard: _Guard = field(default_factory=_Guard)
+    recommended: bool = False
+    last_prep: TurnPrep | None = None
+    system_tokens: int = 0
+    tools_tokens: int = 0
+    input_budget: int = 0
+    # the prompt the provider last counted: (aged history as sent, system and tools
+    # estimates, model); the next prepare estimates how its prefix has changed since
+    counted: tuple[list[Any], int, int, str | None] | None = None
+    # the provider messages last sent, their estimates and the model (see _fit_request)
+    sent: tuple[list[dict], list[int], str | None] = ([], [], None)
+    # one prepare/compact at a time per session: the caches above are extended in place
+    lock: Any = field(default_factory=threading.RLock)
+
+
+def _agent_attr(agent: Any, name: str, default: Any = None) -> Any:
+    if agent is None:
+        return default
+    if isinstance(agent, dict):
+        return agent.get(name, default)
+    return getattr(agent, name, default)
+
+
+def _run_ager(
+    ager: Any, history: list[dict], refmap: ReferenceMap
+) -> tuple[list[dict], AgingReport]:
+    """Run a TurnAger-like component on ``history`` with the reference map.
+
+    Accepted shapes: a method ``age`` (else ``apply``, else the object called)
+    taking ``(history, references)``, returning ``(aged_history, AgingReport)``,
+    an object with ``history``/``messages`` and ``report`` attributes, or a bare
+    list (no report).
+    """
+    fn = getattr(ager, "age", None) or getattr(ager, "apply", None) or ager
+    if not callable(fn):
+        raise EngineError(f"ager {type(ager).__name__} has no age(history, references) method")
+    result = fn(history, refmap)
+    if isinstance(result, tuple) and len(result) == 2:
+        aged, report = result
+    elif isinstance(result, list):
+        aged, report = result, AgingReport()
+    else:
+        aged = getattr(result, "history", None) or getattr(result, "messages", None)
+        report = getattr(result, "report", None)
+        if aged is None:
+            raise EngineError(
+                f"ager {type(ager).__name__} returned {type(result).__name__}: expected (history, report)"
+            )
+    if not isinstance(report, AgingReport):
+        report = AgingReport(
+            redacted=int(getattr(report, "redacted", 0) or 0),
+            tokens_freed=int(getattr(report, "tokens_freed", 0) or 0),
+            references_protected=int(getattr(report, "references_protected", 0) or 0),
+            redacted_ids=list(getattr(report, "redacted_ids", []) or []),
+        )
+    return list(aged), report
+
+
+def _summary_id(history: Sequence[dict]) -> str | None:
+    """Id of the active summary node: it sits right after the protected head."""
+    for msg in history[:64]:
+        if is_summary_message(msg):
+            found = msg.get("id")
+            break
+    else:
+        return None
+    return found
+
