@@ -17,7 +17,9 @@ Commands (every one has ``--help``, with examples)::
 
 Which database
 ==============
-``--db FILE`` names an opctx database. Without it, ``import`` writes into ``$OPCTX_DB``
+``--db PATH`` names an opctx database; for the reading commands it may also name a
+transcript file or a folder of transcripts, as ``$OPCTX_DB`` may (imported once into a
+cache). Without it, ``import`` writes into ``$OPCTX_DB``
 when that names a database (an SQLite file or a new ``.db`` path; transcripts there are
 refused: their cache is rebuilt when they change), and every other command but
 ``build-samples`` uses ``$OPCTX_DB`` - a database, one transcript file or a folder of
@@ -143,12 +145,20 @@ def _connect(db: str, *, must_exist: bool):
 
 
 def _database(args: argparse.Namespace) -> str:
-    """The database a reading command works on: ``--db``, else ``$OPCTX_DB`` (a database,
-    transcript file or folder), else ``data/sample.db`` (``opctx.lab.sources``)."""
-    if args.db is not None:
-        return args.db
-    from opctx.lab.sources import ENV_VAR, default_database
+    """The database a reading command works on: ``--db``, else ``$OPCTX_DB``, else
+    ``data/sample.db`` (``opctx.lab.sources``). Either may name a database, a transcript
+    file or a folder of transcripts (imported once into the cache); ``--init`` always
+    means a database."""
+    from opctx.lab.sources import ENV_VAR, default_database, is_sqlite_file, open_database
 
+    if args.db is not None:
+        path = Path(args.db).expanduser()
+        if args.init or not (path.is_dir() or (path.is_file() and not is_sqlite_file(path))):
+            return args.db  # a database (or no file yet, or a FIFO: refused by the caller)
+        try:
+            return str(open_database(path))
+        except (OSError, ValueError) as exc:
+            raise CliError(f"--db {args.db}: {exc}", EXIT_DB) from None
     try:
         return str(default_database())
     except (OSError, ValueError) as exc:
@@ -224,11 +234,32 @@ def _import_target() -> str:
                    "pass --db FILE to import into", EXIT_USAGE)
 
 
+def _refuse_special_inputs(paths: list[str]) -> None:
+    """A transcript named on the command line that is no regular file (a FIFO, a device,
+    a link to one) is refused before anything is opened or created."""
+    from opctx.importers.detect import NOT_REGULAR
+
+    for path in paths:
+        p = Path(path).expanduser()
+        if p.exists() and not (p.is_file() or p.is_dir()):
+            raise CliError(f"cannot import {path}: {NOT_REGULAR}", EXIT_INPUT)
+
+
+def _remove_new_database(db: str) -> None:
+    """A database this import created and wrote nothing into: leave no empty file behind."""
+    for suffix in ("-wal", "-shm", "-journal", ""):
+        Path(db + suffix).unlink(missing_ok=True)
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     from opctx.dag.store import StoreError
     from opctx.importers.api import import_paths
 
-    conn = _connect(args.db or _import_target(), must_exist=False)
+    _refuse_special_inputs(args.paths)
+    db = args.db or _import_target()
+    created = db != ":memory:" and not os.path.exists(db)
+    conn = _connect(db, must_exist=False)
+    report = None
     try:
         report = import_paths(args.paths, conn, format=args.format, on_error=args.on_error,
                               replace=args.replace, progress=not args.quiet)
@@ -236,6 +267,8 @@ def cmd_import(args: argparse.Namespace) -> int:
         raise CliError(str(exc), EXIT_DB) from None
     finally:
         conn.close()
+        if created and (report is None or not (report.written or report.existing)):
+            _remove_new_database(db)
     if not args.quiet:
         for w in report.written:
             print(f"imported {printable(w['session_id'])}  ({printable(w['format'])}, "
@@ -249,7 +282,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             _err(f"warning: {_visible(w)}")
     for path, reason in report.ignored:
         if not args.quiet:
-            _err(f"ignored {path}: not a recognised transcript ({reason})")
+            _err(f"ignored {path}: {reason}")
     for path, reason in report.unreadable:
         _err(f"warning: skipped {_visible(path)}: {reason}")
     for _path, message in report.failed:
@@ -263,9 +296,11 @@ def cmd_import(args: argparse.Namespace) -> int:
             if report.candidates else ""))
         return EXIT_INPUT
     mb = report.bytes / 1e6
+    # the unreadable folders were listed above, whatever -v says: they count as warnings too
+    warnings = len(report.warnings) + len(report.unreadable)
     summary = (f"{len(report.written)} session(s) imported, {len(report.existing)} already present, "
                f"{len(report.failed)} file(s) failed, {len(report.issues)} item(s) skipped, "
-               f"{len(report.warnings)} warning(s){'' if args.verbose else ' (-v lists them)'}; "
+               f"{warnings} warning(s){'' if args.verbose or not report.warnings else ' (-v lists them)'}; "
                f"{report.files} file(s), {mb:.1f} MB in {report.seconds:.2f} s")
     print(summary, file=sys.stderr)
     return EXIT_OK if report.ok else EXIT_INPUT
@@ -798,8 +833,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def reader_args(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--db", metavar="FILE",
-                        help="the opctx database (default: $OPCTX_DB, else data/sample.db)")
+        sp.add_argument("--db", metavar="PATH",
+                        help="the opctx database, or a transcript file or folder of them (imported once "
+                             "into a cache); default: $OPCTX_DB, else data/sample.db")
         sp.add_argument("--init", action="store_true",
                         help="create (or upgrade) opctx's tables if the database lacks them; "
                              "without it the database is opened read-only")

@@ -797,7 +797,8 @@ def subagent_files_of(session_file: str) -> list[str]:
     out: list[str] = []
     sub = p.with_suffix("") / "subagents"
     if sub.is_dir():
-        out += sorted(str(f) for f in sub.iterdir() if _AGENT_FILE.match(f.name))
+        # a FIFO or device named like a transcript is never opened (it would block)
+        out += sorted(str(f) for f in sub.iterdir() if _AGENT_FILE.match(f.name) and f.is_file())
     out += _flat_agents(str(p.parent))[0].get(p.stem, [])
     return out
 

@@ -377,3 +377,36 @@ def test_a_changed_side_file_gives_a_fresh_cache(tmp_path):
     spilled = next((folder / sid / "tool-results").glob("*.txt"))
     spilled.write_text(spilled.read_text() + "\nmore output\n")
     assert open_database(folder, cache=cache) not in (first, second)
+
+
+# -- make lab DATA=<path> -------------------------------------------------------------------------
+
+
+def test_make_lab_with_a_missing_data_path_says_one_line(tmp_path):
+    """``make lab DATA=<missing>`` stops before JupyterLab with one line, no traceback: it
+    ran a ``python -c`` whose error was a raw traceback. The lab's prerequisites (the
+    virtual environment, the sample database, the notebook copies) are taken as made."""
+    import subprocess
+    import sys
+
+    missing = tmp_path / "no" / "such" / "folder"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("OPCTX_DB", None)
+    res = subprocess.run([sys.executable, "-m", "opctx.lab.sources", str(missing)],
+                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert res.returncode == 1 and res.stdout == ""
+    assert res.stderr.strip() == f"opctx: {missing}: no such file or folder"
+    good = subprocess.run([sys.executable, "-m", "opctx.lab.sources", str(SAMPLES / "openai_chat.json")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**env, "OPCTX_CACHE_DIR": str(tmp_path / "cache")})
+    assert good.returncode == 0 and good.stdout.startswith(f"data: {tmp_path / 'cache'}")
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("no make here")
+    res = subprocess.run([make, "-s", "-o", "install", "-o", "data", "-o", "lab-files", "-o",
+                          ".venv/.installed-stamp", "lab", f"DATA={missing}", f"BIN={Path(sys.executable).parent}"],
+                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert res.returncode != 0
+    assert "Traceback" not in res.stderr and "jupyter" not in (res.stdout + res.stderr).lower()
+    assert [line for line in res.stderr.splitlines() if line.startswith("opctx:")] == [
+        f"opctx: {missing}: no such file or folder"]
