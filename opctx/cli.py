@@ -590,10 +590,14 @@ def cmd_export_frames(args: argparse.Namespace) -> int:
         import pyarrow  # noqa: F401
     except ImportError:
         raise CliError("export-frames needs pyarrow: pip install 'opctx[lab]'", EXIT_USAGE) from None
+    from opctx.lab._outputs import OutputError
     from opctx.lab.frames import write_parquet
 
-    written = write_parquet(args.db_path, out, batch_sessions=args.batch,
-                            estimate_tokens=not args.no_tokens, progress=not args.quiet)
+    try:  # all six frames or none: the frames already there stay as they were
+        written = write_parquet(args.db_path, out, batch_sessions=args.batch,
+                                estimate_tokens=not args.no_tokens, progress=not args.quiet)
+    except OutputError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
     for name, (path, rows) in written.items():
         print(f"{name:<12} {rows:>9} rows  {path}")
     return EXIT_OK
