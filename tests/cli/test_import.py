@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from _privileges import without_bypass_prefix
 
 from opctx.cli import EXIT_DB, EXIT_INPUT, EXIT_OK, main
 
@@ -152,21 +153,6 @@ def test_import_refuses_opctx_db_naming_transcripts_or_nothing(tmp_path, monkeyp
     assert "--db FILE" in capsys.readouterr().err
 
 
-def _without_bypass_prefix() -> list[str]:
-    """A command prefix that keeps root but drops the capabilities that ignore file modes
-    (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH), or skip."""
-    if os.geteuid() != 0:
-        return []  # file modes already bind us
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        pytest.skip("running as root without setpriv: file modes cannot be enforced here")
-    prefix = [setpriv, "--bounding-set=-dac_override,-dac_read_search"]
-    probe = subprocess.run([*prefix, sys.executable, "-c", "import opctx"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        pytest.skip(f"cannot drop the capabilities here: {probe.stderr.strip()[-200:]}")
-    return prefix
-
-
 def test_unreadable_subfolder_without_the_bypass_capabilities_is_counted(tmp_path):
     """Root without CAP_DAC_OVERRIDE / CAP_DAC_READ_SEARCH: the unreadable folder is
     named, and the summary counts it as a warning (it said 0 warning(s))."""
@@ -178,7 +164,7 @@ def test_unreadable_subfolder_without_the_bypass_capabilities_is_counted(tmp_pat
     (tree / "secret").chmod(0o000)
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith("OPCTX_")}
-        res = subprocess.run([*_without_bypass_prefix(), sys.executable, "-m", "opctx.cli", "import", str(tree),
+        res = subprocess.run([*without_bypass_prefix(), sys.executable, "-m", "opctx.cli", "import", str(tree),
                               "--db", str(tmp_path / "x.db"), "--quiet"],
                              capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
     finally:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _privileges import without_bypass_prefix
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -306,19 +307,10 @@ def _one_error_line(err: str, path: Path) -> str:
 
 
 def _no_bypass(argv: list[str], **kw) -> subprocess.CompletedProcess:
-    """Run ``opctx argv`` without the capabilities that ignore file modes (root keeps its
-    uid, so the test's own files stay its own), or skip."""
-    import shutil
-
-    prefix: list[str] = []
-    if os.geteuid() == 0:
-        setpriv = shutil.which("setpriv")
-        if setpriv is None:
-            pytest.skip("running as root without setpriv: file modes cannot be enforced here")
-        prefix = [setpriv, "--bounding-set=-dac_override,-dac_read_search"]
+    """``opctx argv`` run without the capabilities that ignore file modes, or skip."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPCTX_")}
     env["PYTHONPATH"] = str(ROOT)
-    return subprocess.run([*prefix, sys.executable, "-m", "opctx.cli", *map(str, argv)],
+    return subprocess.run([*without_bypass_prefix(), sys.executable, "-m", "opctx.cli", *map(str, argv)],
                           capture_output=True, text=True, env=env, timeout=600, **kw)
 
 
