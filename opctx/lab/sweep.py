@@ -314,7 +314,7 @@ def sweep(
         for start in range(0, len(indexed), configs_per_task):
             tasks.append((si, indexed[start:start + configs_per_task]))
 
-    sink = _output(out, records, timings, flush_rows, configs) if out is not None else None
+    sink = _output(out, sessions, records, timings, flush_rows, configs) if out is not None else None
     if sink is not None:
         tasks = sink.remaining(tasks)
     bar = None
@@ -349,12 +349,20 @@ def sweep(
     return _frame(collected, records, errors)
 
 
-def _output(out: str | os.PathLike, records: _Records, timings: bool, flush_rows: int,
-            configs: list[dict[str, Any]]) -> Any:
-    """The resumable writer of ``sweep(out=...)``, for this sweep's sessions and grid."""
+def _output(out: str | os.PathLike, sessions: list[Any], records: _Records, timings: bool,
+            flush_rows: int, configs: list[dict[str, Any]]) -> Any:
+    """The resumable writer of ``sweep(out=...)``, for this sweep's sessions and grid
+    (a message list is named by a digest of its content: its label is only its position)."""
+    import hashlib
+    import json
+
     from ._sweep_parts import SweepParts
 
-    identity = {"sessions": records.labels, "configs": configs, "timings": timings}
+    names = [
+        f"{label}#{hashlib.sha256(json.dumps(s, default=repr).encode()).hexdigest()[:16]}"
+        if isinstance(s, list) else label for s, label in zip(sessions, records.labels, strict=True)
+    ]
+    identity = {"sessions": names, "configs": configs, "timings": timings}
     return SweepParts(out, records, timings, flush_rows, identity)
 
 
