@@ -658,13 +658,11 @@ def parse_opctx_jsonl(path: str, *, on_error: str = "stop") -> list[ImportedSess
     header: dict[str, Any] = {}
     records: list[tuple[int, dict]] = []
     for jl in iter_jsonl(path, on_error=on_error, issues=issues):
-        table = OPCTX_HEADER_FIELDS if jl.value.get("opctx_export") else OPCTX_NODE_FIELDS
-        if not table.check_record(jl.value, path=path, line=jl.line, on_error=on_error, issues=issues):
-            continue
-        if jl.value.get("opctx_export"):
+        if not jl.value.get("opctx_export"):
+            records.append((jl.line, jl.value))
+        elif OPCTX_HEADER_FIELDS.check_record(jl.value, path=path, line=jl.line, on_error=on_error,
+                                              issues=issues):
             header = jl.value
-            continue
-        records.append((jl.line, jl.value))
     if not records:
         raise TranscriptError(path, None, "no nodes in the opctx export")
     idmap: dict[str, str] = {}
@@ -678,6 +676,8 @@ def parse_opctx_jsonl(path: str, *, on_error: str = "stop") -> list[ImportedSess
         return idmap.get(x, x) if isinstance(x, str) else x
 
     for line, r in records:
+        if not OPCTX_NODE_FIELDS.check_record(r, path=path, line=line, on_error=on_error, issues=issues):
+            continue
         try:
             meta = dict(r.get("metadata") or {})
             if "copied_from" in meta:

@@ -210,9 +210,13 @@ from opctx.lab import sweep as sweep_module
 from opctx.lab.history import SessionSpec
 
 real = sweep_module.run_task
+calls = []
 
-def slow(*args, **kwargs):  # long enough to be caught in the middle
-    time.sleep(0.3)
+def slow(*args, **kwargs):  # two tasks run, then the third waits to be interrupted
+    calls.append(1)
+    if len(calls) == 3:
+        print("two done", flush=True)
+        time.sleep(600)
     return real(*args, **kwargs)
 
 sweep_module.run_task = slow
@@ -234,20 +238,16 @@ def test_a_killed_sweep_resumes_from_its_last_complete_batch(specs, serial, tmp_
     import signal
     import subprocess
     import sys
-    import time
 
     from opctx.lab import sweep as sweep_module
 
     out = tmp_path / "rows.parquet"
     parts = tmp_path / "rows.parquet.parts"
     proc = subprocess.Popen([sys.executable, "-c", KILLED_SWEEP, str(ROOT), specs[0].db_path, str(out),
-                             *(s.session_id for s in specs)], stderr=subprocess.PIPE, text=True)
+                             *(s.session_id for s in specs)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
     try:
-        for _ in range(6000):  # until two batches are on disk
-            if len(list(parts.glob("part-*.parquet"))) >= 2 or proc.poll() is not None:
-                break
-            time.sleep(0.01)
-        assert proc.poll() is None, "the sweep ended before it could be interrupted"
+        assert proc.stdout.readline().strip() == "two done", proc.stderr.read()
         proc.send_signal(getattr(signal, how))
         proc.wait(120)
     finally:
@@ -255,7 +255,7 @@ def test_a_killed_sweep_resumes_from_its_last_complete_batch(specs, serial, tmp_
             proc.kill()
     assert not out.exists()
     done_before = len(pd.concat([pd.read_parquet(p) for p in parts.glob("part-*.parquet")]))
-    assert 2 <= done_before < len(serial)
+    assert done_before == 2
     ran: list[int] = []
     real = sweep_module.run_task
 
