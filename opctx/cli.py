@@ -245,10 +245,20 @@ def _refuse_special_inputs(paths: list[str]) -> None:
             raise CliError(f"cannot import {path}: {NOT_REGULAR}", EXIT_INPUT)
 
 
-def _remove_new_database(db: str) -> None:
-    """A database this import created and wrote nothing into: leave no empty file behind."""
-    for suffix in ("-wal", "-shm", "-journal", ""):
-        Path(db + suffix).unlink(missing_ok=True)
+def _remove_if_empty(db: str) -> None:
+    """A database this import created and wrote no session into: leave no empty file
+    behind (sessions written before a later error stay, with their database)."""
+    try:
+        conn = sqlite3.connect(f"{Path(db).resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            empty = conn.execute("SELECT count(*) FROM sessions").fetchone()[0] == 0
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        empty = os.path.getsize(db) == 0 if os.path.isfile(db) else False
+    if empty:
+        for suffix in ("-wal", "-shm", "-journal", ""):
+            Path(db + suffix).unlink(missing_ok=True)
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -259,7 +269,6 @@ def cmd_import(args: argparse.Namespace) -> int:
     db = args.db or _import_target()
     created = db != ":memory:" and not os.path.exists(db)
     conn = _connect(db, must_exist=False)
-    report = None
     try:
         report = import_paths(args.paths, conn, format=args.format, on_error=args.on_error,
                               replace=args.replace, progress=not args.quiet)
@@ -267,8 +276,8 @@ def cmd_import(args: argparse.Namespace) -> int:
         raise CliError(str(exc), EXIT_DB) from None
     finally:
         conn.close()
-        if created and (report is None or not (report.written or report.existing)):
-            _remove_new_database(db)
+        if created:
+            _remove_if_empty(db)
     if not args.quiet:
         for w in report.written:
             print(f"imported {printable(w['session_id'])}  ({printable(w['format'])}, "

@@ -220,7 +220,11 @@ def test_a_failed_import_leaves_no_empty_database(tmp_path, capsys):
     bad.write_text("{not json\n")
     db = tmp_path / "new.db"
     assert main(["import", str(bad), "--db", str(db), "--quiet"]) == EXIT_INPUT
-    assert not db.exists() and list(tmp_path.iterdir()) == [bad]
+    assert not db.exists() and list(tmp_path.iterdir()) == [bad]  # nor its -wal or -shm
+    # a new database that got a session before the error stays, with that session
+    first = tmp_path / "first.db"
+    assert main(["import", str(OPENAI), str(bad), "--db", str(first), "--quiet"]) == EXIT_INPUT
+    assert first.is_file()
     # a database that was there before is never removed, even when nothing was written to it
     assert main(["import", str(OPENAI), "--db", str(db), "--quiet"]) == EXIT_OK
     assert main(["import", str(bad), "--db", str(db), "--quiet"]) == EXIT_INPUT
