@@ -35,7 +35,9 @@ data: $(SAMPLE_DB)
 # (ignored by git), so running and autosaving never touch the tracked notebooks. A copy is
 # made once, when it is missing: your edits are never overwritten (delete a copy to get
 # the current version back). `make lab DATA=PATH` points every notebook at your own data
-# (OPCTX_DB: an opctx database, a transcript file or a folder of them, imported once).
+# (OPCTX_DB: an opctx database, a transcript file or a folder of them, imported once); a
+# path that cannot be opened is one line and exit 1 (python -m opctx.lab.sources), never
+# a traceback, and JupyterLab does not start.
 LAB_DIR ?= .lab
 LAB_NOTEBOOKS := $(patsubst notebooks/%,$(LAB_DIR)/notebooks/%,$(wildcard notebooks/*.ipynb))
 # Offline: no update checks, no news, no extension-manager queries to PyPI. The flags stop
@@ -63,7 +65,7 @@ lab: install data lab-files
 	@if [ -n "$(DATA)" ]; then \
 	  OPCTX_DB="$$($(BIN)/python -c 'import os, sys; print(os.path.abspath(os.path.expanduser(sys.argv[1])))' '$(DATA)')"; \
 	  export OPCTX_DB; \
-	  $(BIN)/python -c 'from opctx.lab.sources import default_database as d; print("data:", d())' || exit 1; \
+	  $(BIN)/python -m opctx.lab.sources || exit 1; \
 	fi; \
 	$(BIN)/jupyter lab $(LAB_ARGS)
 

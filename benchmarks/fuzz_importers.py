@@ -1,4 +1,5 @@
-"""Benchmark: the seeded mutation fuzzer over data/samples.
+"""Benchmark: the seeded mutation fuzzer over data/samples, and type confusion of every
+declared field.
 
 Runs ``--cases`` cases (default 2,200, what tests/importers/test_fuzz.py runs) ``--repeat``
 times: each case is a damaged copy of a sample, parsed strictly and leniently
@@ -7,7 +8,13 @@ of the intact samples. Prints the case count, the median time (wall and CPU), ca
 second, the ratio to the baseline, the outcomes per mutation, and any contract breach
 (there should be none: the exit code is 1 if there is one).
 
-Usage: ``.venv/bin/python benchmarks/fuzz_importers.py [--cases 2200] [--repeat 3] [--seed N]``
+Then the type-confusion fuzzer once (``field_cases`` / ``check_field``): every field of
+every importer's table (``opctx.importers.fields.tables()``), at ``--per-field`` places of
+each sample (plus an opctx JSONL export), given every JSON type it does not accept; each
+case parsed both ways and what is parsed stored in an in-memory database. Prints cases,
+breaches and seconds per table, and the total.
+
+Usage: ``.venv/bin/python benchmarks/fuzz_importers.py [--cases 2200] [--repeat 3] [--seed N] [--per-field 3]``
 """
 
 from __future__ import annotations
@@ -57,11 +64,36 @@ def timed(fn, repeat: int):
     return statistics.median(wall), statistics.median(cpu), result
 
 
+def run_field_cases(samples: list[Path], per_field: int, seed: int, folder: Path) -> tuple[dict, list[str], float]:
+    """Type confusion: ``{table: [cases, breaches, seconds]}``, the breaches, the total seconds."""
+    from opctx.dag.store import connect
+    from opctx.importers.fuzz import check_field, field_cases
+
+    by_table: dict[str, list] = collections.defaultdict(lambda: [0, 0, 0.0])
+    failures: list[str] = []
+    conn = connect(":memory:")
+    started = time.perf_counter()
+    for case in field_cases(samples, per_field=per_field, seed=seed):
+        t = time.perf_counter()
+        row = by_table[repr(case.table)]
+        row[0] += 1
+        try:
+            check_field(case, folder, conn)
+        except FuzzFailure as exc:
+            failures.append(str(exc))
+            row[1] += 1
+        row[2] += time.perf_counter() - t
+        (folder / f"{case.index:05d}-field-{case.name}").unlink(missing_ok=True)
+    conn.close()
+    return dict(by_table), failures, time.perf_counter() - started
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=int, default=2_200)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--seed", type=int, default=SUITE_SEED)
+    ap.add_argument("--per-field", type=int, default=3, help="places per declared field and sample")
     args = ap.parse_args()
     samples = sample_files(ROOT / "data" / "samples")
     with tempfile.TemporaryDirectory(prefix="opctx-fuzz-") as d:
@@ -81,7 +113,18 @@ def main() -> int:
     for f in failures[:10]:
         print("CONTRACT BROKEN:", f)
     print(f"contract breaches: {len(failures)}")
-    return 1 if failures else 0
+    with tempfile.TemporaryDirectory(prefix="opctx-fuzz-fields-") as d:
+        with_export = sample_files(ROOT / "data" / "samples", export_to=d)
+        by_table, field_failures, seconds = run_field_cases(with_export, args.per_field, args.seed, Path(d))
+    print(f"\ntype confusion, {args.per_field} place(s) per declared field and sample (seed {args.seed})")
+    print(f"{'table':<62} {'cases':>6} {'breaches':>8} {'seconds':>8}")
+    for name, (n, broken, secs) in sorted(by_table.items()):
+        print(f"{name:<62} {n:>6} {broken:>8} {secs:>8.1f}")
+    total = sum(n for n, _, _ in by_table.values())
+    print(f"{'total':<62} {total:>6} {len(field_failures):>8} {seconds:>8.1f}")
+    for f in field_failures[:10]:
+        print("CONTRACT BROKEN:", f)
+    return 1 if failures or field_failures else 0
 
 
 if __name__ == "__main__":

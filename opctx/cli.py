@@ -20,7 +20,9 @@ Commands (every one has ``--help``, with examples)::
 
 Which database
 ==============
-``--db FILE`` names an opctx database. Without it, ``import`` writes into ``$OPCTX_DB``
+``--db PATH`` names an opctx database; for the reading commands it may also name a
+transcript file or a folder of transcripts, as ``$OPCTX_DB`` may (imported once into a
+cache). Without it, ``import`` writes into ``$OPCTX_DB``
 when that names a database (an SQLite file or a new ``.db`` path; transcripts there are
 refused: their cache is rebuilt when they change), and every other command but
 ``build-samples`` uses ``$OPCTX_DB`` - a database, one transcript file or a folder of
@@ -146,12 +148,20 @@ def _connect(db: str, *, must_exist: bool):
 
 
 def _database(args: argparse.Namespace) -> str:
-    """The database a reading command works on: ``--db``, else ``$OPCTX_DB`` (a database,
-    transcript file or folder), else ``data/sample.db`` (``opctx.lab.sources``)."""
-    if args.db is not None:
-        return args.db
-    from opctx.lab.sources import ENV_VAR, default_database
+    """The database a reading command works on: ``--db``, else ``$OPCTX_DB``, else
+    ``data/sample.db`` (``opctx.lab.sources``). Either may name a database, a transcript
+    file or a folder of transcripts (imported once into the cache); ``--init`` always
+    means a database."""
+    from opctx.lab.sources import ENV_VAR, default_database, is_sqlite_file, open_database
 
+    if args.db is not None:
+        path = Path(args.db).expanduser()
+        if args.init or not (path.is_dir() or (path.is_file() and not is_sqlite_file(path))):
+            return args.db  # a database (or no file yet, or a FIFO: refused by the caller)
+        try:
+            return str(open_database(path))
+        except (OSError, ValueError) as exc:
+            raise CliError(f"--db {args.db}: {exc}", EXIT_DB) from None
     try:
         return str(default_database())
     except (OSError, ValueError) as exc:
@@ -227,11 +237,41 @@ def _import_target() -> str:
                    "pass --db FILE to import into", EXIT_USAGE)
 
 
+def _refuse_special_inputs(paths: list[str]) -> None:
+    """A transcript named on the command line that is no regular file (a FIFO, a device,
+    a link to one) is refused before anything is opened or created."""
+    from opctx.importers.detect import NOT_REGULAR
+
+    for path in paths:
+        p = Path(path).expanduser()
+        if p.exists() and not (p.is_file() or p.is_dir()):
+            raise CliError(f"cannot import {path}: {NOT_REGULAR}", EXIT_INPUT)
+
+
+def _remove_if_empty(db: str) -> None:
+    """A database this import created and wrote no session into: leave no empty file
+    behind (sessions written before a later error stay, with their database)."""
+    try:
+        conn = sqlite3.connect(f"{Path(db).resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            empty = conn.execute("SELECT count(*) FROM sessions").fetchone()[0] == 0
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        empty = os.path.getsize(db) == 0 if os.path.isfile(db) else False
+    if empty:
+        for suffix in ("-wal", "-shm", "-journal", ""):
+            Path(db + suffix).unlink(missing_ok=True)
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     from opctx.dag.store import StoreError
     from opctx.importers.api import import_paths
 
-    conn = _connect(args.db or _import_target(), must_exist=False)
+    _refuse_special_inputs(args.paths)
+    db = args.db or _import_target()
+    created = db != ":memory:" and not os.path.exists(db)
+    conn = _connect(db, must_exist=False)
     try:
         report = import_paths(args.paths, conn, format=args.format, on_error=args.on_error,
                               replace=args.replace, progress=not args.quiet)
@@ -239,6 +279,8 @@ def cmd_import(args: argparse.Namespace) -> int:
         raise CliError(str(exc), EXIT_DB) from None
     finally:
         conn.close()
+        if created:
+            _remove_if_empty(db)
     if not args.quiet:
         for w in report.written:
             print(f"imported {printable(w['session_id'])}  ({printable(w['format'])}, "
@@ -252,7 +294,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             _err(f"warning: {_visible(w)}")
     for path, reason in report.ignored:
         if not args.quiet:
-            _err(f"ignored {path}: not a recognised transcript ({reason})")
+            _err(f"ignored {path}: {reason}")
     for path, reason in report.unreadable:
         _err(f"warning: skipped {_visible(path)}: {reason}")
     for _path, message in report.failed:
@@ -266,9 +308,11 @@ def cmd_import(args: argparse.Namespace) -> int:
             if report.candidates else ""))
         return EXIT_INPUT
     mb = report.bytes / 1e6
+    # the unreadable folders were listed above, whatever -v says: they count as warnings too
+    warnings = len(report.warnings) + len(report.unreadable)
     summary = (f"{len(report.written)} session(s) imported, {len(report.existing)} already present, "
                f"{len(report.failed)} file(s) failed, {len(report.issues)} item(s) skipped, "
-               f"{len(report.warnings)} warning(s){'' if args.verbose else ' (-v lists them)'}; "
+               f"{warnings} warning(s){'' if args.verbose or not report.warnings else ' (-v lists them)'}; "
                f"{report.files} file(s), {mb:.1f} MB in {report.seconds:.2f} s")
     print(summary, file=sys.stderr)
     return EXIT_OK if report.ok else EXIT_INPUT
@@ -558,10 +602,14 @@ def cmd_export_frames(args: argparse.Namespace) -> int:
         import pyarrow  # noqa: F401
     except ImportError:
         raise CliError("export-frames needs pyarrow: pip install 'opctx[lab]'", EXIT_USAGE) from None
+    from opctx.lab._outputs import OutputError
     from opctx.lab.frames import write_parquet
 
-    written = write_parquet(args.db_path, out, batch_sessions=args.batch,
-                            estimate_tokens=not args.no_tokens, progress=not args.quiet)
+    try:  # all six frames or none: the frames already there stay as they were
+        written = write_parquet(args.db_path, out, batch_sessions=args.batch,
+                                estimate_tokens=not args.no_tokens, progress=not args.quiet)
+    except OutputError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
     for name, (path, rows) in written.items():
         print(f"{name:<12} {rows:>9} rows  {path}")
     return EXIT_OK
@@ -846,8 +894,9 @@ def _presets_parser(sub: Any) -> None:
 
 def _reader_args(sp: argparse.ArgumentParser) -> None:
     """The options of every command that reads a database."""
-    sp.add_argument("--db", metavar="FILE",
-                    help="the opctx database (default: $OPCTX_DB, else data/sample.db)")
+    sp.add_argument("--db", metavar="PATH",
+                    help="the opctx database, or a transcript file or folder of them (imported once "
+                         "into a cache); default: $OPCTX_DB, else data/sample.db")
     sp.add_argument("--init", action="store_true",
                     help="create (or upgrade) opctx's tables if the database lacks them; "
                          "without it the database is opened read-only")

@@ -123,7 +123,7 @@ def test_make_lab_opens_ignored_working_copies_and_never_overwrites_them(tmp_pat
 def test_make_lab_data_sets_the_one_switch(tmp_path):
     command = _make("-n", "lab", f"LAB_DIR={tmp_path}", "DATA=some/transcripts")
     assert "export OPCTX_DB" in command and "'some/transcripts'" in command
-    assert "default_database" in command  # imported once, before JupyterLab starts
+    assert "-m opctx.lab.sources" in command  # imported once, before JupyterLab starts (one line if not)
     assert "OPCTX_DB" not in _make("-n", "lab", f"LAB_DIR={tmp_path}").split("jupyter lab")[1]
 
 

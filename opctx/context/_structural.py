@@ -3,8 +3,11 @@
 :func:`structural_line` is ``[role] first N characters`` of a message, tool
 calls listed as ``-> name(args)``, tool results labelled ``[tool name]`` (``error``
 for failures); :func:`structural_summary` puts the previous summary on top and
-lists every folded message, collapsing the oldest into one counted line when a
-token bound is given. :func:`is_summary_message` recognises a compaction summary
+lists the folded messages, one line each. Given a token bound (the engine passes
+``summary_output_tokens``, 4,096 by default) it stays within it: the previous
+summary is clipped and the *oldest* folded messages are collapsed into one line
+counting them by role and naming their first and last ids. Every folded message
+is accounted for, not every one is listed: docs/design.md says the same. :func:`is_summary_message` recognises a compaction summary
 (ours or a recorded one). The line helpers here are shared with the prompt
 transcript (``_transcript.py``). See "The summary" in the
 ``opctx.context.summarize`` docstring.
@@ -109,7 +112,7 @@ def structural_summary(
     max_tokens: int | None = None,
     count_tokens: Callable[[str], int] | None = None,
 ) -> str:
-    """The deterministic summary: previous summary on top, then every folded message.
+    """The deterministic summary: previous summary on top, then the folded messages.
 
     ``max_tokens`` bounds it (the engine passes ``summary_output_tokens``, the budget an
     LLM summary gets). Without a bound, chained structural summaries grow with every

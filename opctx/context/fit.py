@@ -19,10 +19,14 @@ a request is rejected by the provider (or, worse, silently cut by it).
   between them, ``[... N tokens truncated to fit the context window ...]``: the
   start of a log or file says what it is, its end holds the error or the result.
   The parts are the system prompt, each message's text, the text parts of a
-  multi-part content, and the arguments of tool calls (a JSON object's values are
-  cut one by one, so the keys stay and the arguments stay valid JSON); in an
-  Anthropic request (``anthropic_messages``) also each ``tool_result``'s content and
-  each ``tool_use`` input's string values, never a thinking block (its signature);
+  multi-part content, and the strings of tool-call arguments wherever they are
+  nested (an object's values, a list of edits as in Claude Code's ``MultiEdit``, an
+  array, a bare JSON string: each string is cut on its own, so the keys, the lists
+  and the JSON stay whole and valid, and the marker inside each cut string says
+  what was cut; arguments that are not JSON are cut as text); in an Anthropic
+  request (``anthropic_messages``) also each ``tool_result``'s content and the
+  strings of each ``tool_use`` input, at any depth, never a thinking block (its
+  signature);
 * what cannot be truncated (the tool schemas, each message's fixed overhead, images,
   the markers themselves) may still exceed the budget: then the request does not
   fit, and :attr:`FittedRequest.overflow` says why. ``process_user_turn`` compacts
@@ -129,9 +133,45 @@ def _water_level(sizes: Sequence[int], floors: Sequence[int], room: int) -> int 
     return lo
 
 
+_ARGS = object()  # in a text's place: what follows is a path inside JSON-text arguments
+
+
+def _json_strings(value: Any) -> list[tuple[tuple, str]]:
+    """``(path, text)`` of every non-empty string inside a JSON value (object values and
+    array items at any depth, or the value itself), without recursion."""
+    out: list[tuple[tuple, str]] = []
+    stack: list[tuple[tuple, Any]] = [((), value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, str):
+            if item:
+                out.append((path, item))
+        elif isinstance(item, dict):
+            stack.extend(((*path, k), v) for k, v in reversed(list(item.items())))
+        elif isinstance(item, list):
+            stack.extend(((*path, i), v) for i, v in reversed(list(enumerate(item))))
+    return out
+
+
+def _set_in(value: Any, path: tuple, new: Any) -> Any:
+    """``value`` with the item at ``path`` replaced by ``new`` (in place; the root when empty)."""
+    if not path:
+        return new
+    target = value
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = new
+    return value
+
+
 class _Part:
     """The truncatable texts of one unit of the request (the system prompt, or one
-    provider message) and how to put shortened texts back, on a copy."""
+    provider message) and how to put shortened texts back, on a copy.
+
+    Tool-call arguments are cut string by string wherever the strings are nested (an
+    object's values, a list of edits, an array, a bare JSON string), so the keys, the
+    lists and the JSON itself stay whole and valid; only arguments that are not JSON at
+    all are cut as plain text."""
 
     def __init__(self, unit: Any):
         self.unit = unit
@@ -163,17 +203,14 @@ class _Part:
             try:
                 parsed = json.loads(args)
             except ValueError:
-                parsed = None
-            if isinstance(parsed, dict):
-                for key, value in parsed.items():
-                    if isinstance(value, str):
-                        self._add(value, (*base, "arguments", json.dumps(key)), in_json=True)
-            else:
-                self._add(args, (*base, "arguments"))
+                self._add(args, (*base, "arguments"))  # not JSON: plain text
+                continue
+            for path, text in _json_strings(parsed):
+                self._add(text, (*base, "arguments", _ARGS, *path), in_json=True)
 
     def _add_block(self, block: dict, place: tuple) -> None:
         """The texts of an Anthropic ``tool_result`` (its content) or ``tool_use`` block (the
-        string values of its input object). Thinking blocks are never cut: the API checks
+        strings of its input, at any depth). Thinking blocks are never cut: the API checks
         their signature, so they are part of the unit's fixed cost."""
         kind = block.get("type")
         if kind == "tool_result":
@@ -184,10 +221,9 @@ class _Part:
                 for k, sub in enumerate(inner):
                     if isinstance(sub, dict) and isinstance(sub.get("text"), str):
                         self._add(sub["text"], (*place, "content", k, "text"))
-        elif kind == "tool_use" and isinstance(block.get("input"), dict):
-            for key, value in block["input"].items():
-                if isinstance(value, str):
-                    self._add(value, (*place, "input", key), in_json=True)
+        elif kind == "tool_use" and isinstance(block.get("input"), (dict, list)):
+            for path, text in _json_strings(block["input"]):
+                self._add(text, (*place, "input", *path), in_json=True)
 
     def _add(self, text: str, place: tuple, *, in_json: bool = False) -> None:
         if text:
@@ -205,25 +241,26 @@ class _Part:
         if isinstance(self.unit, str):
             return texts[0]
         out = copy.deepcopy(self.unit)
-        arguments: dict[int, tuple[dict, dict]] = {}  # id(holder) -> (holder, parsed)
+        arguments: dict[int, list] = {}  # id(holder) -> [holder, parsed arguments]
         for place, old, new in zip(self._places, self.texts, texts, strict=True):
             if new is old:
                 continue
-            *path, last = place
-            target = out
-            for step in path[:-1] if path and path[-1] == "arguments" else path:
-                target = target[step]
-            if path and path[-1] == "arguments":  # one value of a JSON object of arguments
-                holder = target
-                entry = arguments.get(id(holder))
-                if entry is None:
-                    entry = arguments[id(holder)] = (holder, json.loads(holder["arguments"]))
-                entry[1][json.loads(last)] = new
+            if _ARGS in place:  # one string inside JSON-text arguments
+                at = place.index(_ARGS)
+                holder = _get(out, place[: at - 1])
+                entry = arguments.setdefault(id(holder), [holder, json.loads(holder["arguments"])])
+                entry[1] = _set_in(entry[1], place[at + 1:], new)
             else:
-                target[last] = new
+                _set_in(out, place, new)
         for holder, parsed in arguments.values():
             holder["arguments"] = json.dumps(parsed, ensure_ascii=False)
         return out
+
+
+def _get(value: Any, path: tuple) -> Any:
+    for step in path:
+        value = value[step]
+    return value
 
 
 def fit_request(

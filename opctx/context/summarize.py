@@ -6,7 +6,9 @@ Two pieces live here:
   into a summary and which are kept verbatim.
 * :class:`Summarizer` turns the folded messages into a summary: an LLM summary
   (FRESH, or UPDATE chained on the previous summary, ``prompts.py``), or, on any
-  failure, a deterministic *structural* summary that lists every folded message.
+  failure, a deterministic *structural* summary that accounts for every folded
+  message: one line each, the oldest collapsed into one counted line past the
+  summary's budget.
 
 Parameters (``SummarizerConfig``, spec §4 table)
 ================================================
@@ -45,10 +47,14 @@ Fallback: any exception from the provider, an empty reply, a timeout, a
 cancellation (``cancel_event`` is checked before the call, while waiting for it,
 and after it), or no provider at all gives the structural summary with
 ``fell_back_to_structural=True`` and ``error="Type: message"``. The structural
-summary keeps the previous summary at the top and lists **every** folded message
-as ``[role] first 60 characters``: tool calls as ``[assistant] -> name(args)``,
-tool results as ``[tool name]`` (``[tool name error]`` for failures), empty
-messages as ``(empty)``. With a timeout or a cancel event the provider runs in a
+summary keeps the previous summary at the top and lists the folded messages one
+per line as ``[role] first 60 characters``: tool calls as ``[assistant] ->
+name(args)``, tool results as ``[tool name]`` (``[tool name error]`` for failures),
+empty messages as ``(empty)``. It is bounded by ``summary_output_tokens`` (the
+budget an LLM summary gets): over it, the previous summary is clipped to a third of
+the bound and the *oldest* folded messages are collapsed into one line that counts
+them by role and names their first and last ids, so no message goes unmentioned and
+chained structural summaries do not grow without end. With a timeout or a cancel event the provider runs in a
 daemon worker thread; a call that outlives its timeout is abandoned, not killed
 (Python cannot kill a thread); its late answer is ignored.
 

@@ -92,7 +92,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ._context import _call_id, _graph, _store, append_node, json_safe, reply_metadata, update_node
-from .nodes import EXPOSE_MODES, Call, Graph, compute_reads
+from .nodes import EXPOSE_MODES, Call, Graph, check_render_range, compute_reads
 from .providers import Reply, as_reply, call_provider
 from .render import render_dag_messages
 
@@ -199,12 +199,10 @@ class _AgenticSpec:
                 f"agentic_function: expose={expose!r}; expected one of {', '.join(EXPOSE_MODES)}"
             )
         if render_range is not None:
-            unknown = set(render_range) - {"callers", "subcalls"}
-            if unknown:
-                raise ValueError(
-                    f"agentic_function: unknown render_range keys {sorted(unknown)}; "
-                    "expected 'callers' and/or 'subcalls'"
-                )
+            try:
+                check_render_range(render_range)  # the one check, shared with compute_reads
+            except ValueError as exc:
+                raise ValueError(f"agentic_function: {exc}") from None
         self.fn = fn
         self.system = system
         self.expose = expose

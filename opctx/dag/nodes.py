@@ -48,7 +48,7 @@ import bisect
 import copy
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 __all__ = [
@@ -66,6 +66,8 @@ __all__ = [
     "branch_internal",
     "fold_history",
     "compute_reads",
+    "RENDER_RANGE_KEYS",
+    "check_render_range",
 ]
 
 ROLES = ("user", "llm", "code")
@@ -605,11 +607,15 @@ def compute_reads(
     ``expose="full"``             everything kept
     ``expose="hidden"``           the node and its whole subtree removed
     ``render_range["callers"]``   at most N pre-frame nodes (the latest N; all of
-                                  them when fewer exist); ``None`` = no limit,
-                                  ``0`` = full isolation
+                                  them when fewer exist); ``None`` or ``-1`` = no
+                                  limit (the default), ``0`` = full isolation
     ``render_range["subcalls"]``  at most N in-frame nodes (the latest N; all of
-                                  them when fewer exist); ``-1``/``None`` = no limit
+                                  them when fewer exist); ``None`` or ``-1`` = no
+                                  limit (the default), ``0`` = only the frame node
     ============================  ==================================================
+
+    ``render_range`` is checked by :func:`check_render_range` (``ValueError`` for an
+    unknown key, a number below -1 or anything but a whole number or ``None``).
 
     The frame node is always kept: it carries the function's docstring and
     arguments, so the function's LLM calls see what they are for. A running
@@ -629,9 +635,9 @@ def compute_reads(
     frame = graph.by_seq(frame_entry_seq)
     if frame is None:
         raise KeyError(f"no node at frame_entry_seq={frame_entry_seq}")
-    rr = render_range or {}
+    rr = check_render_range(render_range)
     callers_limit = rr.get("callers")
-    subcalls_limit = rr.get("subcalls", -1)
+    subcalls_limit = rr.get("subcalls")
 
     inside = {n.id for n in graph.subtree(frame.id)}
     pre = [n for n in nodes if n.seq < frame_entry_seq]
@@ -640,9 +646,44 @@ def compute_reads(
     own = _visible_filter(graph, own)
     if callers_limit is not None:
         pre = _latest(pre, callers_limit)
-    if subcalls_limit is not None and subcalls_limit >= 0:
+    if subcalls_limit is not None:
         own = _latest(own, subcalls_limit)
     return [n.id for n in pre] + [frame.id] + [n.id for n in own]
+
+
+RENDER_RANGE_KEYS = ("callers", "subcalls")
+
+
+def check_render_range(render_range: Any) -> dict[str, int | None]:
+    """``render_range`` as ``compute_reads`` uses it, or one ``ValueError`` saying what is wrong.
+
+    The one check of ``render_range``, for ``compute_reads`` and ``@agentic_function``
+    alike: a mapping (or ``None``, no limits) whose keys are ``callers`` and/or
+    ``subcalls`` and whose values are whole numbers >= 0 (at most that many nodes),
+    ``-1`` or ``None`` (no limit: normalised to ``None``). ``True``/``False`` and
+    ``2.5`` are refused rather than read as 1, 0 or 2.
+
+    >>> check_render_range({"callers": 0, "subcalls": -1})
+    {'callers': 0, 'subcalls': None}
+    >>> check_render_range({"calers": 3})
+    Traceback (most recent call last):
+    ...
+    ValueError: render_range: unknown key 'calers'; the keys are 'callers' and 'subcalls'
+    """
+    if render_range is None:
+        return {}
+    if not isinstance(render_range, Mapping):
+        raise ValueError(f"render_range must be a dict of 'callers' / 'subcalls' limits, "
+                         f"got {type(render_range).__name__}")
+    out: dict[str, int | None] = {}
+    for key, value in render_range.items():
+        if key not in RENDER_RANGE_KEYS:
+            raise ValueError(f"render_range: unknown key {key!r}; the keys are 'callers' and 'subcalls'")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < -1):
+            raise ValueError(f"render_range[{key!r}] = {value!r}: expected a whole number >= 0 "
+                             "(at most that many nodes), or -1 / None for no limit")
+        out[key] = None if value is None or value == -1 else value
+    return out
 
 
 def _latest(nodes: list[Call], limit: int) -> list[Call]:

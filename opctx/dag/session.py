@@ -2,8 +2,12 @@
 
 A ``DagSession`` bundles everything about one conversation: its metadata row
 (``SessionMeta``), the in-memory ``Graph``, the ``GraphStore`` that persists it,
-and a ``runtime`` slot that ``opctx.dag.runtime`` fills with a ``DagRuntime``
-(this module does not import the runtime, to keep the layers one-way).
+and its ``DagRuntime`` (``runtime``), whether the session was just created or
+loaded back. ``DagRuntime.for_session(session, provider_call)`` puts one there;
+otherwise the first read of ``session.runtime`` makes one over the session's graph
+and store, calling the manager's ``provider_call`` (``DagSessionManager(db,
+provider_call=...)``). Without a provider it still records user messages and
+function calls; calling the model raises ``ProviderError`` saying how to give it one.
 
 ``DagSessionManager(db_path)`` manages every session of one SQLite file. It keeps
 one connection open for its whole life, which is what makes ``":memory:"`` work:
@@ -143,16 +147,41 @@ def _dump_extra(extra: dict[str, Any], session_id: str) -> str:
         raise StoreError(f"session {session_id!r}: extra meta is not JSON-serialisable ({e})") from None
 
 
+def _no_provider(*_args: Any, **_kwargs: Any) -> Any:
+    """The provider of a session runtime made without one: says how to give it one."""
+    from .providers import ProviderError
+
+    raise ProviderError(
+        "this session's runtime has no provider: pass provider_call= to DagSessionManager, "
+        "or call DagRuntime.for_session(session, provider_call)")
+
+
 class DagSession:
     """One conversation: ``meta`` + ``graph`` + ``store`` + ``runtime`` (spec §0.3)."""
 
     def __init__(
-        self, meta: SessionMeta, graph: Graph, store: GraphStore, runtime: Any = None
+        self, meta: SessionMeta, graph: Graph, store: GraphStore, runtime: Any = None, *,
+        provider_call: Any = None, clock: Clock = time.time,
     ) -> None:
         self.meta = meta
         self.graph = graph
         self.store = store
-        self.runtime = runtime
+        self._runtime = runtime
+        self._provider_call = provider_call
+        self._clock = clock
+
+    @property
+    def runtime(self) -> Any:
+        """The session's ``DagRuntime``, made on first use when none was given (module docstring)."""
+        if self._runtime is None:
+            from .runtime import DagRuntime
+
+            DagRuntime.for_session(self, self._provider_call or _no_provider, clock=self._clock)
+        return self._runtime
+
+    @runtime.setter
+    def runtime(self, value: Any) -> None:
+        self._runtime = value
 
     @property
     def id(self) -> str:
@@ -200,7 +229,8 @@ class DagSession:
 class DagSessionManager:
     """Every session of one SQLite file (spec §0.3). Keeps one connection open."""
 
-    def __init__(self, db_path: str | os.PathLike | sqlite3.Connection, *, clock: Clock = time.time):
+    def __init__(self, db_path: str | os.PathLike | sqlite3.Connection, *, clock: Clock = time.time,
+                 provider_call: Any = None):
         if isinstance(db_path, sqlite3.Connection):
             if not hasattr(db_path, "opctx_lock"):
                 raise TypeError("pass a connection made by opctx.dag.store.connect(), or a path")
@@ -211,6 +241,8 @@ class DagSessionManager:
             self._owns_conn = True
         self.db_path: str = self._conn.opctx_path  # type: ignore[attr-defined]
         self.clock = clock
+        # the provider of the runtime of every session this manager creates or loads
+        self.provider_call = provider_call
 
     # -- plumbing ------------------------------------------------------------------
     @property
@@ -297,7 +329,7 @@ class DagSessionManager:
         graph = Graph()
         for node in batch:
             graph.add(node)
-        return DagSession(meta, graph, store)
+        return DagSession(meta, graph, store, provider_call=self.provider_call, clock=self.clock)
 
     def get(self, session_id: str) -> SessionMeta:
         """The metadata of one session (``SessionNotFound`` if unknown)."""
@@ -308,7 +340,7 @@ class DagSessionManager:
         """The session with its whole graph loaded (see ``GraphStore.load``)."""
         store = self.store(session_id)
         meta = self.get(session_id)
-        return DagSession(meta, store.load(lazy=lazy), store)
+        return DagSession(meta, store.load(lazy=lazy), store, provider_call=self.provider_call, clock=self.clock)
 
     def list(self, limit: int | None = None) -> list[SessionMeta]:
         """Every session, most recently updated first."""

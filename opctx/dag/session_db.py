@@ -50,11 +50,14 @@ Semantics, where the specification is open:
   ``preview`` (first 120 characters of its text), ``timestamp``, ``seq``,
   ``is_head`` (the leaf is HEAD) and ``contains_head`` (HEAD lies on it).
 * ``get_branch_token_stats(sid, head_msg_id=None)``: counts and token estimates
-  per role over the branch. The substrate does not import the context layer
-  (imports point downward), so the estimator is injected: pass
-  ``token_estimator=`` to the constructor or the call (for example
-  ``opctx.context.tokens.estimate_message_tokens``); without one, len/4
-  when importable, else ``ceil(len(text) / 4)``; the dict says which.
+  per role over the branch, by opctx's estimator (``estimate_message_tokens``: the
+  one every budget uses) unless ``token_estimator=`` is passed to the constructor or
+  the call; the dict's ``estimator`` names the one used. The substrate imports no
+  module of the context layer (imports point downward): the default is the public
+  name ``opctx.estimate_message_tokens``, resolved through the package root, which
+  re-exports every layer and imports each lazily, when the first figure is asked
+  for. Where even that is missing (the substrate vendored on its own), it falls back
+  to ``ceil(len(text) / 4)``, named ``"len/4"``.
 * ``search_messages(query, session_id=None, limit=20, raw=False)``: literal FTS5
   search (``GraphStore.search``), best first; each hit is the message dict plus
   ``session_id``, ``snippet`` and ``rank``.
@@ -421,10 +424,11 @@ class DagSessionDB:
         """Message counts and token estimates per role along a branch (default HEAD's).
 
         ``token_estimator`` (here or on the constructor) maps a message dict to a
-        token count; without one the substrate's own len/4 estimate is used.
+        token count; without one opctx's ``estimate_message_tokens`` is used (the
+        module docstring says how the substrate reaches it).
         """
         branch = self.get_branch(session_id, head_msg_id)
-        estimate = token_estimator or self.token_estimator or _len4_estimate
+        estimate = token_estimator or self.token_estimator or _default_estimator()
         estimator = "len/4" if estimate is _len4_estimate else getattr(estimate, "__qualname__", repr(estimate))
         by_role: dict[str, dict[str, int]] = {}
         total = 0
@@ -469,8 +473,19 @@ class DagSessionDB:
         return out
 
 
+def _default_estimator() -> Callable[[dict], int]:
+    """opctx's message estimator, through the package root's lazy public names (no
+    import of the context layer from here); len/4 where it cannot be had."""
+    try:
+        import opctx
+
+        return opctx.estimate_message_tokens
+    except (ImportError, AttributeError):
+        return _len4_estimate
+
+
 def _len4_estimate(msg: dict) -> int:
-    """The substrate's dependency-free estimate: a token per four characters."""
+    """The fallback when opctx's estimator is not there: a token per four characters."""
     text = message_text(msg) or as_text(msg.get("content"))
     return math.ceil(len(text) / 4)
 

@@ -32,11 +32,15 @@ import re
 from typing import Any
 
 from .base import ImportedSession, Issue, SessionBuilder, TranscriptError, read_text, short_title
+from .fields import FieldTable
 from .message_lists import file_digest
 
-__all__ = ["FORMAT", "parse_aider", "parse_token_report"]
+__all__ = ["FORMAT", "FIELDS", "parse_aider", "parse_token_report"]
 
 FORMAT = "aider"
+# Markdown, not JSON: no field can hold a value of another type (opctx.importers.fields);
+# damaged text is read line by line, as the module docstring says.
+FIELDS = FieldTable(FORMAT, "line", [], is_record=lambda value, top: False)
 _START = re.compile(r"^# aider chat started at (.+?)\s*$")
 _TOKENS = re.compile(r"Tokens:\s*(?P<body>.*?)(?:\.\s*(?P<cost>Cost:.*))?\.?\s*$")
 _FIGURE = re.compile(r"([\d.]+)(k|M)?\s+(sent|received|cache write|cache hit)")

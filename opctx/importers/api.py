@@ -46,7 +46,7 @@ from typing import Any
 from opctx.dag.store import StoreError
 
 from .base import ON_ERROR_MODES, ImportedSession, Issue, TranscriptError, UnknownFormatError
-from .detect import sniff
+from .detect import NOT_REGULAR, sniff
 
 __all__ = [
     "PARSERS",
@@ -106,7 +106,7 @@ def parse_path(path: str | os.PathLike, format: str | None = None, *,
     elif format == "openhands_completions" and os.path.isdir(path):
         pass
     elif not os.path.isfile(path):
-        raise TranscriptError(path, None, "no such file")
+        raise TranscriptError(path, None, NOT_REGULAR if os.path.exists(path) else "no such file")
     elif os.path.getsize(path) == 0:
         raise TranscriptError(path, None, "file is empty")
     # forced: the caller named the format (a folder of calls was detected, not forced)
@@ -145,13 +145,15 @@ _CANDIDATE_SUFFIXES = (".jsonl", ".json", ".traj", ".md")
 
 
 def iter_transcript_files(paths: Iterable[str | os.PathLike], *,
-                          problems: list[tuple[str, str]] | None = None) -> Iterator[tuple[str, bool]]:
+                          problems: list[tuple[str, str]] | None = None,
+                          ignored: list[tuple[str, str]] | None = None) -> Iterator[tuple[str, bool]]:
     """(file, named explicitly) for every candidate file under ``paths``.
 
     One pass over each folder tree (``os.scandir``), so a flat folder of 10,000 sessions
     is listed once, not once per file. Folders that cannot be read are not skipped
     silently: each is added to ``problems`` as ``(folder, reason)``. Only regular files
-    (or links to them) are candidates: a FIFO or a device would block the import.
+    (or links to them) are candidates: a FIFO or a device named like a transcript would
+    block the import, so it is never opened and goes to ``ignored`` with the reason.
     """
     from .claude_code import side_file_owner
     from .openhands_completions import is_completion_name
@@ -161,7 +163,7 @@ def iter_transcript_files(paths: Iterable[str | os.PathLike], *,
         if not p.is_dir():
             yield str(p), True
             continue
-        files = sorted(_walk(str(p), problems))
+        files = sorted(_walk(str(p), problems, ignored))
         sessions = {f for f in files if f.endswith(".jsonl")}
         runs = _completion_runs(files)
         for f in files:
@@ -207,7 +209,8 @@ def _completion_runs(files: list[str]) -> dict[str, bool]:
             if n >= 2 and len(prefixes[d]) == 1 and _completions_folder(d)}
 
 
-def _walk(top: str, problems: list[tuple[str, str]] | None) -> Iterator[str]:
+def _walk(top: str, problems: list[tuple[str, str]] | None,
+          ignored: list[tuple[str, str]] | None = None) -> Iterator[str]:
     """Candidate files under ``top``; hidden folders below it (.git, .venv) are left out."""
     stack = [top]
     while stack:
@@ -224,8 +227,12 @@ def _walk(top: str, problems: list[tuple[str, str]] | None) -> Iterator[str]:
                 if entry.is_dir(follow_symlinks=False):
                     if not entry.name.startswith("."):
                         stack.append(entry.path)
-                elif entry.name.endswith(_CANDIDATE_SUFFIXES) and entry.is_file():
-                    yield entry.path
+                elif entry.name.endswith(_CANDIDATE_SUFFIXES):
+                    if entry.is_file():
+                        yield entry.path
+                    elif ignored is not None:
+                        ignored.append((entry.path, NOT_REGULAR if os.path.exists(entry.path)
+                                        else "a link to a file that does not exist"))
             except OSError as exc:  # a dangling or unreadable entry
                 if problems is not None:
                     problems.append((entry.path, f"not readable ({exc.strerror or exc})"))
@@ -314,7 +321,7 @@ def import_paths(
     owns = False
     conn: Any = db
     try:
-        files = list(iter_transcript_files(paths, problems=report.unreadable))
+        files = list(iter_transcript_files(paths, problems=report.unreadable, ignored=report.ignored))
         report.candidates = len(files)
         if bar is not None:
             bar.reset(total=len(files))
@@ -360,7 +367,7 @@ def _import_file(path: str, explicit: bool, conn: Any, report: ImportReport, *,
         if explicit:
             fail(str(exc))
         else:
-            report.ignored.append((path, exc.reason))
+            report.ignored.append((path, f"not a recognised transcript ({exc.reason})"))
         return
     except (TranscriptError, OSError) as exc:
         fail(str(exc) if isinstance(exc, TranscriptError) else f"{path}: {exc}")

@@ -74,8 +74,8 @@ Mapping
 
 from __future__ import annotations
 
-import functools
 import json
+import logging
 import os
 import re
 from collections import Counter
@@ -85,6 +85,16 @@ from typing import Any
 
 from opctx.dag.nodes import Call
 
+from ._claude_code_layout import (
+    AGENT_FILE,
+    SAFE_ID,
+    first_session_id,
+    group_entries,
+    link_subagent,
+    owned_side_files,
+    side_file_owner,
+    subagent_files_of,
+)
 from .base import (
     ImportedSession,
     Issue,
@@ -98,6 +108,7 @@ from .base import (
     read_text,
     short_title,
 )
+from .fields import Field, FieldTable
 
 __all__ = [
     "FORMAT",
@@ -109,12 +120,16 @@ __all__ = [
     "looks_like_entry",
     "subagent_files_of",
     "owned_side_files",
+    "side_file_owner",
     "link_subagent",
     "group_entries",
     "anthropic_usage",
     "tool_result_text",
     "ENTRY_TYPES",
+    "FIELDS",
 ]
+
+log = logging.getLogger(__name__)
 
 FORMAT = "claude_code"
 HOOK_FORMAT = "claude_code_hook"
@@ -128,8 +143,62 @@ _CONSUMED = {"type", "uuid", "parentUuid", "timestamp", "message", "isCompactSum
              "toolUseResult", "content", "subtype", "compactMetadata", "logicalParentUuid",
              "microcompactMetadata"}
 _MESSAGE_CONSUMED = {"role", "content", "model", "id", "usage", "stop_reason"}
-_AGENT_FILE = re.compile(r"^agent-[A-Za-z0-9_-]+\.jsonl$")
-_SAFE_ID = re.compile(r"[A-Za-z0-9_-]{1,200}")
+
+
+_TALK = {"type": ("user", "assistant")}
+_ASSISTANT = {"type": ("assistant",)}
+_USER = {"type": ("user",)}
+_TOOL_USE = "message.content[type=tool_use|server_tool_use]"
+_RESULT = "message.content[type=tool_result]"
+
+
+def _entry_record(value: Any, top: bool) -> bool:
+    """An entry: a JSONL line, or an element of the hook-exported array."""
+    return looks_like_entry(value)
+
+
+# The fields an entry is read with (opctx.importers.fields): ids that link entries and
+# the shape of a message are needed to place or read the entry at all ("skip"); names,
+# models and ids used as labels or keys are kept as their JSON text ("text"); counts,
+# times and flags are read from any value ("read").
+FIELDS = FieldTable(("claude_code", "claude_code_hook"), "entry", [
+    Field("type", ("string",)),
+    Field("uuid", ("string",)),
+    Field("parentUuid", ("string",)),
+    Field("logicalParentUuid", ("string",)),
+    Field("sessionId", ("string",), "text"),
+    Field("agentId", ("string",), "text"),
+    Field("timestamp", ("string", "number"), "read"),
+    Field("isSidechain", ("boolean",), "read"),
+    Field("isMeta", ("boolean",), "read"),
+    Field("isCompactSummary", ("boolean",), "read"),
+    Field("subtype", ("string",), "read"),
+    Field("content", ("string", "list"), "read"),
+    Field("message", ("object",), when=_TALK),
+    Field("message.content", ("string", "list"), when=_TALK),
+    Field("message.id", ("string",), "text", when=_TALK),
+    Field("message.model", ("string",), "text", when=_ASSISTANT),
+    Field("message.stop_reason", ("string",), "read", when=_ASSISTANT),
+    Field("message.usage", ("object",), "read", when=_ASSISTANT),
+    Field("message.usage.input_tokens", ("integer",), "read", when=_ASSISTANT),
+    Field("message.usage.output_tokens", ("integer",), "read", when=_ASSISTANT),
+    Field("message.usage.cache_read_input_tokens", ("integer",), "read", when=_ASSISTANT),
+    Field("message.usage.cache_creation_input_tokens", ("integer",), "read", when=_ASSISTANT),
+    Field("message.content[type=text].text", ("string",), "text", when=_TALK),
+    Field(f"{_TOOL_USE}.id", ("string",), "text", when=_ASSISTANT),
+    Field(f"{_TOOL_USE}.name", ("string",), "text", when=_ASSISTANT),
+    Field(f"{_TOOL_USE}.input", ("object",), "read", when=_ASSISTANT),
+    Field(f"{_RESULT}.tool_use_id", ("string",), "text", when=_USER),
+    Field(f"{_RESULT}.content", ("string", "list"), "read", when=_USER),
+    Field(f"{_RESULT}.is_error", ("boolean",), "read", when=_USER),
+    Field("compactMetadata", ("object",), when={"type": ("system",)}),
+    Field("compactMetadata.trigger", ("string",), "read", when={"type": ("system",)}),
+    Field("compactMetadata.preTokens", ("integer",), "read", when={"type": ("system",)}),
+    Field("microcompactMetadata", ("object",), "read", when={"type": ("system",)}),
+    Field("summary", ("string",), "text", when={"type": ("summary",)}),
+    Field("leafUuid", ("string",), "text", when={"type": ("summary",)}),
+    Field("messageId", ("string",), "text", when={"type": ("file-history-snapshot",)}),
+], is_record=_entry_record)
 
 
 def looks_like_entry(value: Any) -> bool:
@@ -303,22 +372,26 @@ class _Converter:
             self.first_agent_id = str(entry["agentId"])
 
     def _entry(self, line: int, entry: dict) -> None:
-        """One entry: checked, dispatched by type; a bad one raised or skipped with its line."""
-        problem = _shape_problem(entry)
-        if problem is None:
-            try:
-                first_line = self._first_line_of_uuid(entry, line)
-                self._dispatch(line, entry)
-                if first_line is not None:
-                    self._mark_duplicate(entry, line, first_line)
-                return
-            except (KeyError, TypeError, AttributeError, ValueError) as exc:
-                problem = f"unexpected content ({type(exc).__name__}: {exc})"
+        """One entry: checked against ``FIELDS``, dispatched by type; a bad one raised or
+        skipped with its line (its array element in a hook array)."""
         kind = entry.get("type")
-        reason = f"{kind} entry: {problem}"
-        file_line = None if self.in_array else line
+        label = f"{kind} entry" if isinstance(kind, str) else "entry"
         if self.in_array:
-            reason = f"array element {line}: {reason}"
+            label = f"array element {line}: {label}"
+        file_line = None if self.in_array else line
+        if not FIELDS.check_record(entry, path=self.path, line=file_line, on_error=self.on_error,
+                                   issues=self.issues, label=label):
+            return
+        try:
+            first_line = self._first_line_of_uuid(entry, line)
+            self._dispatch(line, entry)
+            if first_line is not None:
+                self._mark_duplicate(entry, line, first_line)
+            return
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            # a shape no field of the table describes: still this entry only, with its line
+            log.debug("%s:%s: %s", self.path, line, exc, exc_info=True)
+        reason = f"{label}: a field has a type or shape this importer does not read"
         if self.on_error != "skip":
             raise TranscriptError(self.path, file_line, reason)
         self.issues.append(Issue(self.path, file_line, reason, "entry skipped"))
@@ -493,7 +566,7 @@ class _Converter:
     def _spilled(self, tool_id: str | None) -> tuple[str, str] | None:
         # The id comes from an untrusted file: only a plain id may name a file, never a
         # path ("../../x" must not read outside tool-results/).
-        if not isinstance(tool_id, str) or not _SAFE_ID.fullmatch(tool_id) or not self.tool_results_dir:
+        if not isinstance(tool_id, str) or not SAFE_ID.fullmatch(tool_id) or not self.tool_results_dir:
             return None
         fpath = os.path.join(self.tool_results_dir, f"{tool_id}.txt")
         if not os.path.isfile(fpath):
@@ -772,119 +845,6 @@ def convert_entries(entries: list[tuple[int, dict]], path: str, *, fmt: str = FO
     return conv.finish(session_id, skipped)
 
 
-def _shape_problem(entry: dict) -> str | None:
-    """Why an entry cannot be read as its type, or None. Checked before anything is built."""
-    if entry.get("type") is not None and not isinstance(entry["type"], str):
-        return f"type is {type(entry['type']).__name__}, not a string"
-    for key in ("uuid", "parentUuid", "logicalParentUuid"):
-        if entry.get(key) is not None and not isinstance(entry[key], str):
-            return f"{key} is {type(entry[key]).__name__}, not a string"
-    if entry.get("type") in ("user", "assistant"):
-        msg = entry.get("message")
-        if not isinstance(msg, dict):
-            return "message is missing or not an object"
-        content = msg.get("content")
-        if content is not None and not isinstance(content, (str, list)):
-            return f"message.content is {type(content).__name__}, not text or a list of blocks"
-        if msg.get("id") is not None and not isinstance(msg["id"], str):
-            return "message.id is not a string"
-    return None
-
-
-def subagent_files_of(session_file: str) -> list[str]:
-    """Subagent transcripts that belong to ``session_file`` (both layouts)."""
-    p = Path(session_file)
-    out: list[str] = []
-    sub = p.with_suffix("") / "subagents"
-    if sub.is_dir():
-        out += sorted(str(f) for f in sub.iterdir() if _AGENT_FILE.match(f.name))
-    out += _flat_agents(str(p.parent))[0].get(p.stem, [])
-    return out
-
-
-def _flat_agents(folder: str) -> tuple[dict[str, list[str]], dict[str, str]]:
-    """The flat ``agent-*.jsonl`` files of a folder: ({sessionId: files}, {file: sessionId}).
-
-    Cached per folder and modification time: importing a folder of thousands of
-    sessions must not list it again for every session file.
-    """
-    try:
-        stamp = os.stat(folder).st_mtime_ns
-    except OSError:
-        return {}, {}
-    return _flat_agents_at(folder, stamp)
-
-
-@functools.lru_cache(maxsize=16)
-def _flat_agents_at(folder: str, stamp: int) -> tuple[dict[str, list[str]], dict[str, str]]:
-    by_session: dict[str, list[str]] = {}
-    by_file: dict[str, str] = {}
-    try:
-        with os.scandir(folder) as it:
-            names = sorted(e.name for e in it if _AGENT_FILE.match(e.name) and e.is_file())
-    except OSError:
-        return by_session, by_file
-    for name in names:
-        path = os.path.join(folder, name)
-        sid = _first_session_id(path)
-        if sid is not None:
-            by_session.setdefault(sid, []).append(path)
-            by_file[path] = sid
-    return by_session, by_file
-
-
-def owned_side_files(session_file: str) -> set[str]:
-    """Every file a session file's import also reads (to skip them when walking a folder)."""
-    p = Path(session_file)
-    owned = set(subagent_files_of(session_file))
-    owned |= {str(Path(f).with_suffix(".meta.json")) for f in owned}
-    tr = p.with_suffix("") / "tool-results"
-    if tr.is_dir():
-        owned |= {str(f) for f in tr.iterdir()}
-    return {os.path.normpath(f) for f in owned}
-
-
-def side_file_owner(path: str, session_files: set[str]) -> str | None:
-    """The session file among ``session_files`` whose import reads ``path``, or None.
-
-    The rule of ``owned_side_files`` turned around, so that walking a folder decides
-    each file on its own: ``<s>/subagents/agent-*.jsonl`` (and ``.meta.json``) and
-    ``<s>/tool-results/*`` belong to ``<s>.jsonl``; a flat ``agent-*.jsonl`` (and its
-    ``.meta.json``) to the session file named by its first ``sessionId``.
-    """
-    folder, name = os.path.split(path)
-    parent, kind = os.path.split(folder)
-    if kind in ("subagents", "tool-results"):
-        owner = parent + ".jsonl"
-        if owner in session_files and not os.path.basename(owner).startswith("agent-") and (
-                kind == "tool-results" or name.startswith("agent-")):
-            return owner
-    if name.startswith("agent-"):
-        agent = path[: -len(".meta.json")] + ".jsonl" if name.endswith(".meta.json") else path
-        sid = _flat_agents(folder)[1].get(agent) if _AGENT_FILE.match(os.path.basename(agent)) else None
-        if sid is not None and os.path.join(folder, sid + ".jsonl") in session_files:
-            return os.path.join(folder, sid + ".jsonl")
-    return None
-
-
-def _first_session_id(path: str) -> str | None:
-    try:
-        with open(path, "rb") as fh:
-            for _ in range(20):
-                raw = fh.readline()
-                if not raw:
-                    break
-                try:
-                    v = decode_json(raw.decode("utf-8", errors="replace"))
-                except ValueError:
-                    continue
-                if isinstance(v, dict) and v.get("sessionId"):
-                    return str(v["sessionId"])
-    except OSError:
-        return None
-    return None
-
-
 def parse_claude_code_jsonl(path: str, *, on_error: str = "stop",
                             with_subagents: bool = True) -> list[ImportedSession]:
     """A session file, its spilled tool results and (by default) its subagents.
@@ -895,14 +855,14 @@ def parse_claude_code_jsonl(path: str, *, on_error: str = "stop",
     path = str(path)
     issues: list[Issue] = []
     p = Path(path)
-    is_agent = bool(_AGENT_FILE.match(p.name))
+    is_agent = bool(AGENT_FILE.match(p.name))
     tr_dir = str(p.with_suffix("") / "tool-results")
     if is_agent:
         # a subagent's own spilled outputs live beside the parent's
         # (the session id comes from the file: used as a folder name only when it is a plain id)
-        sid = _first_session_id(path) or p.stem
+        sid = first_session_id(path) or p.stem
         parent_dir = p.parent.parent if p.parent.name == "subagents" else (
-            p.parent / sid if _SAFE_ID.fullmatch(sid) else None)
+            p.parent / sid if SAFE_ID.fullmatch(sid) else None)
         tr_dir = str(parent_dir / "tool-results") if parent_dir is not None else ""
     conv = _Converter(path, FORMAT, tool_results_dir=tr_dir if tr_dir and os.path.isdir(tr_dir) else None,
                       on_error=on_error, issues=issues)
@@ -938,84 +898,6 @@ def _looks_uuid(s: str) -> bool:
     return bool(re.fullmatch(r"[0-9a-fA-F-]{36}", s))
 
 
-def link_subagent(parent: ImportedSession, sub: ImportedSession) -> None:
-    """Find the Task call of ``parent`` that started ``sub`` and link both ways."""
-    agent_id = sub.meta.get("parent", {}).get("agent_id")
-    first_user = next((c for c in sub.calls if c.role == "user"), None)
-    prompt = first_user.output.strip() if first_user and isinstance(first_user.output, str) else None
-    code_by_tool = {c.metadata.get("tool_call_id"): c for c in parent.calls if c.role == "code"}
-    found: Call | None = None
-    for c in code_by_tool.values():
-        tur = c.metadata.get("tool_use_result")
-        if isinstance(tur, dict) and agent_id and str(tur.get("agentId")) == str(agent_id):
-            found = c
-            break
-    tool_id = found.metadata.get("tool_call_id") if found else None
-    if found is None and prompt:
-        for c in parent.calls:
-            for tc in c.metadata.get("tool_calls") or ():
-                args = tc.get("arguments") or {}
-                if tc.get("name") in ("Task", "Agent") and str(args.get("prompt", "")).strip() == prompt:
-                    tool_id = tc.get("id")
-                    found = code_by_tool.get(tool_id)
-                    break
-            if tool_id:
-                break
-    if tool_id:
-        sub.meta["parent"]["tool_call_id"] = tool_id
-    if found is not None:
-        sub.meta["parent"]["node_id"] = found.id
-        found.metadata["subagent_session_id"] = sub.session_id
-
-
-def group_entries(elements: list[tuple[int, dict]]) -> list[list[tuple[int, dict]]]:
-    """Split the entries of a hook array into conversations.
-
-    ``sessionId`` alone is not enough: hook-logged lines carry the id of the process that
-    ran the hook while hanging (``parentUuid``) on lines of another id. Entries are
-    grouped by union-find over shared ``sessionId`` and ``parentUuid`` links; entries with
-    neither (``file-history-snapshot``) join the group of the entry before them (or
-    after, at the start). Groups keep file order.
-    """
-    parent: dict[str, str] = {}
-
-    def find(x: str) -> str:
-        while parent.setdefault(x, x) != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    def union(a: str, b: str) -> None:
-        ra, rb = find(a), find(b)
-        if ra != rb:
-            parent[rb] = ra
-
-    keys: list[str | None] = []
-    for _, e in elements:
-        own = [f"u:{e['uuid']}"] if e.get("uuid") else []
-        if e.get("sessionId"):
-            own.append(f"s:{e['sessionId']}")
-        if e.get("parentUuid"):
-            own.append(f"u:{e['parentUuid']}")
-        if e.get("messageId") and e.get("type") == "file-history-snapshot":
-            own.append(f"u:{e['messageId']}")
-        for k in own[1:]:
-            union(own[0], k)
-        keys.append(own[0] if own else None)
-    # entries with no key follow their neighbour
-    last = next((k for k in keys if k is not None), "s:unknown")
-    resolved = []
-    for k in keys:
-        if k is None:
-            k = last
-        last = k
-        resolved.append(k)
-    groups: dict[str, list[tuple[int, dict]]] = {}
-    for key, item in zip(resolved, elements, strict=True):
-        groups.setdefault(find(key), []).append(item)
-    return list(groups.values())
-
-
 def parse_claude_code_hook_json(path: str, *, on_error: str = "stop",
                                 data: Any = None) -> list[ImportedSession]:
     """The hook-exported JSON array, split into sessions by ``sessionId``."""
@@ -1033,7 +915,11 @@ def parse_claude_code_hook_json(path: str, *, on_error: str = "stop",
                 raise TranscriptError(path, None, reason)
             issues.append(Issue(path, None, reason, "element skipped"))
             continue
-        elements.append((i + 1, e))
+        # checked before the entries are grouped by their ids (a list where an id belongs)
+        kind = e.get("type")
+        label = f"array element {i + 1}: " + (f"{kind} entry" if isinstance(kind, str) else "entry")
+        if FIELDS.check_record(e, path=path, line=None, on_error=on_error, issues=issues, label=label):
+            elements.append((i + 1, e))
     groups = group_entries(elements)
     out = []
     for entries in groups:

@@ -61,6 +61,7 @@ Mapping
 from __future__ import annotations
 
 import json
+import logging
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -79,8 +80,11 @@ from .base import (
     short_title,
 )
 from .claude_code import _count
+from .fields import Field, FieldTable
 
-__all__ = ["FORMAT", "LINE_TYPES", "NOT_VISIBLE", "parse_codex", "looks_like_line", "codex_usage"]
+log = logging.getLogger(__name__)
+
+__all__ = ["FORMAT", "LINE_TYPES", "NOT_VISIBLE", "FIELDS", "parse_codex", "looks_like_line", "codex_usage"]
 
 FORMAT = "codex"
 LINE_TYPES = {"session_meta", "response_item", "event_msg", "turn_context", "compacted"}
@@ -89,6 +93,45 @@ _MODEL_OUTPUT = {"reasoning", "function_call", "custom_tool_call", "local_shell_
 _DUPLICATE_EVENTS = {"user_message", "agent_message", "agent_reasoning"}
 NOT_VISIBLE = ("(Codex stored this summary encrypted; its text is not visible in the "
                "recording.)")
+
+
+_ITEM = {"type": ("response_item",)}
+_EVENT = {"type": ("event_msg",)}
+
+
+def _line_record(value: Any, top: bool) -> bool:
+    return top and looks_like_line(value)
+
+
+# The fields a rollout line is read with (opctx.importers.fields): names, models and ids
+# are kept as their JSON text; a payload whose content or history cannot be walked, or a
+# window size that is no number, leaves its line out; the rest is read from any value.
+FIELDS = FieldTable("codex", "line", [
+    Field("type", ("string",)),
+    Field("timestamp", ("string", "number"), "read"),
+    Field("payload", ("object",), "read"),
+    Field("payload.id", ("string",), "text", when={"type": ("session_meta",)}),
+    Field("payload.timestamp", ("string", "number"), "read", when={"type": ("session_meta",)}),
+    Field("payload.model", ("string",), "text", when={"type": ("turn_context",)}),
+    Field("payload.type", ("string",), "text", when={"type": ("response_item", "event_msg")}),
+    Field("payload.role", ("string",), "text", when=_ITEM),
+    Field("payload.content", ("string", "list"), when=_ITEM),
+    Field("payload.content[].text", ("string",), "text", when=_ITEM),
+    Field("payload.name", ("string",), "text", when=_ITEM),
+    Field("payload.call_id", ("string",), "text", when=_ITEM),
+    Field("payload.id", ("string",), "text", when=_ITEM),
+    Field("payload.arguments", ("string", "object"), "read", when=_ITEM),
+    Field("payload.summary", ("list",), when=_ITEM),
+    Field("payload.output", ("string", "object"), "read", when=_ITEM),
+    Field("payload.info", ("object",), "read", when=_EVENT),
+    Field("payload.info.model_context_window", ("integer",), when=_EVENT),
+    Field("payload.info.last_token_usage", ("object",), "read", when=_EVENT),
+    Field("payload.info.last_token_usage.input_tokens", ("integer",), "read", when=_EVENT),
+    Field("payload.model_context_window", ("integer",), when=_EVENT),
+    Field("payload.rate_limits", ("object",), "read", when=_EVENT),
+    Field("payload.message", ("string",), "text", when={"type": ("compacted",)}),
+    Field("payload.replacement_history", ("list",), when={"type": ("compacted",)}),
+], is_record=_line_record)
 
 
 def looks_like_line(value: Any) -> bool:
@@ -141,15 +184,21 @@ class _Codex:
         count = 0
         for jl in lines:
             count += 1
+            kind = jl.value.get("type")
+            label = f"{kind} line" if isinstance(kind, str) else "line"
+            if not FIELDS.check_record(jl.value, path=self.path, line=jl.line, on_error=on_error,
+                                       issues=issues, label=label):
+                continue
             try:
                 self._line(jl)
             except (KeyError, TypeError, AttributeError, ValueError) as exc:
-                kind = jl.value.get("type")
-                reason = f"{kind} record: unexpected content ({type(exc).__name__}: {exc})"
+                # a shape no field of the table describes: still this line only
+                log.debug("%s:%s: %s", self.path, jl.line, exc, exc_info=True)
+                reason = f"{label}: a field has a type or shape this importer does not read"
                 if on_error != "skip":
                     raise TranscriptError(self.path, jl.line, reason) from None
                 if issues is not None:
-                    issues.append(Issue(self.path, jl.line, reason, "record skipped"))
+                    issues.append(Issue(self.path, jl.line, reason, "line skipped"))
         return count
 
     def _line(self, jl) -> None:

@@ -6,7 +6,9 @@ not parse a large file twice.
 
 Rules, in order:
 
-* a directory -> ``"directory"`` (walked by ``import_paths``); an empty file -> error.
+* a directory -> ``"directory"`` (walked by ``import_paths``); an empty file -> error;
+  anything that is not a regular file (a FIFO, a device, a link to one) -> an error,
+  before it is opened: a FIFO would wait for a writer, ``/dev/zero`` never ends.
 * a text file beginning ``# aider chat started at`` -> ``aider``.
 * JSON Lines (the first line is a complete JSON object): the first 50 records decide.
   Claude Code entries -> ``claude_code``; Codex ``{type, payload}`` lines -> ``codex``;
@@ -33,9 +35,10 @@ from . import claude_code, codex, openhands, openhands_completions
 from .base import TranscriptError, UnknownFormatError, decode_json, load_json
 from .message_lists import is_message, looks_mini_swe_agent, uses_anthropic_blocks
 
-__all__ = ["detect", "sniff", "classify_records", "classify_document", "SNIFF_BYTES"]
+__all__ = ["detect", "sniff", "classify_records", "classify_document", "SNIFF_BYTES", "NOT_REGULAR"]
 
 SNIFF_BYTES = 1 << 20
+NOT_REGULAR = "not a regular file (a FIFO, device or socket, or a link to one): not opened"
 _OPCTX_KEYS = {"id", "seq", "role", "caller", "predecessor", "reads", "metadata"}
 
 
@@ -110,6 +113,8 @@ def sniff(path: str | Path) -> tuple[str, Any]:
         return "directory", None
     if not p.exists():
         raise TranscriptError(str(p), None, "no such file or directory")
+    if not p.is_file():
+        raise TranscriptError(str(p), None, NOT_REGULAR)
     head, whole = _head(p)
     text = head.decode("utf-8", errors="replace").lstrip("\ufeff")
     stripped = text.lstrip()

@@ -30,6 +30,21 @@ Mutations (``MUTATIONS``), applied to the whole file or to one JSON Lines record
 ``non_finite``     a number (timestamps first) replaced by ``NaN``, ``Infinity`` or ``1e999``
 ``line_edit``      a record duplicated (same uuid twice), dropped or moved
 
+Type confusion (``field_cases``, ``check_field``): every field every importer declares
+(``opctx.importers.fields.tables()``: one table per record kind, in the importer's
+module) is given a value of each JSON type it does not accept, where it occurs in the
+samples of its format. The contract is the importers' promise for a wrong-typed field:
+
+* ``on_error="stop"`` raises ``TranscriptError`` naming the file, the line (JSON
+  Lines) and the field (``field message.model: expected a string, got list``);
+* ``on_error="skip"`` imports the rest of the session: the field's record is left out,
+  or its value kept as text, with an ``Issue`` naming file, line and field; what is
+  parsed is written to a database without an error (the store takes it);
+* a field the importer reads from any value (``"read"``) changes nothing of that
+  contract: no exception but ``TranscriptError``, everything parsed storable;
+* a file whose format the mutation changed (detection sees another format) is held to
+  the contract of ``check``.
+
 >>> from pathlib import Path
 >>> one = next(cases([Path("x.jsonl")], 1, seed=7, read=lambda p: b'{"a": 1}\\n'))
 >>> one.name, one.mutation, one.data == next(cases([Path("x.jsonl")], 1, seed=7,
@@ -51,7 +66,8 @@ from typing import Any
 
 from .base import TranscriptError
 
-__all__ = ["MUTATIONS", "Case", "Outcome", "FuzzFailure", "cases", "mutate", "check", "sample_files"]
+__all__ = ["MUTATIONS", "Case", "Outcome", "FuzzFailure", "cases", "mutate", "check", "sample_files",
+           "FieldCase", "field_cases", "check_field"]
 
 _HUGE = (1 << 20) + 4096  # just over the 1 MiB that format detection reads at once
 _DEPTHS = (50, 300, 5_000, 100_000)
@@ -269,6 +285,11 @@ MUTATIONS: dict[str, Callable[[bytes, random.Random], bytes]] = {
 }
 
 
+# the mutations whose parse ``check`` also stores when given a connection: those that can
+# change a value's type or text; a 1 MiB string or a deep value only costs the index time
+STORED_MUTATIONS = frozenset(MUTATIONS) - {"huge_field", "deep_nesting"}
+
+
 def mutate(data: bytes, mutation: str, rng: random.Random) -> bytes:
     """``data`` damaged by one named mutation (see ``MUTATIONS``)."""
     return MUTATIONS[mutation](data, rng)
@@ -287,26 +308,52 @@ def cases(samples: Iterable[Path], count: int, *, seed: int = 0,
         yield Case(sample.name, kind, i, mutate(originals[sample], kind, rng))
 
 
-def sample_files(folder: str | os.PathLike) -> list[Path]:
+def sample_files(folder: str | os.PathLike, *, export_to: str | os.PathLike | None = None) -> list[Path]:
     """The transcript files of a samples folder (side files of a session left out).
 
     A folder of one run's logged calls (OpenHands completion logs) is walked as one unit;
     here its files are listed one by one: each call alone is a trajectory to damage.
-    """
+    ``export_to``: a folder where an opctx JSONL export of the first sample session is
+    written and added to the list, so opctx's own format is fuzzed too (the samples
+    folder holds recordings of clients, not opctx's output)."""
     from .api import iter_transcript_files
 
-    out: list[Path] = []
+    files: list[Path] = []
     for f, _ in iter_transcript_files([folder]):
         p = Path(f)
-        out.extend(sorted(x for x in p.iterdir() if x.is_file()) if p.is_dir() else [p])
-    return out
+        files.extend(sorted(x for x in p.iterdir() if x.is_file()) if p.is_dir() else [p])
+    if export_to is not None:
+        files.append(_opctx_export(files, Path(export_to)))
+    return files
+
+
+def _opctx_export(files: list[Path], folder: Path) -> Path:
+    import io
+
+    from opctx.dag.store import connect
+
+    from .api import import_paths
+    from .export import export_jsonl
+
+    conn = connect(":memory:")
+    try:
+        report = import_paths(sorted(files), conn, on_error="stop")
+        buffer = io.StringIO()
+        export_jsonl(conn, report.written[0]["session_id"], buffer)
+    finally:
+        conn.close()
+    path = folder / "opctx_export.jsonl"
+    path.write_text(buffer.getvalue(), encoding="utf-8")
+    return path
 
 
 # -- the contract -----------------------------------------------------------------------------
 
 
-def check(case: Case, folder: str | os.PathLike) -> Outcome:
-    """Write ``case`` into ``folder`` and parse it both ways; ``FuzzFailure`` on a broken contract."""
+def check(case: Case, folder: str | os.PathLike, conn: Any = None) -> Outcome:
+    """Write ``case`` into ``folder`` and parse it both ways; ``FuzzFailure`` on a broken
+    contract. With ``conn`` (an opctx connection) what ``on_error="skip"`` parsed is also
+    written to it (``STORED_MUTATIONS``): the store must take it."""
     from .api import parse_path
 
     path = Path(folder) / f"{case.index:05d}-{case.mutation}-{case.name}"
@@ -324,6 +371,8 @@ def check(case: Case, folder: str | os.PathLike) -> Outcome:
                               f"on_error={mode}: {type(exc).__name__}: {exc}") from exc
         for s in sessions:
             _check_session(case, path, s)
+        if conn is not None and mode == "skip" and case.mutation in STORED_MUTATIONS:
+            _store(sessions, f"case {case.index} ({case.mutation} of {case.name})", conn)
         outcome = Outcome("imported", sessions=len(sessions),
                           skipped=sum(len(s.skipped) for s in sessions))
     return outcome
@@ -356,3 +405,157 @@ def _check_session(case: Case, path: Path, s: Any) -> None:
     for issue in s.skipped:
         if issue.path != str(path) or not issue.reason:
             raise FuzzFailure(f"{where}: a skipped item that names no file: {issue}")
+
+
+# -- type confusion over the declared fields ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FieldCase:
+    """A sample with one declared field given a value of a type it does not accept."""
+
+    name: str
+    format: str
+    table: Any  # the FieldTable
+    field: Any  # the Field
+    where: str  # the field's path inside its record, as the importer names it
+    line: int | None  # the JSON Lines line of the record (None: a whole JSON document)
+    top: bool  # the record is the whole line or document (no other record in it)
+    value: Any
+    index: int
+    data: bytes
+
+
+def _records(doc: Any, table: Any) -> Iterator[tuple[tuple, Any]]:
+    """``(path in doc, record)`` of every record of ``table`` inside a JSON value."""
+    for path in _paths(doc):
+        value = _get(doc, path)
+        if isinstance(value, dict) and table.is_record(value, not path):
+            yield path, value
+
+
+def _documents(data: bytes) -> list[tuple[int | None, Any]]:
+    """``(line, value)``: the whole document (line None), or every JSON Lines record."""
+    try:
+        return [(None, json.loads(data))]
+    except ValueError:
+        pass
+    out = []
+    for n, raw in enumerate(data.split(b"\n"), 1):
+        if raw.strip():
+            try:
+                out.append((n, json.loads(raw)))
+            except ValueError:
+                continue
+    return out
+
+
+def field_cases(samples: Iterable[Path], *, per_field: int = 2, seed: int = 0,
+                read: Callable[[Path], bytes] = Path.read_bytes) -> Iterator[FieldCase]:
+    """For every sample and every table of its format: up to ``per_field`` places of each
+    declared field (picked by ``seed``), each given every value of a type it does not
+    accept. The same cases for the same seed on every machine."""
+    from .detect import detect
+    from .fields import tables, wrong_values
+
+    index = 0
+    all_tables = tables()
+    for sample in samples:
+        fmt = detect(sample)
+        data = read(sample)
+        docs = _documents(data)
+        for table in (t for t in all_tables if fmt in t.formats):
+            for f in table.fields:
+                places = [(line, rpath, where) for line, doc in docs for rpath, record in _records(doc, table)
+                          if f.applies_to(record) for where in f.places(record)]
+                rng = random.Random(f"{seed}:{sample.name}:{f.path}:{sorted(f.when.items())}")
+                for line, rpath, where in sorted(rng.sample(places, min(per_field, len(places))), key=repr):
+                    for value in wrong_values(f):
+                        mutated = _with_value(data, docs, line, rpath, f, where, value)
+                        yield FieldCase(sample.name, fmt, table, f, where, line, not rpath, value, index, mutated)
+                        index += 1
+
+
+def _with_value(data: bytes, docs: list, line: int | None, rpath: tuple, f: Any, where: str,
+                value: Any) -> bytes:
+    """``data`` with the field at ``where`` (in the record at ``rpath`` of ``line``) set to ``value``."""
+    from .fields import set_at
+
+    doc = json.loads(json.dumps(next(d for n, d in docs if n == line)))
+    set_at(_get(doc, rpath), where, value)
+    text = json.dumps(doc, ensure_ascii=False).encode()
+    if line is None:
+        return text
+    lines = data.split(b"\n")
+    lines[line - 1] = text
+    return b"\n".join(lines)
+
+
+def check_field(case: FieldCase, folder: str | os.PathLike, conn: Any = None) -> Outcome:
+    """Write ``case`` into ``folder``, parse it both ways and store what was parsed (into
+    ``conn``, an opctx connection, else a fresh in-memory database); ``FuzzFailure`` when
+    the importer broke the contract of a wrong-typed field (module docstring)."""
+    from .api import parse_path
+    from .detect import sniff
+
+    path = Path(folder) / f"{case.index:05d}-field-{case.name}"
+    path.write_bytes(case.data)
+    where = f"field case {case.index} ({case.format} {case.table.record} field {case.where} = {case.value!r})"
+    try:
+        fmt = sniff(path)[0]
+    except TranscriptError:
+        fmt = None
+    if fmt != case.format:  # the mutation changed what the file is: the plain contract
+        outcome = check(Case(path.name, "type_confusion", case.index, case.data), folder)
+        outcome.status = "redetected"
+        return outcome
+    reported = case.field.on_wrong in ("skip", "text")
+    said = f"field {case.where}: expected {case.field.expected}"
+    try:
+        parse_path(path, on_error="stop")
+        if reported:
+            raise FuzzFailure(f"{where}: on_error=stop read the wrong-typed field without an error")
+    except TranscriptError as exc:
+        _check_error(Case(path.name, "type_confusion", case.index, case.data), path, exc)
+        if reported and (said not in exc.reason or (case.line is not None and exc.line != case.line)):
+            raise FuzzFailure(f"{where}: on_error=stop said {exc!s:.300}") from None
+    except Exception as exc:
+        raise FuzzFailure(f"{where}, on_error=stop: {type(exc).__name__}: {exc}") from exc
+    try:
+        sessions = parse_path(path, on_error="skip")
+    except TranscriptError as exc:
+        if reported and case.field.on_wrong == "skip" and case.top:
+            return Outcome("failed", message=str(exc))  # the record was all there was
+        raise FuzzFailure(f"{where}, on_error=skip: nothing imported: {exc!s:.300}") from None
+    except Exception as exc:
+        raise FuzzFailure(f"{where}, on_error=skip: {type(exc).__name__}: {exc}") from exc
+    issues = [i for s in sessions for i in s.skipped]
+    for i in issues:
+        if "does not read" in i.reason:
+            raise FuzzFailure(f"{where}: a field the table does not describe broke a record: {i}")
+    if reported and not any(said in i.reason and i.path == str(path) and i.line == case.line for i in issues):
+        raise FuzzFailure(f"{where}: no issue names the file, line and field: {[str(i) for i in issues][:3]}")
+    for s in sessions:
+        _check_session(Case(path.name, "type_confusion", case.index, case.data), path, s)
+    _store(sessions, where, conn)
+    return Outcome("imported", sessions=len(sessions), skipped=len(issues))
+
+
+def _store(sessions: list, where: str, conn: Any) -> None:
+    """Every parsed session written to a database: the store must take what was parsed."""
+    from opctx.dag.store import connect
+
+    from .writer import write_session
+
+    own = conn is None
+    conn = connect(":memory:") if own else conn
+    try:
+        for s in sessions:
+            try:
+                write_session(s, conn, replace=True)
+            except Exception as exc:
+                raise FuzzFailure(f"{where}: session {s.session_id} cannot be stored: "
+                                  f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        if own:
+            conn.close()

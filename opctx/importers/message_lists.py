@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,10 @@ from .base import (
     short_title,
 )
 from .claude_code import _count
+from .fields import Field, FieldTable
 from .observations import observation_marks_mini_swe_agent, observation_marks_swe_agent
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "convert_messages",
@@ -91,12 +95,116 @@ __all__ = [
     "uses_anthropic_blocks",
     "looks_mini_swe_agent",
     "file_digest",
+    "with_file_issues",
+    "MESSAGE_FIELDS",
+    "CONTAINER_FIELDS",
+    "SWE_AGENT_FIELDS",
+    "HERMES_FIELDS",
+    "OPCTX_NODE_FIELDS",
+    "OPCTX_HEADER_FIELDS",
 ]
 
 _MSG_CONSUMED = {"role", "content", "tool_calls", "tool_call_id", "tool_call_ids", "name",
                  "function_call", "timestamp", "created_at", "usage", "reasoning",
                  "reasoning_content", "model", "token_count"}
 _FENCE = re.compile(r"```(?:mswea_bash_command|bash|sh)?\s*\n(.*?)```", re.S)
+
+
+_LIST_FORMATS = ("openai", "anthropic", "hermes", "swe_agent", "mini_swe_agent")
+_BLOCK = "content[type=text|input_text|output_text]"
+_TOOL_USE = "content[type=tool_use]"
+_RESULT = "content[type=tool_result]"
+_CALL = "tool_calls[]"
+
+
+def _message_record(value: Any, top: bool) -> bool:
+    return is_message(value)
+
+
+# The fields a chat message is read with (opctx.importers.fields), in every format built
+# on convert_messages: the role and the shape of content and tool_calls place the
+# message ("skip"); names, models, ids and text blocks are kept as their JSON text.
+MESSAGE_FIELDS = FieldTable(_LIST_FORMATS, "message", [
+    Field("role", ("string",)),
+    Field("content", ("string", "list", "object")),
+    Field("tool_calls", ("list",)),
+    Field("name", ("string",), "text"),
+    Field("tool_name", ("string",), "text"),
+    Field("model", ("string",), "text"),
+    Field("tool_call_id", ("string",), "text"),
+    Field("tool_call_ids", ("list",), "read"),
+    Field("timestamp", ("string", "number"), "read"),
+    Field("created_at", ("string", "number"), "read"),
+    Field("usage", ("object",), "read"),
+    Field("usage.prompt_tokens", ("integer",), "read"),
+    Field("usage.completion_tokens", ("integer",), "read"),
+    Field("usage.input_tokens", ("integer",), "read"),
+    Field("usage.output_tokens", ("integer",), "read"),
+    Field("reasoning", ("string",), "read"),
+    Field("reasoning_content", ("string",), "read"),
+    Field("token_count", ("integer",), "read"),
+    Field(f"{_CALL}.id", ("string",), "text"),
+    Field(f"{_CALL}.name", ("string",), "text"),
+    Field(f"{_CALL}.function", ("object",), "read"),
+    Field(f"{_CALL}.function.name", ("string",), "text"),
+    Field(f"{_CALL}.function.arguments", ("string", "object"), "read"),
+    Field(f"{_CALL}.arguments", ("string", "object"), "read"),
+    Field("function_call", ("object",), "read"),
+    Field("function_call.name", ("string",), "text"),
+    Field(f"{_BLOCK}.text", ("string",), "text"),
+    Field(f"{_TOOL_USE}.id", ("string",), "text"),
+    Field(f"{_TOOL_USE}.name", ("string",), "text"),
+    Field(f"{_TOOL_USE}.input", ("object",), "read"),
+    Field(f"{_RESULT}.tool_use_id", ("string",), "text"),
+    Field(f"{_RESULT}.content", ("string", "list"), "read"),
+    Field(f"{_RESULT}.is_error", ("boolean",), "read"),
+], is_record=_message_record)
+
+# The containers around the messages: read where they are of the right type, kept in the
+# session's meta as they are otherwise (nothing here can refuse a file).
+CONTAINER_FIELDS = FieldTable(("openai", "anthropic", "mini_swe_agent"), "document", [
+    Field("messages", ("list",), "read"),
+    Field("system", ("string", "list"), "read"),
+    Field("model", ("string",), "read"),
+], is_record=lambda value, top: top and isinstance(value, dict) and "messages" in value)
+SWE_AGENT_FIELDS = FieldTable("swe_agent", "document", [
+    Field("trajectory", ("list",), "read"),
+    Field("info", ("object",), "read"),
+    Field("info.model_name", ("string",), "read"),
+    Field("info.model", ("string",), "read"),
+], is_record=lambda value, top: top and isinstance(value, dict) and "history" in value)
+
+# A Hermes ``sessions export`` line: one whole session, so its own fields are kept as
+# text rather than lose the session; only a messages list that is no list leaves it out.
+HERMES_FIELDS = FieldTable("hermes", "line", [
+    Field("messages", ("list",)),
+    Field("id", ("string",), "text"),
+    Field("model", ("string",), "text"),
+    Field("title", ("string",), "text"),
+    Field("system_prompt", ("string",), "text"),
+    Field("parent_session_id", ("string",), "text"),
+    Field("started_at", ("string", "number"), "read"),
+])
+
+# opctx's own export: a header line, then one Call.to_dict() per line.
+OPCTX_HEADER_FIELDS = FieldTable("opctx_jsonl", "line", [
+    Field("session_id", ("string",), "text"),
+    Field("title", ("string",), "text"),
+    Field("model", ("string",), "text"),
+    Field("head", ("string",), "text"),
+    Field("meta", ("object",)),
+], is_record=lambda value, top: top and isinstance(value, dict) and bool(value.get("opctx_export")))
+OPCTX_NODE_FIELDS = FieldTable("opctx_jsonl", "line", [
+    Field("id", ("string",)),
+    Field("role", ("string",)),
+    Field("name", ("string",), "text"),
+    Field("caller", ("string",), "text"),  # an id that names no node: cleared, kept in dangling_edges
+    Field("predecessor", ("string",), "text"),
+    Field("reads", ("list",)),
+    Field("reads[]", ("string",), "text"),
+    Field("metadata", ("object",)),
+    Field("created_at", ("number", "string"), "read"),
+], is_record=lambda value, top: top and isinstance(value, dict) and not value.get("opctx_export"))
 
 
 def is_message(value: Any) -> bool:
@@ -190,31 +298,23 @@ def convert_messages(messages: list, b: SessionBuilder, *, path: str, on_error: 
     conv = _MessageConverter(b, path=path, fmt_extra=fmt_extra)
     conv.marks = marks or {}
     for idx, msg in enumerate(messages):
-        reason = _message_problem(idx, msg)
-        if reason is not None:
-            line = lines[idx] if lines is not None and idx < len(lines) else None
-            _refuse(path, line, reason, on_error, issues, "message skipped")
+        line = lines[idx] if lines is not None and idx < len(lines) else None
+        if not isinstance(msg, dict) or msg.get("role") is None:
+            _refuse(path, line, f"message {idx} is not a {{role, content}} object", on_error, issues,
+                    "message skipped")
             continue
-        where = f"{path}:{lines[idx]}" if lines is not None and idx < len(lines) else f"{path}, message {idx}"
+        if not MESSAGE_FIELDS.check_record(msg, path=path, line=line, on_error=on_error, issues=issues,
+                                           label=f"message {idx}"):
+            continue
+        where = f"{path}:{line}" if line is not None else f"{path}, message {idx}"
         try:
             conv.add(idx, msg, where)
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
-            # a field of the wrong type that the shape check does not cover
-            line = lines[idx] if lines is not None and idx < len(lines) else None
-            _refuse(path, line, f"message {idx}: unexpected content ({type(exc).__name__}: {exc})",
+            # a shape no field of the table describes: still this message only
+            log.debug("%s: %s", where, exc, exc_info=True)
+            _refuse(path, line, f"message {idx}: a field has a type or shape this importer does not read",
                     on_error, issues, "message skipped")
     return conv.facts
-
-
-def _message_problem(idx: int, msg: Any) -> str | None:
-    """Why ``msg`` cannot be read as a chat message, or None."""
-    if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
-        return f"message {idx} is not a {{role, content}} object"
-    if msg.get("content") is not None and not isinstance(msg["content"], (str, list, dict)):
-        return f"message {idx}: content is {type(msg['content']).__name__}"
-    if msg.get("tool_calls") is not None and not isinstance(msg["tool_calls"], list):
-        return f"message {idx}: tool_calls is not a list"
-    return None
 
 
 def _refuse(path: str, line: int | None, reason: str, on_error: str, issues: list[Issue],
@@ -425,6 +525,15 @@ def _finish(b: SessionBuilder, facts: dict, *, session_id: str, meta: dict, issu
     return b.finish(session_id=session_id, title=title, model=model, meta=meta, skipped=issues)
 
 
+def with_file_issues(sessions: list[ImportedSession], issues: list[Issue]) -> list[ImportedSession]:
+    """Every issue of a file on its first session: a line skipped after the first session
+    (or an issue met while converting a later one) must not be lost with nowhere to go."""
+    if sessions and issues:
+        sessions[0].skipped = list(issues)
+        sessions[0].meta["import_skipped"] = [i.to_dict() for i in issues]
+    return sessions
+
+
 def _read(path: str) -> bytes:
     with open(path, "rb") as fh:
         return fh.read()
@@ -475,9 +584,9 @@ def _parse_lists(path: str, fmt: str, on_error: str, parsed: Any = None) -> list
         meta = {k: v for k, v in container.items() if k != "system"}
         sid = f"{fmt}-{digest}" + (f"-{n}" if len(convs) > 1 else "")
         model = container.get("model") if isinstance(container.get("model"), str) else ""
-        out.append(_finish(b, facts, session_id=sid, meta=meta, issues=issues if n == 0 else [],
+        out.append(_finish(b, facts, session_id=sid, meta=meta, issues=[],
                            default_title=Path(path).stem, model=model))
-    return out
+    return with_file_issues(out, issues)
 
 
 def parse_openai(path: str, *, on_error: str = "stop", parsed: Any = None) -> list[ImportedSession]:
@@ -499,11 +608,12 @@ def parse_hermes(path: str, *, on_error: str = "stop") -> list[ImportedSession]:
     for jl in iter_jsonl(path, on_error=on_error, issues=issues):
         rec = jl.value
         messages = rec.get("messages")
-        if not isinstance(messages, list):
-            reason = "a Hermes session line without a messages list"
-            if on_error != "skip":
-                raise TranscriptError(path, jl.line, reason)
-            issues.append(Issue(path, jl.line, reason, "line skipped"))
+        if messages is None:
+            _refuse(path, jl.line, "a Hermes session line without a messages list", on_error, issues,
+                    "line skipped")
+            continue
+        if not HERMES_FIELDS.check_record(rec, path=path, line=jl.line, on_error=on_error, issues=issues,
+                                          label="session line"):
             continue
         b = SessionBuilder("hermes", path)
         b.time(rec.get("started_at"))
@@ -519,11 +629,11 @@ def parse_hermes(path: str, *, on_error: str = "stop") -> list[ImportedSession]:
                               "session_id": f"hermes-{rec['parent_session_id']}"}
         sid = rec.get("id") or f"{file_digest(_read(path))}-{jl.line}"
         out.append(_finish(b, facts, session_id=f"hermes-{sid}", meta=meta,
-                           issues=issues if not out else [], default_title=str(sid),
+                           issues=[], default_title=str(sid),
                            model=rec.get("model") or ""))
     if not out:
         raise TranscriptError(path, None, "no Hermes sessions in the file")
-    return out
+    return with_file_issues(out, issues)
 
 
 def parse_swe_agent(path: str, *, on_error: str = "stop", parsed: Any = None) -> list[ImportedSession]:
@@ -559,10 +669,11 @@ def parse_opctx_jsonl(path: str, *, on_error: str = "stop") -> list[ImportedSess
     header: dict[str, Any] = {}
     records: list[tuple[int, dict]] = []
     for jl in iter_jsonl(path, on_error=on_error, issues=issues):
-        if jl.value.get("opctx_export"):
+        if not jl.value.get("opctx_export"):
+            records.append((jl.line, jl.value))
+        elif OPCTX_HEADER_FIELDS.check_record(jl.value, path=path, line=jl.line, on_error=on_error,
+                                              issues=issues):
             header = jl.value
-            continue
-        records.append((jl.line, jl.value))
     if not records:
         raise TranscriptError(path, None, "no nodes in the opctx export")
     idmap: dict[str, str] = {}
@@ -576,6 +687,8 @@ def parse_opctx_jsonl(path: str, *, on_error: str = "stop") -> list[ImportedSess
         return idmap.get(x, x) if isinstance(x, str) else x
 
     for line, r in records:
+        if not OPCTX_NODE_FIELDS.check_record(r, path=path, line=line, on_error=on_error, issues=issues):
+            continue
         try:
             meta = dict(r.get("metadata") or {})
             if "copied_from" in meta:
@@ -593,10 +706,11 @@ def parse_opctx_jsonl(path: str, *, on_error: str = "stop") -> list[ImportedSess
                         caller=m(r.get("caller")), predecessor=m(r.get("predecessor")),
                         reads=[m(x) for x in r.get("reads") or []], metadata=meta)
         except (KeyError, TypeError, ValueError) as exc:
-            reason = f"not a Call record ({type(exc).__name__}: {exc})"
-            if on_error != "skip":
-                raise TranscriptError(path, line, reason) from None
-            issues.append(Issue(path, line, reason, "line skipped"))
+            log.debug("%s:%s: %s", path, line, exc, exc_info=True)
+            missing = [k for k in ("id", "role") if r.get(k) is None]
+            reason = (f"not a Call record (no {' or '.join(missing)})" if missing
+                      else "not a Call record (a field has a type or shape this importer does not read)")
+            _refuse(path, line, reason, on_error, issues, "line skipped")
             continue
         call.metadata.setdefault("original_id", r["id"])
         b.calls.append(call)
@@ -605,6 +719,7 @@ def parse_opctx_jsonl(path: str, *, on_error: str = "stop") -> list[ImportedSess
             b.compactions.append(call.id)
     if not b.calls:
         raise TranscriptError(path, None, "no valid node in the opctx export")
+    _drop_dangling_edges(b, {new: old for old, new in idmap.items()}, path)
     head = m(header.get("head")) if header.get("head") else b.calls[-1].id
     if not isinstance(head, str) or head not in b.by_id:
         head = b.calls[-1].id
@@ -614,3 +729,23 @@ def parse_opctx_jsonl(path: str, *, on_error: str = "stop") -> list[ImportedSess
     return [b.finish(session_id=f"{sid}-reimport-{file_digest(_read(path))[:8]}",
                      title=header.get("title") or short_title(first_user) or Path(path).stem,
                      model=header.get("model") or "", meta=meta, skipped=issues, head=head)]
+
+
+def _drop_dangling_edges(b: SessionBuilder, original: dict[str, str], path: str) -> None:
+    """Edges to a node that is not in the session (its line was skipped, or it never was
+    in the export) are cleared, never left pointing nowhere: the id they named is kept in
+    ``metadata.dangling_edges`` and a warning says so."""
+    for call in b.calls:
+        gone = {edge: original.get(target, target) for edge in ("caller", "predecessor")
+                if (target := getattr(call, edge)) is not None and target not in b.by_id}
+        missing_reads = [r for r in call.reads if r not in b.by_id]
+        if not gone and not missing_reads:
+            continue
+        for edge in gone:
+            setattr(call, edge, None)
+        if missing_reads:
+            gone["reads"] = [original.get(r, r) for r in missing_reads]
+            call.reads = [r for r in call.reads if r in b.by_id]
+        call.metadata["dangling_edges"] = gone
+        b.warnings.append(f"{path}: node {call.metadata.get('original_id')} names nodes that are not in "
+                          f"the export ({', '.join(gone)}); cleared, kept in metadata.dangling_edges")

@@ -70,10 +70,11 @@ from .base import (
     parse_arguments,
     short_title,
 )
-from .message_lists import _usage, file_digest
+from .fields import Field, FieldTable, json_type
+from .message_lists import _usage, file_digest, with_file_issues
 
-__all__ = ["FORMAT", "OBSERVATIONS_SHOWN_AS_MESSAGES", "parse_openhands", "looks_like_event",
-           "looks_like_pair", "flatten_history", "convert_events"]
+__all__ = ["FORMAT", "OBSERVATIONS_SHOWN_AS_MESSAGES", "EVENT_FIELDS", "OUTPUT_FIELDS", "parse_openhands",
+           "looks_like_event", "looks_like_pair", "flatten_history", "convert_events"]
 
 FORMAT = "openhands"
 # Observation kinds that OpenHands' conversation memory turns into a message for the model
@@ -85,24 +86,79 @@ OBSERVATIONS_SHOWN_AS_MESSAGES = frozenset({
 })
 
 
+_TCM = "tool_call_metadata"
+_RESPONSE = f"{_TCM}.model_response"
+
+# The fields an event is read with (opctx.importers.fields): kinds, names, ids and texts
+# are kept as their JSON text; the rest is read from any value (an ``args`` or a model
+# response that is no object counts as absent, and stays in the event kept on the node).
+EVENT_FIELDS = FieldTable("openhands", "event", [
+    Field("source", ("string",), "text"),
+    Field("action", ("string",), "text"),
+    Field("observation", ("string",), "text"),
+    Field("id", ("integer", "string"), "text"),
+    Field("cause", ("integer", "string"), "text"),
+    Field("message", ("string",), "text"),
+    Field("content", ("string", "list"), "read"),
+    Field("timestamp", ("string", "number"), "read"),
+    Field("success", ("boolean",), "read"),
+    Field("args", ("object",), "read"),
+    Field("args.content", ("string",), "read"),
+    Field("args.thought", ("string",), "read"),
+    Field(_TCM, ("object",), "read"),
+    Field(f"{_TCM}.function_name", ("string",), "text"),
+    Field(f"{_TCM}.tool_call_id", ("string",), "text"),
+    Field(_RESPONSE, ("object",), "read"),
+    Field(f"{_RESPONSE}.id", ("string",), "text"),
+    Field(f"{_RESPONSE}.model", ("string",), "read"),
+    Field(f"{_RESPONSE}.usage", ("object",), "read"),
+    Field(f"{_RESPONSE}.choices", ("list",), "read"),
+    Field(f"{_RESPONSE}.choices[].message", ("object",), "read"),
+    Field(f"{_RESPONSE}.choices[].message.tool_calls", ("list",), "read"),
+    Field(f"{_RESPONSE}.choices[].message.tool_calls[]", ("object",), "read"),
+    Field(f"{_RESPONSE}.choices[].message.tool_calls[].id", ("string",), "text"),
+    Field(f"{_RESPONSE}.choices[].message.tool_calls[].function", ("object",), "read"),
+    Field(f"{_RESPONSE}.choices[].message.tool_calls[].function.name", ("string",), "text"),
+    Field(f"{_RESPONSE}.choices[].message.tool_calls[].function.arguments", ("string", "object"), "read"),
+], is_record=lambda value, top: looks_like_event(value))
+
+# An evaluation output line (or document): the run's fields around its history.
+OUTPUT_FIELDS = FieldTable("openhands", "line", [
+    Field("history", ("list",)),
+    Field("instance_id", ("string", "integer"), "text"),
+    Field("metadata", ("object",), "read"),
+    Field("metadata.llm_config", ("object",), "read"),
+    Field("metadata.llm_config.model", ("string",), "read"),
+    Field("metadata.model_name", ("string",), "read"),
+], is_record=lambda value, top: top and isinstance(value, dict) and "history" in value)
+
+
 def looks_like_event(value: Any) -> bool:
     return isinstance(value, dict) and "source" in value and ("action" in value or "observation" in value)
 
 
+def _messages(resp: dict) -> list[dict]:
+    """The ``message`` of each of a model response's choices that is an object."""
+    choices = resp.get("choices")
+    return [c["message"] for c in choices if isinstance(c, dict) and isinstance(c.get("message"), dict)] \
+        if isinstance(choices, list) else []
+
+
 def _response_calls(resp: dict) -> dict[str, dict]:
     out: dict[str, dict] = {}
-    for choice in resp.get("choices") or ():
-        msg = choice.get("message") if isinstance(choice, dict) else None
-        for tc in (msg or {}).get("tool_calls") or ():
-            fn = tc.get("function") or {}
+    for msg in _messages(resp):
+        calls = msg.get("tool_calls")
+        for tc in calls if isinstance(calls, list) else ():
+            if not isinstance(tc, dict):
+                continue
+            fn = tc.get("function") if isinstance(tc.get("function"), dict) else {}
             out[tc.get("id")] = {"name": fn.get("name", ""), "arguments": parse_arguments(fn.get("arguments"))}
     return out
 
 
 def _response_text(resp: dict) -> str:
-    for choice in resp.get("choices") or ():
-        msg = choice.get("message") if isinstance(choice, dict) else None
-        if isinstance(msg, dict) and msg.get("content"):
+    for msg in _messages(resp):
+        if msg.get("content"):
             return content_text(msg["content"])
     return ""
 
@@ -279,20 +335,25 @@ def convert_events(events: list, b: SessionBuilder, path: str, on_error: str,
     conv = _EventConverter(b)
     for pos, (ev, answers) in enumerate(flatten_history(events)):
         if not isinstance(ev, dict):
-            _refuse(path, line, f"event {pos} is {type(ev).__name__}, not an object", on_error, issues)
+            _refuse(path, line, f"event {pos} is {json_type(ev)}, not an object", on_error, issues)
+            continue
+        if not EVENT_FIELDS.check_record(ev, path=path, line=line, on_error=on_error, issues=issues,
+                                         label=f"event {pos}"):
             continue
         try:
             conv.event(pos, ev, answers)
-        except (KeyError, TypeError, AttributeError, ValueError) as exc:
-            _refuse(path, line, f"event {pos}: unexpected content ({type(exc).__name__}: {exc})",
+        except (KeyError, TypeError, AttributeError, ValueError):
+            # a shape no field of the table describes: still this event only
+            _refuse(path, line, f"event {pos}: a field has a type or shape this importer does not read",
                     on_error, issues)
     return conv.finish()
 
 
-def _refuse(path: str, line: int | None, reason: str, on_error: str, issues: list[Issue]) -> None:
+def _refuse(path: str, line: int | None, reason: str, on_error: str, issues: list[Issue],
+            action: str = "event skipped") -> None:
     if on_error != "skip":
         raise TranscriptError(path, line, reason)
-    issues.append(Issue(path, line, reason, "event skipped"))
+    issues.append(Issue(path, line, reason, action))
 
 
 def _key(value: Any) -> Any:
@@ -322,15 +383,18 @@ def parse_openhands(path: str, *, on_error: str = "stop", parsed: Any = None) ->
     if isinstance(parsed, list):
         instances.append((parsed, {}, None))
     elif isinstance(parsed, dict) and isinstance(parsed.get("history"), list):
-        instances.append((parsed["history"], {k: v for k, v in parsed.items() if k != "history"}, None))
+        if OUTPUT_FIELDS.check_record(parsed, path=path, line=None, on_error=on_error, issues=issues,
+                                      label="output document"):
+            instances.append((parsed["history"], {k: v for k, v in parsed.items() if k != "history"}, None))
     else:
         for jl in iter_jsonl(path, on_error=on_error, issues=issues, data=data):
             hist = jl.value.get("history")
-            if not isinstance(hist, list):
-                reason = "an OpenHands output line without a history list"
-                if on_error != "skip":
-                    raise TranscriptError(path, jl.line, reason)
-                issues.append(Issue(path, jl.line, reason, "line skipped"))
+            if hist is None:
+                _refuse(path, jl.line, "an OpenHands output line without a history list", on_error, issues,
+                        "line skipped")
+                continue
+            if not OUTPUT_FIELDS.check_record(jl.value, path=path, line=jl.line, on_error=on_error,
+                                              issues=issues, label="output line"):
                 continue
             instances.append((hist, {k: v for k, v in jl.value.items() if k != "history"}, jl.line))
     if not instances:
@@ -352,6 +416,5 @@ def parse_openhands(path: str, *, on_error: str = "stop", parsed: Any = None) ->
         iid = container.get("instance_id")
         sid = f"openhands-{digest}" + (f"-{iid}" if iid else (f"-{n}" if len(instances) > 1 else ""))
         title = str(iid) if iid else (short_title(facts["first_user"]) or Path(path).stem)
-        out.append(b.finish(session_id=sid, title=title, model=model, meta=meta,
-                            skipped=issues if n == 0 else []))
-    return out
+        out.append(b.finish(session_id=sid, title=title, model=model, meta=meta, skipped=[]))
+    return with_file_issues(out, issues)

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from .base import ImportedSession, Issue, SessionBuilder, TranscriptError, load_json, short_title
-from .message_lists import _message_problem, _MessageConverter, _refuse, _usage
+from .message_lists import MESSAGE_FIELDS, _MessageConverter, _refuse, _usage
 
 __all__ = [
     "FORMAT",
@@ -252,9 +252,12 @@ class _Run:
 
     def _append(self, path: str, idx: int, msg: Any, where: str, completion: _Call | None = None) -> None:
         before = len(self.b.calls)
-        reason = _message_problem(idx, msg)
-        if reason is not None:
-            _refuse(path, None, f"{where}[{idx}]: {reason}", self.on_error, self.issues, "message skipped")
+        if not isinstance(msg, dict) or msg.get("role") is None:
+            _refuse(path, None, f"{where}[{idx}]: not a {{role, content}} object", self.on_error,
+                    self.issues, "message skipped")
+            return
+        if not MESSAGE_FIELDS.check_record(msg, path=path, line=None, on_error=self.on_error,
+                                           issues=self.issues, label=f"{where}[{idx}]"):
             return
         if completion is not None:
             self.b.last_time = max(self.b.last_time, completion.timestamp or self.b.last_time)

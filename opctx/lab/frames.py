@@ -70,9 +70,10 @@ cache_write`` (``prompt_tokens``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import closing
 from typing import Any
 
@@ -769,21 +770,37 @@ def _arrow_ready(frame: str, df: pd.DataFrame) -> pd.DataFrame:
 
 
 class _FrameWriter:
-    """One Parquet file written batch by batch with a fixed schema (``path.partial``
-    until ``finish``: a failed export leaves no file that looks complete)."""
+    """One Parquet file written batch by batch with a fixed schema, under a temporary
+    name in its folder (``_outputs``) until ``write_parquet`` renames every frame at once."""
 
     def __init__(self, frame: str, path: os.PathLike, empty: pd.DataFrame) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        from ._outputs import temp_name
+
         self.frame = frame
         self.path = os.fspath(path)
+        self.tmp = temp_name(self.path)
         self.rows = 0
         schema = pa.schema([pa.field(c, _arrow_type(frame, c)) for c in empty.columns])
         # the pandas metadata of the typed empty frame: readers get Int64 / category back
         empty = _arrow_ready(frame, empty)
         self.schema = pa.Table.from_pandas(empty, schema=schema, preserve_index=False).schema
-        self._writer = pq.ParquetWriter(self.path + ".partial", self.schema)
+        self._writer = None
+        with self._failing_as_output():
+            self._writer = pq.ParquetWriter(str(self.tmp), self.schema)
+
+    @contextlib.contextmanager
+    def _failing_as_output(self) -> Iterator[None]:
+        from ._outputs import OutputError, output_error
+
+        try:
+            yield
+        except OutputError:
+            raise
+        except OSError as exc:  # pyarrow's or Python's: one line naming the frame's file
+            raise output_error(self.path, exc) from None
 
     def write(self, df: pd.DataFrame) -> None:
         import pyarrow as pa
@@ -791,17 +808,24 @@ class _FrameWriter:
         if len(df):
             ready = _arrow_ready(self.frame, df)
             table = pa.Table.from_pandas(ready, schema=self.schema, preserve_index=False)
-            self._writer.write_table(table)
+            with self._failing_as_output():
+                self._writer.write_table(table)
             self.rows += len(df)
 
-    def finish(self) -> None:
-        self._writer.close()
-        os.replace(self.path + ".partial", self.path)
+    def close(self) -> None:
+        """Write the footer: the temporary file is complete (not yet in place)."""
+        with self._failing_as_output():
+            self._writer.close()
 
     def abandon(self) -> None:
-        self._writer.close()
-        if os.path.exists(self.path + ".partial"):
-            os.unlink(self.path + ".partial")
+        from ._outputs import discard
+
+        try:
+            if self._writer is not None:
+                self._writer.close()
+        except Exception:  # noqa: BLE001 - a full disk fails the footer too; the file goes anyway
+            pass
+        discard([self.tmp])
 
 
 def _batch_frames(db: str | os.PathLike, ids: list[str], estimate_tokens: bool) -> dict[str, pd.DataFrame]:
@@ -838,40 +862,65 @@ def write_parquet(
     ``estimate_tokens=False`` (the one Python-side pass over each node; the turns
     frame's ``estimated_tokens`` goes with it). Returns ``{frame: (path, rows)}``.
 
+    All or nothing: the frames are written under temporary names in ``out_dir``
+    (``opctx.lab._outputs``) and renamed into place together once every one of them is
+    complete, so an error or an interrupt (a read-only folder, a full disk, Ctrl-C)
+    leaves the frames that were there before as they were, and no temporary file.
+    Errors that concern the output raise ``OutputError`` (an ``OSError``), one line
+    naming the path: the folder cannot be created or written, a ``<frame>.parquet``
+    that is a directory or a FIFO, no space left.
+
     >>> write_parquet("data/sample.db", "/tmp/frames")  # doctest: +SKIP
     {'sessions': (PosixPath('/tmp/frames/sessions.parquet'), 13), ...}
     """
     from pathlib import Path
 
+    from ._outputs import check_target, output_error, publish, remove_leftovers
+
     if batch_sessions < 1:
         raise ValueError(f"batch_sessions must be >= 1, got {batch_sessions}")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise output_error(out, exc) from None
+    targets = {name: out / f"{name}.parquet" for name in FRAMES}
+    for target in targets.values():
+        check_target(target)
+        remove_leftovers(target, ".partial")  # killed exports, of this version or an older one
     with closing(open_readonly(db)) as conn:
         ids = [r[0] for r in conn.execute("SELECT id FROM sessions ORDER BY created_at, id")]
     empty = _batch_frames(db, [], estimate_tokens)
     writers: dict[str, _FrameWriter] = {}
-    bar = None
     try:
         for name in FRAMES:
-            writers[name] = _FrameWriter(name, out / f"{name}.parquet", empty[name])
-        if progress:
-            from tqdm.auto import tqdm
+            writers[name] = _FrameWriter(name, targets[name], empty[name])
+        _write_batches(db, ids, writers, batch_sessions, estimate_tokens, progress)
+        for writer in writers.values():
+            writer.close()
+        publish((writer.tmp, Path(writer.path)) for writer in writers.values())
+    except BaseException:
+        for writer in writers.values():
+            writer.abandon()
+        raise
+    return {name: (Path(w.path), w.rows) for name, w in writers.items()}
 
-            bar = tqdm(total=len(ids), desc="export-frames", unit="session")
+
+def _write_batches(db: str | os.PathLike, ids: list[str], writers: dict[str, _FrameWriter],
+                   batch_sessions: int, estimate_tokens: bool, progress: bool) -> None:
+    """The frames of ``batch_sessions`` sessions at a time, appended to their writers."""
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(ids), desc="export-frames", unit="session")
+    try:
         for start in range(0, len(ids), batch_sessions):
             batch = ids[start:start + batch_sessions]
             for name, df in _batch_frames(db, batch, estimate_tokens).items():
                 writers[name].write(df)
             if bar is not None:
                 bar.update(len(batch))
-    except BaseException:
-        for writer in writers.values():
-            writer.abandon()
-        raise
     finally:
         if bar is not None:
             bar.close()
-    for writer in writers.values():
-        writer.finish()
-    return {name: (Path(w.path), w.rows) for name, w in writers.items()}

@@ -296,77 +296,6 @@ class _Records:
         )
 
 
-class _ParquetRows:
-    """Sweep rows appended to a Parquet file as tasks finish (``sweep(out=...)``).
-
-    The schema is fixed before the first write: the identifying columns, the grid's
-    columns (typed from every configuration's values), then the columns of the first
-    replay that succeeded (rows are held until one has, so a failing first task does
-    not decide the schema), ``error`` and ``elapsed_s``. Rows are written in row
-    groups of ``flush_rows``; memory holds at most that many.
-    """
-
-    def __init__(self, path: str | os.PathLike, records: _Records, timings: bool, flush_rows: int) -> None:
-        self.path = os.fspath(path)
-        self.records = records
-        self.timings = timings
-        self.flush_rows = flush_rows
-        self.pending: list[dict[str, Any]] = []
-        self.schema: Any = None
-        self.writer: Any = None
-        self.rows = 0
-
-    def add(self, record: dict[str, Any]) -> None:
-        self.pending.append(record)
-        if self.schema is None and not record.get("error"):
-            self._open(record)
-        if self.schema is not None and len(self.pending) >= self.flush_rows:
-            self._flush()
-
-    def _open(self, example: dict[str, Any]) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        fields = [pa.field("session", pa.string()), pa.field("session_index", pa.int64()),
-                  pa.field("config_index", pa.int64()), pa.field("config", pa.string()),
-                  pa.field("preset", pa.string())]
-        for name, values in self.records.param_columns().items():
-            kind = pa.array(values).type
-            fields.append(pa.field(name, pa.string() if pa.types.is_null(kind) else kind))
-        known = {f.name for f in fields} | {"error", "elapsed_s"}
-        for name, value in example.items():
-            if name not in known:
-                kind = pa.array([value]).type
-                fields.append(pa.field(name, pa.float64() if pa.types.is_null(kind) else kind))
-        fields.append(pa.field("error", pa.string()))
-        if self.timings:
-            fields.append(pa.field("elapsed_s", pa.float64()))
-        self.schema = pa.schema(fields)
-        self.writer = pq.ParquetWriter(self.path, self.schema)
-
-    def _flush(self) -> None:
-        import pyarrow as pa
-
-        if not self.pending:
-            return
-        names = set(self.schema.names)
-        for record in self.pending:
-            unknown = set(record) - names
-            if unknown:
-                raise ValueError(f"sweep row has columns the Parquet schema lacks: {sorted(unknown)}")
-        self.writer.write_table(pa.Table.from_pylist(self.pending, schema=self.schema))
-        self.rows += len(self.pending)
-        self.pending = []
-
-    def close(self) -> None:
-        """Write what is held and finish the file (also after an error: the rows of
-        the tasks that finished stay readable)."""
-        if self.schema is None:  # no replay succeeded: identifying columns and ``error``
-            self._open({})
-        self._flush()
-        self.writer.close()
-
-
 def sweep(
     sessions: Sequence[Any],
     grid: Mapping[str, Sequence[Any]] | Iterable[Mapping[str, Any]],
@@ -381,12 +310,14 @@ def sweep(
 ) -> Any:
     """Replay every session under every configuration (see the module docstring).
 
-    With ``out`` (a ``.parquet`` path) the rows are written to that file as tasks
-    finish, in finishing order (sort by ``session_index, config_index`` to get the
-    frame's order), never all held in memory; the path is returned. The file has the
-    same rows and values as the frame ``sweep`` returns without ``out``; with
-    ``errors="raise"`` the first failure *seen* is raised, after the rows finished so
-    far are written.
+    With ``out`` (a ``.parquet`` path) the rows go to disk as tasks finish, a batch
+    (``flush_rows``) at a time, never all held in memory, and ``out`` appears, whole,
+    when every row is written; the path is returned. Its rows are in finishing order
+    (sort by ``session_index, config_index`` to get the frame's order), with the same
+    values as the frame ``sweep`` returns without ``out``. Interrupted (Ctrl-C, an
+    error, ``errors="raise"`` meeting a failure, SIGKILL), it leaves ``out`` alone and
+    its finished batches in ``<out>.parts/``: the same call again resumes from them,
+    running only the rest (``opctx.lab._sweep_parts``).
     """
     if errors not in ("record", "raise"):
         raise ValueError(f"errors must be 'record' or 'raise', got {errors!r}")
@@ -403,12 +334,15 @@ def sweep(
         for start in range(0, len(indexed), configs_per_task):
             tasks.append((si, indexed[start:start + configs_per_task]))
 
+    sink = _output(out, sessions, records, timings, flush_rows, configs) if out is not None else None
+    if sink is not None:
+        tasks = sink.remaining(tasks)
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(sessions) * len(configs), desc="sweep", unit="replay")
-    sink = _ParquetRows(out, records, timings, flush_rows) if out is not None else None
+        bar = tqdm(total=len(sessions) * len(configs), initial=len(sink.done) if sink else 0,
+                   desc="sweep", unit="replay")
     collected: list[tuple[int, dict[str, Any]]] = []
     try:
         for si, n, rows in _finished_tasks(sessions, tasks, executor, timings):
@@ -421,17 +355,35 @@ def sweep(
                 sink.add(records.record(si, row))
             if bar is not None:
                 bar.update(n)
+    except BaseException:
+        if sink is not None:
+            sink.keep()  # the finished rows stay, for the next call to resume from
+        raise
     finally:
         if bar is not None:
             bar.close()
-        if sink is not None:
-            sink.close()
     if sink is not None:
+        path = sink.finish()
         _log_guard_summary(records.disabled, records.total)
-        from pathlib import Path
-
-        return Path(sink.path)
+        return path
     return _frame(collected, records, errors)
+
+
+def _output(out: str | os.PathLike, sessions: list[Any], records: _Records, timings: bool,
+            flush_rows: int, configs: list[dict[str, Any]]) -> Any:
+    """The resumable writer of ``sweep(out=...)``, for this sweep's sessions and grid
+    (a message list is named by a digest of its content: its label is only its position)."""
+    import hashlib
+    import json
+
+    from ._sweep_parts import SweepParts
+
+    names = [
+        f"{label}#{hashlib.sha256(json.dumps(s, default=repr).encode()).hexdigest()[:16]}"
+        if isinstance(s, list) else label for s, label in zip(sessions, records.labels, strict=True)
+    ]
+    identity = {"sessions": names, "configs": configs, "timings": timings}
+    return SweepParts(out, records, timings, flush_rows, identity)
 
 
 def _frame(collected: list[tuple[int, dict[str, Any]]], records: _Records, errors: str) -> Any:

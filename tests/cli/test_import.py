@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from _privileges import without_bypass_prefix
 
 from opctx.cli import EXIT_DB, EXIT_INPUT, EXIT_OK, main
 
@@ -150,3 +151,82 @@ def test_import_refuses_opctx_db_naming_transcripts_or_nothing(tmp_path, monkeyp
     monkeypatch.delenv("OPCTX_DB")
     assert main(["import", str(SAMPLES / "hermes_sessions.jsonl")]) == EXIT_USAGE
     assert "--db FILE" in capsys.readouterr().err
+
+
+def test_unreadable_subfolder_without_the_bypass_capabilities_is_counted(tmp_path):
+    """Root without CAP_DAC_OVERRIDE / CAP_DAC_READ_SEARCH: the unreadable folder is
+    named, and the summary counts it as a warning (it said 0 warning(s))."""
+    tree = tmp_path / "projects"
+    (tree / "ok").mkdir(parents=True)
+    (tree / "secret").mkdir()
+    shutil.copy(OPENAI, tree / "ok" / OPENAI.name)
+    shutil.copy(ANTHROPIC, tree / "secret" / ANTHROPIC.name)
+    (tree / "secret").chmod(0o000)
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OPCTX_")}
+        res = subprocess.run([*without_bypass_prefix(), sys.executable, "-m", "opctx.cli", "import", str(tree),
+                              "--db", str(tmp_path / "x.db"), "--quiet"],
+                             capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    finally:
+        (tree / "secret").chmod(0o755)
+    assert res.returncode == EXIT_INPUT, res.stderr
+    assert f"warning: skipped {tree / 'secret'}: folder not readable" in res.stderr
+    assert "1 session(s) imported" in res.stderr and "1 warning(s)" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "link to a device"])
+def test_a_special_file_named_on_the_command_line_is_refused_unopened(tmp_path, capsys, kind):
+    """A FIFO would hang the import, /dev/zero would grow until MemoryError: one line, and
+    no database is created."""
+    if kind == "fifo":
+        if not hasattr(os, "mkfifo"):
+            pytest.skip("no FIFOs on this platform")
+        target = tmp_path / "pipe.jsonl"
+        os.mkfifo(target)
+    elif not os.path.exists("/dev/zero"):
+        pytest.skip("no /dev/zero here")
+    elif kind == "device":
+        target = Path("/dev/zero")
+    else:
+        target = tmp_path / "zero.jsonl"
+        target.symlink_to("/dev/zero")
+    db = tmp_path / "new.db"
+    code = main(["import", str(target), "--db", str(db), "--quiet"])
+    _, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert code == EXIT_INPUT and len(lines) == 1, err
+    assert str(target) in lines[0] and "not a regular file" in lines[0]
+    assert not db.exists()
+    from opctx.importers import TranscriptError, parse_path
+
+    with pytest.raises(TranscriptError, match="not a regular file"):  # the library refuses it too
+        parse_path(target)
+
+
+def test_a_special_file_in_a_walked_folder_is_listed_not_opened(tmp_path, capsys):
+    folder = tmp_path / "f"
+    folder.mkdir()
+    shutil.copy(OPENAI, folder / OPENAI.name)
+    (folder / "zero.jsonl").symlink_to("/dev/zero")
+    code = main(["import", str(folder), "--db", str(tmp_path / "x.db")])
+    _, err = capsys.readouterr()
+    assert code == EXIT_OK
+    assert f"ignored {folder / 'zero.jsonl'}: not a regular file" in err and "1 session(s) imported" in err
+
+
+def test_a_failed_import_leaves_no_empty_database(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    db = tmp_path / "new.db"
+    assert main(["import", str(bad), "--db", str(db), "--quiet"]) == EXIT_INPUT
+    assert not db.exists() and list(tmp_path.iterdir()) == [bad]  # nor its -wal or -shm
+    # a new database that got a session before the error stays, with that session
+    first = tmp_path / "first.db"
+    assert main(["import", str(OPENAI), str(bad), "--db", str(first), "--quiet"]) == EXIT_INPUT
+    assert first.is_file()
+    # a database that was there before is never removed, even when nothing was written to it
+    assert main(["import", str(OPENAI), "--db", str(db), "--quiet"]) == EXIT_OK
+    assert main(["import", str(bad), "--db", str(db), "--quiet"]) == EXIT_INPUT
+    assert db.is_file()
+    capsys.readouterr()

@@ -89,6 +89,27 @@ def test_opctx_db_may_name_a_transcript_folder(tmp_path, capsys, monkeypatch):
     assert sorted(p.name for p in folder.iterdir()) == ["rollout.jsonl"]  # the user's files only read
 
 
+def test_db_may_name_a_transcript_folder_or_file_like_opctx_db(tmp_path, capsys, monkeypatch):
+    """``--db FOLDER`` (or a transcript file) reads what ``OPCTX_DB=FOLDER`` reads: it was
+    refused as "a directory"."""
+    folder = tmp_path / "projects"
+    folder.mkdir()
+    shutil.copy(SAMPLES / f"rollout-2026-02-02T10-00-00-{CODEX_ID[6:]}.jsonl", folder / "rollout.jsonl")
+    monkeypatch.delenv("OPCTX_DB", raising=False)
+    monkeypatch.setenv("OPCTX_CACHE_DIR", str(tmp_path / "cache"))
+    assert [r["session_id"] for r in sessions_json(capsys, "--db", folder)] == [CODEX_ID]
+    assert [r["session_id"] for r in sessions_json(capsys, "--db", folder / "rollout.jsonl")] == [CODEX_ID]
+    code, out, _ = run(capsys, "search", "rollout", "--db", folder)
+    assert code == EXIT_OK
+    monkeypatch.setenv("OPCTX_DB", str(folder))
+    assert [r["session_id"] for r in sessions_json(capsys)] == [CODEX_ID]
+    code, _, err = run(capsys, "sessions", "--db", tmp_path / "empty-folder-that-is-missing")
+    assert code == EXIT_DB and "does not exist" in err
+    (tmp_path / "nothing").mkdir()
+    code, _, err = run(capsys, "sessions", "--db", tmp_path / "nothing")
+    assert code == EXIT_DB and "no transcript files" in err and "Traceback" not in err
+
+
 def test_no_database_anywhere_says_how_to_name_one(capsys, monkeypatch, tmp_path):
     from opctx.lab import sources
 

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _privileges import without_bypass_prefix
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -283,3 +284,140 @@ def test_the_read_only_connection_refuses_to_write(samples_db):
     with pytest.raises(StoreError, match="no such database file"):
         connect_readonly(samples_db.with_name("missing.db"))
     connect(samples_db).close()
+
+
+# -- export-frames: all six frames or none, and one line when the output cannot be written -------
+
+FRAME_FILES = ("sessions", "nodes", "edges", "turns", "compactions", "recorded_aging")
+
+
+def _frames_state(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def _export(capsys, db: Path, out: Path) -> tuple[int, str, str]:
+    return run(capsys, "export-frames", "--db", db, "--out", out, "--quiet", "--no-tokens")
+
+
+def _one_error_line(err: str, path: Path) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("opctx: cannot write ") and str(path) in lines[0], err
+    return lines[0]
+
+
+def _no_bypass(argv: list[str], **kw) -> subprocess.CompletedProcess:
+    """``opctx argv`` run without the capabilities that ignore file modes, or skip."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPCTX_")}
+    env["PYTHONPATH"] = str(ROOT)
+    return subprocess.run([*without_bypass_prefix(), sys.executable, "-m", "opctx.cli", *map(str, argv)],
+                          capture_output=True, text=True, env=env, timeout=600, **kw)
+
+
+def test_export_frames_to_a_read_only_folder_or_parent_is_one_line(samples_db, tmp_path, capsys):
+    pytest.importorskip("pyarrow")
+    out = tmp_path / "frames"
+    assert _export(capsys, samples_db, out)[0] == EXIT_OK
+    before = _frames_state(out)
+    out.chmod(0o555)
+    parent = tmp_path / "locked"
+    parent.mkdir(mode=0o555)
+    parent.chmod(0o555)
+    try:
+        res = _no_bypass(["export-frames", "--db", samples_db, "--out", out, "--quiet", "--no-tokens"])
+        assert res.returncode == EXIT_USAGE
+        assert "Permission denied" in _one_error_line(res.stderr, out)
+        res = _no_bypass(["export-frames", "--db", samples_db, "--out", parent / "frames", "--quiet"])
+        assert res.returncode == EXIT_USAGE
+        assert "Permission denied" in _one_error_line(res.stderr, parent / "frames")
+    finally:
+        out.chmod(0o755)
+        parent.chmod(0o755)
+    assert _frames_state(out) == before and list(parent.iterdir()) == []
+
+
+def test_export_frames_where_a_frame_is_a_directory_changes_nothing(samples_db, tmp_path, capsys):
+    pytest.importorskip("pyarrow")
+    out = tmp_path / "frames"
+    assert _export(capsys, samples_db, out)[0] == EXIT_OK
+    (out / "nodes.parquet").unlink()
+    (out / "nodes.parquet").mkdir()
+    before = _frames_state(out)
+    code, _, err = _export(capsys, samples_db, out)
+    assert code == EXIT_USAGE
+    assert "is a directory" in _one_error_line(err, out / "nodes.parquet")
+    assert _frames_state(out) == before and (out / "nodes.parquet").is_dir()
+
+
+def test_an_interrupted_export_leaves_the_old_frames_and_no_partial_file(samples_db, tmp_path, capsys,
+                                                                            monkeypatch):
+    """Ctrl-C in the middle of the batches: the frames there before are all still there,
+    unchanged (never some new and some old), with no temporary or ``.partial`` file; the
+    leftovers of a killed export are cleared by the next one."""
+    pytest.importorskip("pyarrow")
+    from opctx.lab import frames
+
+    out = tmp_path / "frames"
+    assert _export(capsys, samples_db, out)[0] == EXIT_OK
+    before = _frames_state(out)
+    real, calls = frames._batch_frames, []
+
+    def interrupted(db, ids, estimate_tokens):
+        calls.append(ids)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(db, ids, estimate_tokens)
+
+    monkeypatch.setattr(frames, "_batch_frames", interrupted)
+    code, _, err = run(capsys, "export-frames", "--db", samples_db, "--out", out, "--quiet", "--batch", "2")
+    assert code == 130 and _frames_state(out) == before
+    monkeypatch.setattr(frames, "_batch_frames", real)
+    (out / "nodes.parquet.partial").write_bytes(b"PAR1 cut short")  # an older version's leftover
+    (out / ".turns.parquet.999-dead.tmp").write_bytes(b"PAR1 cut short")  # a killed export's
+    assert _export(capsys, samples_db, out)[0] == EXIT_OK
+    assert sorted(_frames_state(out)) == sorted(f"{name}.parquet" for name in FRAME_FILES)
+
+
+@pytest.mark.slow
+def test_export_frames_on_a_full_disk_is_one_line_and_changes_nothing(samples_db, tmp_path, capsys):
+    """A small tmpfs, nearly full (as root, where one can be mounted); elsewhere a file
+    size limit (RLIMIT_FSIZE) makes the writes fail the same way."""
+    pytest.importorskip("pyarrow")
+    import shutil
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = os.geteuid() == 0 and shutil.which("mount") and subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True).returncode == 0
+    try:
+        out = disk / "frames"
+        assert _export(capsys, samples_db, out)[0] == EXIT_OK
+        before = _frames_state(out)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OPCTX_")}
+        env["PYTHONPATH"] = str(ROOT)
+        argv = [sys.executable, "-m", "opctx.cli", "export-frames", "--db", str(samples_db), "--out", str(out),
+                "--quiet", "--no-tokens"]
+        if mounted:
+            free = shutil.disk_usage(disk).free
+            (disk / "filler").write_bytes(b"\0" * max(0, free - 40_000))
+            res = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+            said = "No space left on device"
+        else:
+            limit = r"""
+import resource, signal, sys, runpy
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (40_000, 40_000))
+sys.argv = sys.argv[1:]
+runpy.run_module("opctx.cli", run_name="__main__")
+"""
+            if not hasattr(__import__("signal"), "SIGXFSZ"):
+                pytest.skip("no tmpfs and no RLIMIT_FSIZE here")
+            res = subprocess.run([sys.executable, "-c", limit, *argv[2:]], capture_output=True, text=True,
+                                 env=env, timeout=600)
+            said = "File too large"
+        assert res.returncode == EXIT_USAGE, res.stderr
+        assert said in _one_error_line(res.stderr, out)
+        assert _frames_state(out) == before  # no temporary file, no frame replaced
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(disk)], check=False)

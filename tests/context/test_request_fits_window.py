@@ -178,6 +178,95 @@ def test_json_arguments_are_cut_value_by_value_and_stay_valid() -> None:
     assert json.loads(messages[1]["tool_calls"][0]["function"]["arguments"])["content"] == big  # input unchanged
 
 
+def _strings(value):
+    """Every string inside a JSON value, depth first."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+def _shape(value):
+    """A JSON value with every string replaced by "": what truncation must not change."""
+    if isinstance(value, str):
+        return ""
+    if isinstance(value, dict):
+        return {k: _shape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shape(v) for v in value]
+    return value
+
+
+MULTI_EDIT = {"file_path": "src/app.py", "edits": [
+    {"old_string": log_text(3_000), "new_string": log_text(3_000) + " changed", "replace_all": False},
+    {"old_string": "short", "new_string": log_text(2_000)},
+]}
+
+
+@pytest.mark.parametrize("arguments", [
+    MULTI_EDIT,  # Claude Code's MultiEdit: the large strings are in a list of objects
+    [log_text(3_000), {"deep": [[log_text(2_000)]]}, 7],  # a JSON array
+    log_text(4_000),  # a bare JSON string
+], ids=["multiedit", "array", "string"])
+def test_nested_tool_arguments_are_cut_where_they_are_and_stay_valid_json(arguments) -> None:
+    """Strings are cut wherever they are nested; the arguments stay JSON of the same shape
+    (keys, list lengths, numbers, booleans) and every cut string carries the marker. Only
+    top-level object values used to be cut: such a call could not be fitted at all, and an
+    array or string was cut into invalid JSON."""
+    messages = [
+        {"role": "user", "content": "edit it"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function",
+             "function": {"name": "MultiEdit", "arguments": json.dumps(arguments)}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+    ]
+    fitted = fit_request("", messages, None, 1_500, estimator=HEURISTIC)
+    assert fitted.fits and fitted.truncated == 1 and fitted.tokens <= 1_500
+    sent = json.loads(fitted.messages[1]["tool_calls"][0]["function"]["arguments"])  # valid JSON
+    assert _shape(sent) == _shape(arguments)
+    long_ones = [(a, b) for a, b in zip(_strings(arguments), _strings(sent), strict=True) if len(a) > 4_000]
+    assert long_ones and all(MARKER_TAIL in b and len(b) < len(a) for a, b in long_ones)
+    assert json.loads(messages[1]["tool_calls"][0]["function"]["arguments"]) == arguments  # input unchanged
+
+
+def test_nested_tool_use_input_in_an_anthropic_request_is_cut_too() -> None:
+    messages = [
+        {"role": "user", "content": "edit it"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "MultiEdit",
+                                           "input": MULTI_EDIT}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]},
+    ]
+    fitted = fit_request("", messages, None, 1_500, estimator=HEURISTIC)
+    assert fitted.fits and fitted.tokens <= 1_500
+    sent = fitted.messages[1]["content"][0]["input"]
+    assert _shape(sent) == _shape(MULTI_EDIT) and MARKER_TAIL in sent["edits"][0]["old_string"]
+
+
+def test_a_nested_call_in_the_protected_head_leaves_the_session_alive() -> None:
+    """A MultiEdit of large strings among the first messages (kept verbatim by every
+    compaction): each later turn is fitted and sent. The nested strings were never cut,
+    so every turn raised ContextOverflowError: the session was dead."""
+    db, sid, engine = make(8_000)
+    db.append_messages(sid, [
+        {"role": "user", "content": "apply the edits"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "e1", "name": "MultiEdit", "arguments": {
+                "file_path": "big.py", "edits": [{"old_string": log_text(6_000), "new_string": log_text(6_000)}]}}]},
+        {"role": "tool", "name": "MultiEdit", "tool_call_id": "e1", "content": "applied"},
+    ])
+    provider = Recorder()
+    for turn in range(3):
+        process_user_turn(db, sid, f"question {turn}", agent="Be brief.", provider_call=provider,
+                          model="gpt-4o", engine=engine)
+    assert len(provider.sent) == 3
+    for messages, system, tools in provider.sent:
+        assert request_tokens(system, messages, tools) <= budget_of(engine, "gpt-4o")
+
+
 def test_parts_are_cut_evenly_from_the_largest_down() -> None:
     sizes = [40_000, 20_000, 400, 100]
     messages = [{"role": "user", "content": filler(n)} for n in sizes]
@@ -218,13 +307,20 @@ def _emptied(unit):
         try:
             parsed = json.loads(args)
         except ValueError:
-            parsed = None
-        call["function"] = {
-            **call["function"],
-            "arguments": json.dumps({k: marker if isinstance(v, str) else v for k, v in parsed.items()})
-            if isinstance(parsed, dict) else marker,
-        }
+            call["function"] = {**call["function"], "arguments": marker}
+            continue
+        call["function"] = {**call["function"], "arguments": json.dumps(_every_string(parsed, marker))}
     return out
+
+
+def _every_string(value, marker):
+    if isinstance(value, str):
+        return marker if value else value
+    if isinstance(value, dict):
+        return {k: _every_string(v, marker) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_every_string(v, marker) for v in value]
+    return value
 
 
 def assert_fits_or_cannot(prep, system: str, tools: list[dict] | None, budget: int, untruncated: list[dict]) -> None:

@@ -252,6 +252,28 @@ def test_structural_summary_is_bounded_and_names_what_it_collapses() -> None:
     assert small == structural_summary(many[:3], "PREV")
 
 
+def test_the_docs_say_what_the_structural_summary_does() -> None:
+    """The structural fallback lists the folded messages up to ``summary_output_tokens``
+    and collapses the oldest past it; docs/design.md and ``summarize`` said it "lists
+    every folded message". Each place that describes it says the bound and the collapse."""
+    import re
+    from pathlib import Path
+
+    import opctx.context._structural as structural_module
+    import opctx.context.summarize as summarize_module
+
+    assert SummarizerConfig().summary_output_tokens == 4_096
+    many = [user(f"step {i}: " + "details " * 200) for i in range(400)]
+    text = Summarizer(None, config=SummarizerConfig()).summarise(many).text
+    assert "earlier folded message(s) not listed" in text  # the code collapses past the bound
+    design = (Path(__file__).resolve().parents[2] / "docs" / "design.md").read_text()
+    for name, doc in (("docs/design.md", design), ("summarize", summarize_module.__doc__),
+                      ("_structural", structural_module.__doc__)):
+        flat = " ".join(doc.split())
+        assert not re.search(r"lists (\*\*)?every(\*\*)? folded message", flat), name
+        assert "summary_output_tokens" in flat and "collapsed" in flat and "oldest" in flat, name
+
+
 def test_chained_structural_summaries_stay_within_the_summary_budget() -> None:
     cfg = SummarizerConfig(summary_output_tokens=2_000)
     summarizer = Summarizer(provider_call=None, config=cfg)

@@ -229,7 +229,7 @@ def test_async_error_path(store):
 def test_decorator_validates_its_options():
     with pytest.raises(ValueError, match="expose='secret'"):
         agentic_function(expose="secret")(lambda: None)
-    with pytest.raises(ValueError, match="render_range keys"):
+    with pytest.raises(ValueError, match="render_range: unknown key 'caller'"):
         agentic_function(render_range={"caller": 1})(lambda: None)
     with pytest.raises(ValueError, match="needs a store, a graph"):
         with use_store(None):

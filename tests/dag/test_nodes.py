@@ -321,6 +321,26 @@ def test_compute_reads_inside_a_frame_and_render_range():
         compute_reads(g, frame_entry_seq=99)
 
 
+def test_render_range_is_checked_in_one_place_and_minus_one_means_no_limit():
+    """-1 is "no limit" for both keys (it dropped every earlier node for ``callers``); a
+    misspelt key, a fraction or a bool is one clear ``ValueError`` from ``compute_reads``
+    and from ``@agentic_function`` alike, not a silent default or a TypeError in slicing."""
+    from opctx.dag.agentic import agentic_function
+
+    g = _agentic_graph()
+    whole = compute_reads(g, frame_entry_seq=1)
+    assert compute_reads(g, frame_entry_seq=1, render_range={"callers": -1}) == whole
+    assert compute_reads(g, frame_entry_seq=1, render_range={"subcalls": -1, "callers": None}) == whole
+    bad = [({"calers": 3}, "unknown key 'calers'"), ({"callers": 2.5}, "whole number"),
+           ({"subcalls": True}, "whole number"), ({"callers": -2}, "whole number"),
+           ({"subcalls": "3"}, "whole number"), (["callers"], "must be a dict")]
+    for render_range, said in bad:
+        with pytest.raises(ValueError, match=said):
+            compute_reads(g, frame_entry_seq=1, render_range=render_range)
+        with pytest.raises(ValueError, match=f"agentic_function: .*{said}"):
+            agentic_function(render_range=render_range)(lambda: None)
+
+
 def _frame_after(earlier: int, inside: int) -> Graph:
     """``earlier`` top-level nodes, then a frame holding ``inside`` llm calls."""
     g = Graph()

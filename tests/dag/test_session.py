@@ -25,9 +25,11 @@ def manager(db_path, ticking):
 
 
 def test_create_returns_a_session_with_meta_graph_store_and_runtime_slot(manager):
+    from opctx.dag.runtime import DagRuntime
+
     s = manager.create(title="Debugging", model="gpt-4o", agent_id="coder", source="cli", extra_meta={"k": 1})
     assert isinstance(s, DagSession) and isinstance(s.store, GraphStore)
-    assert s.runtime is None
+    assert isinstance(s.runtime, DagRuntime) and s.runtime.graph is s.graph
     assert s.meta == SessionMeta(
         id=s.id, title="Debugging", created_at=s.meta.created_at, updated_at=s.meta.updated_at,
         model="gpt-4o", agent_id="coder", source="cli", extra_meta={"k": 1}, head=None,
@@ -217,3 +219,27 @@ def test_manager_transaction_replaces_a_session_all_or_nothing(manager, db_path)
         other.close()
     assert manager.get("rec").title == "new" and len(manager.load("rec").graph) == 4
     assert manager.get_extra_meta("rec") == {"v": 2}
+
+
+def test_a_loaded_session_has_its_runtime(db_path):
+    """``load`` gives a session whose ``runtime`` is a ``DagRuntime`` over its own graph and
+    store (it was None): with the manager's provider it continues the conversation; without
+    one it records, and calling the model says what is missing."""
+    from opctx.dag.chat import chat_turn
+    from opctx.dag.providers import ProviderError, ScriptedProvider
+    from opctx.dag.runtime import DagRuntime
+
+    with DagSessionManager(db_path) as mgr:
+        sid = mgr.create(title="t", model="m-1").id
+        loaded = mgr.load(sid)
+        rt = loaded.runtime
+        assert isinstance(rt, DagRuntime) and rt.graph is loaded.graph and rt.store is loaded.store
+        assert rt.default_model == "m-1" and loaded.runtime is rt
+        rt.add_user_message("recorded without a provider")
+        with pytest.raises(ProviderError, match="provider_call"):
+            rt.exec()
+    with DagSessionManager(db_path, provider_call=ScriptedProvider(["hello again"])) as mgr:
+        loaded = mgr.load(sid)
+        result = chat_turn("and now?", loaded, [])
+        assert result.text == "hello again"
+        assert [n.output for n in mgr.load(sid).graph if n.role != "code"][-2:] == ["and now?", "hello again"]

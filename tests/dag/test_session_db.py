@@ -188,20 +188,25 @@ def test_delete_branch_tail_removes_only_that_subtree(db):
 
 
 def test_token_stats_per_role_default_and_injected_estimator(db):
+    """By default the figures are opctx's estimator's (what every budget uses), not len/4."""
+    from opctx.context.tokens import estimate_message_tokens
+
     sid = db.create_session()
     _chat(db, sid, "x" * 400, "y" * 40)
     stats = db.get_branch_token_stats(sid)
-    assert stats["estimator"] == "len/4"
+    assert stats["estimator"] == "estimate_message_tokens"
     assert stats["message_count"] == 2
-    assert stats["by_role"] == {"user": {"count": 1, "tokens": 100}, "assistant": {"count": 1, "tokens": 10}}
-    assert stats["total_tokens"] == 110
+    branch = db.get_branch(sid)
+    assert stats["by_role"] == {
+        "user": {"count": 1, "tokens": estimate_message_tokens(branch[0])},
+        "assistant": {"count": 1, "tokens": estimate_message_tokens(branch[1])},
+    }
+    assert stats["total_tokens"] == sum(map(estimate_message_tokens, branch)) != 110  # len/4 would say 110
 
-    from opctx.context.tokens import estimate_message_tokens
+    from opctx.dag.session_db import _len4_estimate
 
-    real = db.get_branch_token_stats(sid, token_estimator=estimate_message_tokens)
-    assert real["estimator"] == "estimate_message_tokens"
-    assert real["total_tokens"] == sum(r["tokens"] for r in real["by_role"].values()) > 0
-    assert real["total_tokens"] != stats["total_tokens"]  # tiktoken compresses repeated letters
+    quarter = db.get_branch_token_stats(sid, token_estimator=_len4_estimate)
+    assert quarter["estimator"] == "len/4" and quarter["total_tokens"] == 110
     empty = db.create_session()
     assert db.get_branch_token_stats(empty)["total_tokens"] == 0
 

@@ -100,7 +100,7 @@ def test_opctx_export_with_no_valid_node(tmp_path):
                                "reads": [], "metadata": {}}) + "\n", encoding="utf-8")
     with pytest.raises(TranscriptError) as err:
         parse_path(p)
-    assert err.value.line == 2 and err.value.reason.startswith("not a Call record (KeyError")
+    assert err.value.line == 2 and err.value.reason == "field id: expected a string, got number"
     with pytest.raises(TranscriptError) as err:
         parse_path(p, on_error="skip")  # the bad line skipped: nothing left to import
     assert err.value.reason == "no valid node in the opctx export" and str(err.value).startswith(str(p))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -224,3 +225,120 @@ def test_grid_by_dotted_policy_names_and_the_policy_column(specs, tmp_path):
     back = pd.read_parquet(out)
     assert back["preset"].iloc[0].startswith("policy-")
     assert CompactionPolicy.from_dict(json.loads(back["policy"].iloc[0])).cut.protect_last_n == 4
+
+
+# -- sweep(out=...) interrupted: nothing that looks complete, and a resume loses nothing --------
+
+ROOT = Path(__file__).resolve().parents[2]
+
+KILLED_SWEEP = r"""
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from opctx.lab import sweep as sweep_module
+from opctx.lab.history import SessionSpec
+
+real = sweep_module.run_task
+calls = []
+
+def slow(*args, **kwargs):  # two tasks run, then the third waits to be interrupted
+    calls.append(1)
+    if len(calls) == 3:
+        print("two done", flush=True)
+        time.sleep(600)
+    return real(*args, **kwargs)
+
+sweep_module.run_task = slow
+db, out, ids = sys.argv[2], sys.argv[3], sys.argv[4:]
+grid = {"preset": ["none", "default", "observation-masking"], "context_window": [30_000]}
+sweep_module.sweep([SessionSpec(db, sid) for sid in ids], grid, progress=False, configs_per_task=1,
+                   out=out, flush_rows=1)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGINT"])
+def test_a_killed_sweep_resumes_from_its_last_complete_batch(specs, serial, tmp_path, how, monkeypatch):
+    """SIGKILL (no footer could be written) or SIGINT in the middle of ``sweep(out=...)``:
+    ``out`` does not exist (it was an unreadable file, or a valid one holding a fraction
+    of the rows with nothing saying so); the same call again runs only what is missing
+    and gives every row exactly once."""
+    pytest.importorskip("pyarrow")
+    import signal
+    import subprocess
+    import sys
+
+    from opctx.lab import sweep as sweep_module
+
+    out = tmp_path / "rows.parquet"
+    parts = tmp_path / "rows.parquet.parts"
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_SWEEP, str(ROOT), specs[0].db_path, str(out),
+                             *(s.session_id for s in specs)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline().strip() == "two done", proc.stderr.read()
+        proc.send_signal(getattr(signal, how))
+        proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not out.exists()
+    done_before = len(pd.concat([pd.read_parquet(p) for p in parts.glob("part-*.parquet")]))
+    assert done_before == 2
+    ran: list[int] = []
+    real = sweep_module.run_task
+
+    def counting(session, configs, timings=False):
+        ran.extend(ci for ci, _ in configs)
+        return real(session, configs, timings)
+
+    monkeypatch.setattr(sweep_module, "run_task", counting)
+    path = sweep(specs, GRID, progress=False, configs_per_task=1, out=out, flush_rows=1)
+    assert path == out and not parts.exists()
+    assert len(ran) == len(serial) - done_before  # only what was missing ran
+    back = pd.read_parquet(out)
+    assert not back.duplicated(["session_index", "config_index"]).any()
+    pd.testing.assert_frame_equal(_sorted_like(back, serial), _none_for_missing_errors(serial),
+                                  check_dtype=False, check_categorical=False)
+
+
+def test_an_interrupted_sweep_keeps_its_finished_rows_and_resumes(specs, serial, tmp_path, monkeypatch):
+    """The same in one process: Ctrl-C at the third task, then the same call again."""
+    pytest.importorskip("pyarrow")
+    from opctx.lab import sweep as sweep_module
+
+    out = tmp_path / "rows.parquet"
+    real, calls = sweep_module.run_task, []
+
+    def interrupted(session, configs, timings=False):
+        calls.append(len(configs))
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(session, configs, timings)
+
+    monkeypatch.setattr(sweep_module, "run_task", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        sweep(specs, GRID, progress=False, configs_per_task=1, out=out, flush_rows=100)
+    assert not out.exists()
+    kept = pd.concat([pd.read_parquet(p) for p in (tmp_path / "rows.parquet.parts").glob("part-*.parquet")])
+    assert len(kept) == 2  # the rows held in memory were saved on the way out
+    calls.clear()
+    monkeypatch.setattr(sweep_module, "run_task", lambda *a: (calls.append(1), real(*a))[1])
+    sweep(specs, GRID, progress=False, configs_per_task=1, out=out, flush_rows=100)
+    assert len(calls) == len(serial) - 2
+    back = pd.read_parquet(out)
+    pd.testing.assert_frame_equal(_sorted_like(back, serial), _none_for_missing_errors(serial),
+                                  check_dtype=False, check_categorical=False)
+
+
+def test_parts_of_another_sweep_or_a_directory_as_out_are_refused(specs, tmp_path):
+    pytest.importorskip("pyarrow")
+    from opctx.lab._outputs import OutputError
+
+    out = tmp_path / "rows.parquet"
+    (tmp_path / "rows.parquet.parts").mkdir()
+    (tmp_path / "rows.parquet.parts" / "manifest.json").write_text('{"sweep": "another one"}')
+    with pytest.raises(OutputError, match="parts of a different sweep"):
+        sweep(specs[:1], GRID, progress=False, out=out)
+    (tmp_path / "dir.parquet").mkdir()
+    with pytest.raises(OutputError, match="is a directory"):
+        sweep(specs[:1], GRID, progress=False, out=tmp_path / "dir.parquet")
