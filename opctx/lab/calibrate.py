@@ -21,6 +21,16 @@ compaction) counted ``L`` without compacting is consistent with any trigger in
 ``"provider total"``), else the provider's prompt + output of the last request
 (``"provider prompt+output"``); ``L`` is always a provider figure.
 
+What a session without a compaction says
+----------------------------------------
+A stretch of a recording that ran to the next manual compaction, or to its end,
+without an automatic one is evidence too: the trigger lies above the largest check the
+client made there (``L`` of the stretch: the trigger is in ``(L, inf)``). These rows
+(``kind="no compaction"``) join the consensus; the median, which needs a point, only
+reports whether they agree with it. A recording that shows its client's automatic
+compaction was off (``opctx.lab.client_settings``) says nothing about the trigger:
+its stretches are listed and not used.
+
 The fitted quantity is the client's own unit: *tokens before the window* for
 Claude Code (``window - trigger``: 45,000 for 2.0.x at 200K), a *fraction of the
 model's window* for Codex. Groups: the ``TRIGGER_RULES`` row a version falls in
@@ -76,9 +86,15 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .fidelity import fidelity_table, recorded_compaction_points
+from .fidelity import (
+    compaction_segments,
+    fidelity_table,
+    recorded_compaction_points,
+    segment_checks,
+)
 from .history import RecordedHistory, as_history, shared_key_roots
-from .presets import PRESETS, TriggerResolution, build_engine, resolve_trigger, rule_for
+from .client_rules import _codex_window, rule_for
+from .presets import PRESETS, TriggerResolution, build_engine, resolve_trigger
 
 __all__ = [
     "calibrate",
@@ -94,7 +110,7 @@ logger = logging.getLogger(__name__)
 
 METHODS = ("consensus", "median")
 REPORT_COLUMNS = [
-    "session", "session_group", "compaction", "client", "version", "model", "group", "window",
+    "session", "session_group", "kind", "compaction", "client", "version", "model", "group", "window",
     "source", "observed_tokens", "previous_tokens", "observed", "interval_low", "interval_high",
     "prior", "fitted", "discounted", "reason", "fitted_loso", "loso_from", "predicted_tokens_loso",
     "error_tokens", "error_pct", "within_interval",
@@ -241,7 +257,7 @@ class CalibratedPreset:
             return None
         if self.by == "version":
             return str(client_version)
-        return rule_for(self.client, client_version)[0].label
+        return _rule_group(self.client, client_version)
 
     def params_for(self, client_version: str | None = None) -> dict[str, Any]:
         """The base preset's parameters for a recording of ``client_version``."""
@@ -260,8 +276,11 @@ class CalibratedPreset:
             params[key] = int(round(value)) if key == "trigger_before_window" else float(value)
         return params
 
-    def resolve(self, *, context_window: int, model: str | None = None, client_version: str | None = None) -> TriggerResolution:
-        return resolve_trigger(self.base, context_window=context_window, model=model, **self.params_for(client_version))
+    def resolve(self, *, context_window: int, model: str | None = None, client_version: str | None = None,
+                **settings: Any) -> TriggerResolution:
+        """The calibrated trigger for a recording (``settings``: the client's, e.g. ``auto_compact``)."""
+        return resolve_trigger(self.base, context_window=context_window, model=model,
+                               **{**self.params_for(client_version), **settings})
 
     def __call__(self, *, session_db: Any = None, clock: Callable[[], float] | None = None, context_window: int | None = None,
                  model: str | None = None, summarizer_provider: Any = None, client_version: str | None = None,
@@ -278,11 +297,15 @@ class CalibratedPreset:
 # -- the fit ---------------------------------------------------------------------------------------
 
 
+def _rule_group(client: str, version: str | None) -> str:
+    """The rule that applies to ``version`` (a version no sourced rule covers is its own group)."""
+    rule, known = rule_for(client, version)
+    return rule.label if known else f"no sourced rule for {client} {version!r}"
+
+
 def _rows(histories: Sequence[RecordedHistory], groups: Sequence[int], preset: str, *, by: str,
           include_inferred: bool, context_window: int | None) -> list[dict[str, Any]]:
     from opctx.context.tokens import real_context_window
-
-    from .presets import _codex_window
 
     spec = PRESETS[preset]
     rows = []
@@ -319,11 +342,61 @@ def _rows(histories: Sequence[RecordedHistory], groups: Sequence[int], preset: s
                 "session": history.session_id or history.title, "session_group": group,
                 "compaction": point["_compaction"], "client": spec.client, "version": version,
                 "model": history.model,
-                "group": str(version) if by == "version" else rule_for(spec.client, version)[0].label,
+                "group": str(version) if by == "version" else _rule_group(spec.client, version), "kind": "compaction",
                 "window": window, "source": source, "observed_tokens": observed, "previous_tokens": previous,
                 "observed": value, "interval_low": low, "interval_high": high, "prior": prior, "_base": base,
             })
     return rows
+
+
+def _negative_rows(histories: Sequence[RecordedHistory], groups: Sequence[int], preset: str, *, by: str,
+                   include_inferred: bool, context_window: int | None) -> list[dict[str, Any]]:
+    """The stretches that ran without an automatic compaction: the trigger lies above their
+    largest check (module docstring, "What a session without a compaction says")."""
+    from opctx.context.tokens import real_context_window
+
+    from .client_settings import infer_client_settings
+    spec = PRESETS[preset]
+    rows = []
+    for history, group in zip(histories, groups, strict=True):
+        if history.client != spec.client:
+            continue
+        settings = history.derived("client_settings", lambda h=history: infer_client_settings(h))
+        window = int(context_window or history.context_window or real_context_window(history.model or None))
+        for start, end, comp in compaction_segments(history):
+            ending = history.compactions[comp] if comp is not None else None
+            trigger = None if ending is None else (ending.trigger or (
+                "auto" if include_inferred and _mid_loop(history, ending.stream_index) else None))
+            if trigger == "auto":
+                continue
+            version = history.version_at(start)
+            rule, _ = rule_for(spec.client, version)
+            checks = segment_checks(history, start, end, rule.count)
+            if not checks:
+                continue
+            largest = max(c for _, c in checks)
+            if spec.client == "codex":
+                base = _codex_window(history.model, window)
+                low, high, observed = largest / base, math.inf, None
+            else:
+                base = window
+                low, high, observed = -math.inf, float(window - largest), None
+            off = settings.auto_compact is False
+            rows.append({
+                "session": history.session_id or history.title, "session_group": group, "kind": "no compaction",
+                "compaction": comp, "client": spec.client, "version": version, "model": history.model,
+                "group": str(version) if by == "version" else _rule_group(spec.client, version),
+                "window": window, "source": "provider checks", "observed_tokens": None,
+                "previous_tokens": largest, "observed": observed, "interval_low": low, "interval_high": high,
+                "prior": None, "_base": base, "_off": off, "_evidence": settings.evidence,
+            })
+    return rows
+
+
+def _mid_loop(history: RecordedHistory, idx: int) -> bool:
+    from .fidelity import _inferred_trigger
+
+    return _inferred_trigger(history.messages, idx) == "auto"
 
 
 def _points(history: RecordedHistory) -> list[dict[str, Any]]:
@@ -331,9 +404,64 @@ def _points(history: RecordedHistory) -> list[dict[str, Any]]:
 
 
 def _fit(rows: Sequence[dict[str, Any]], method: str) -> tuple[float, list[bool]]:
+    """The fit of a group's rows and, per row, whether it agrees with it.
+
+    Compactions give a point and an interval; stretches without one an open interval
+    (``kind == "no compaction"``), used by the consensus (the median has no point for
+    them) unless the recording shows auto-compaction off.
+    """
+    positive = [i for i, r in enumerate(rows) if r["kind"] == "compaction"]
+    usable = [i for i, r in enumerate(rows) if r["kind"] == "compaction" or not r.get("_off")]
     if method == "median":
-        return median_fit([r["observed"] for r in rows], [(r["interval_low"], r["interval_high"]) for r in rows])
-    return consensus_fit([(r["interval_low"], r["interval_high"]) for r in rows], [r["observed"] for r in rows])
+        value, kept = median_fit([rows[i]["observed"] for i in positive],
+                                 [(rows[i]["interval_low"], rows[i]["interval_high"]) for i in positive])
+        agree = dict(zip(positive, kept, strict=True))
+    else:
+        value, kept = consensus_fit([(rows[i]["interval_low"], rows[i]["interval_high"]) for i in usable],
+                                    [rows[i]["observed"] for i in positive])
+        agree = dict(zip(usable, kept, strict=True))
+    out = []
+    for i, r in enumerate(rows):
+        if i in agree:
+            out.append(agree[i])
+        else:
+            out.append(not r.get("_off") and r["interval_low"] <= value <= r["interval_high"])
+    return value, out
+
+
+def _fit_group(members: list[dict[str, Any]], method: str, client: str) -> float:
+    """Fit one group, say per row whether it agrees, and score each compaction leave-one-out."""
+    rule_text = ("consistent with the most rows (trigger in (previous check, observed]; above the largest "
+                 "check of a stretch without compaction)" if method == "consensus"
+                 else "within 3 scaled MADs or 1 % of the median, or its interval holds the median")
+    value, kept = _fit(members, method)
+    for r, ok in zip(members, kept, strict=True):
+        r["fitted"], r["discounted"] = value, not ok
+        if r.get("_off"):
+            r["reason"] = f"not used: auto-compaction off in this recording ({r['_evidence']})"
+        elif r["kind"] != "compaction" and method == "median":
+            r["reason"] = ("not used by the median (no compaction to place): " +
+                           ("agrees with the fit" if ok else "its largest check lies above the fit"))
+        else:
+            r["reason"] = f"kept: {rule_text}" if ok else f"discounted: not {rule_text}"
+    for r in members:
+        if r["kind"] != "compaction":
+            for key in ("fitted_loso", "loso_from", "predicted_tokens_loso", "error_tokens", "error_pct",
+                        "within_interval"):
+                r[key] = None
+            continue
+        others = [o for o in members if o["session_group"] != r["session_group"]]
+        if any(o["kind"] == "compaction" for o in others):
+            r["fitted_loso"], r["loso_from"] = _fit(others, method)[0], "fit"
+        else:
+            r["fitted_loso"], r["loso_from"] = r["prior"], "table"
+        predicted = _predicted_tokens(r, r["fitted_loso"], client)
+        r["predicted_tokens_loso"] = predicted
+        r["error_tokens"] = predicted - r["observed_tokens"]
+        r["error_pct"] = 100.0 * r["error_tokens"] / r["observed_tokens"]
+        previous = r["previous_tokens"]
+        r["within_interval"] = (previous is None or previous < predicted) and predicted <= r["observed_tokens"]
+    return value
 
 
 def _predicted_tokens(row: dict[str, Any], value: float, client: str) -> int:
@@ -369,29 +497,15 @@ def calibrate(
     histories = [as_history(s) for s in sessions]
     groups = session_groups(histories)
     rows = _rows(histories, groups, preset, by=by, include_inferred=include_inferred, context_window=context_window)
+    negative = _negative_rows(histories, groups, preset, by=by, include_inferred=include_inferred,
+                              context_window=context_window)
     fits: dict[str, float] = {}
-    rule_text = ("consistent with the most rows (trigger in (previous check, observed])" if method == "consensus"
-                 else "within 3 scaled MADs or 1 % of the median, or its interval holds the median")
     for group in dict.fromkeys(r["group"] for r in rows):
-        members = [r for r in rows if r["group"] == group]
-        value, kept = _fit(members, method)
-        fits[group] = value
-        for r, ok in zip(members, kept, strict=True):
-            r["fitted"], r["discounted"] = value, not ok
-            r["reason"] = f"kept: {rule_text}" if ok else f"discounted: not {rule_text}"
-        for r in members:
-            others = [o for o in members if o["session_group"] != r["session_group"]]
-            if others:
-                r["fitted_loso"], r["loso_from"] = _fit(others, method)[0], "fit"
-            else:
-                r["fitted_loso"], r["loso_from"] = r["prior"], "table"
-            predicted = _predicted_tokens(r, r["fitted_loso"], spec.client)
-            r["predicted_tokens_loso"] = predicted
-            r["error_tokens"] = predicted - r["observed_tokens"]
-            r["error_pct"] = 100.0 * r["error_tokens"] / r["observed_tokens"]
-            previous = r["previous_tokens"]
-            r["within_interval"] = (previous is None or previous < predicted) and predicted <= r["observed_tokens"]
-    report = pd.DataFrame([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows], columns=REPORT_COLUMNS)
+        members = [r for r in rows if r["group"] == group] + [r for r in negative if r["group"] == group]
+        fits[group] = _fit_group(members, method, spec.client)
+    report_rows = rows + [r for r in negative if r["group"] in fits]
+    report = pd.DataFrame([{k: v for k, v in r.items() if not k.startswith("_")} for r in report_rows],
+                          columns=REPORT_COLUMNS)
     unit = "window_fraction" if spec.client == "codex" else "tokens_before_window"
     return CalibratedPreset(base=preset, client=spec.client, unit=unit, fits=fits, by=by, method=method, report=report)
 
@@ -447,14 +561,17 @@ def simulated_recording(
     user_every: int = 8,
     context_window: int | None = None,
     session_id: str = "",
+    auto_compact: bool = True,
 ) -> RecordedHistory:
     """A recording by a simulated client whose trigger is known: for testing calibration and fidelity.
 
     The client sends one request per tool result (prompt = ``overhead`` for its
     unseen system prompt and tools + opctx's estimate of the context since its
     last compaction; output 50-400 tokens) and, as Claude Code and Codex do,
-    compacts before the next request once the last response's prompt + output
-    reaches ``trigger_tokens`` (``trigger="auto"``, ``preTokens`` = that total), or
+    compacts before the next request once the figure its version compares (the last
+    response's prompt + output, plus what came after it from Claude Code 2.1.2:
+    ``opctx.lab.client_rules``) reaches ``trigger_tokens`` (``trigger="auto"``,
+    ``preTokens`` = that figure; never with ``auto_compact=False``), or
     after the requests listed in ``manual_at`` (``trigger="manual"``). After a
     compaction its context is the summary alone. Tool results are ``result_tokens``
     tokens, drawn with ``random.Random(seed)``; the user asks for the next step
@@ -472,6 +589,9 @@ def simulated_recording(
 
     from opctx.context.tokens import Estimator
 
+    from .client_rules import rule_for as client_rule
+
+    count = client_rule(client, version)[0].count if client == "claude-code" else "last-response"
     rng = random.Random(seed)
     model = model or ("claude-opus-4-5-20251101" if client == "claude-code" else "gpt-5.2-codex")
     sid = session_id or f"sim-{client}-{seed}"
@@ -519,9 +639,11 @@ def simulated_recording(
         text = " ".join(vocabulary[start:start + size // 3])
         add({"role": "tool", "content": text, "tool_call_id": call_id, "name": "run"})
         total = prompt + output
+        if count == "last-response+after":
+            total += round(len(text) / 4)
         if r in manual_at:
             compact("manual", total)
-        elif total >= trigger_tokens:
+        elif auto_compact and total >= trigger_tokens:
             compact("auto", total)
     meta = ({"claude_code": {"version": version, "sessionId": sid}} if client == "claude-code"
             else {"codex": {"cli_version": version, "id": sid}})

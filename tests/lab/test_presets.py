@@ -18,9 +18,10 @@ from opctx.lab.presets import (
     parse_version,
     preset_names,
     resolve_trigger,
-    rule_for,
     thresholds_for,
 )
+from opctx.lab import client_rules
+from opctx.lab.client_rules import rule_for
 from opctx.lab.replay import replay
 from opctx.lab.scenarios import generate_session
 
@@ -207,23 +208,24 @@ def test_client_parameters_belong_to_client_presets():
 
 
 def test_unknown_versions_use_the_default_rule_and_say_so_once(caplog, monkeypatch):
-    monkeypatch.setattr(presets_module, "_WARNED_VERSIONS", set())
-    with caplog.at_level("WARNING", logger="opctx.lab.presets"):
+    monkeypatch.setattr(client_rules, "_WARNED_VERSIONS", set())
+    with caplog.at_level("WARNING", logger="opctx.lab.client_rules"):
         for _ in range(3):
-            res = resolve_trigger("claude-code", context_window=200_000, model=OPUS, client_version="1.0.70")
+            res = resolve_trigger("claude-code", context_window=200_000, model=OPUS, client_version="0.2.125")
         resolve_trigger("claude-code", context_window=200_000, model=OPUS, client_version="not a version")
         silent = resolve_trigger("claude-code", context_window=200_000, model=OPUS, client_version=None)
-    assert not res.known and res.auto_tokens == 167_000 and res.rule is presets_module.DEFAULT_TRIGGER_RULES["claude-code"]
+    assert not res.known and res.auto_tokens == 167_000 and res.rule is client_rules.DEFAULT_TRIGGER_RULES["claude-code"]
     assert silent.auto_tokens == 167_000 and not silent.known
     warned = [r.getMessage() for r in caplog.records]
-    assert len(warned) == 2 and "'1.0.70'" in warned[0] and "'not a version'" in warned[1]
+    assert len(warned) == 2 and "'0.2.125'" in warned[0] and "'not a version'" in warned[1]
+    assert "no sourced rule" in warned[0]
 
 
 def test_every_trigger_rule_has_a_source():
     for rule in TRIGGER_RULES:
         assert rule.rule and len(rule.source) > 40, rule.label
-        # a public reference or a measurement, named
-        assert "#" in rule.source or "codex-rs" in rule.source or "changelog" in rule.source, rule.label
+        # the client's own code at named versions (cli.js of the npm package, codex-rs)
+        assert "cli.js" in rule.source or "codex-rs" in rule.source, rule.label
 
 
 @given(st.tuples(st.integers(0, 3), st.integers(0, 300), st.integers(0, 400)))
