@@ -86,6 +86,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .client_rules import _codex_window, rule_for
 from .fidelity import (
     compaction_segments,
     fidelity_table,
@@ -93,7 +94,6 @@ from .fidelity import (
     segment_checks,
 )
 from .history import RecordedHistory, as_history, shared_key_roots
-from .client_rules import _codex_window, rule_for
 from .presets import PRESETS, TriggerResolution, build_engine, resolve_trigger
 
 __all__ = [

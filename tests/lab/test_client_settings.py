@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from opctx.lab.calibrate import simulated_recording
-from opctx.lab.client_settings import ClientSettings, infer_client_settings, loso_settings, settings_for
+from opctx.lab.client_settings import (
+    ClientSettings,
+    infer_client_settings,
+    loso_settings,
+    settings_for,
+)
 
 
 def test_an_automatic_compaction_says_on():

@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from opctx.context.engine import CONTEXT_ENGINE_REGISTRY, DefaultContextEngine, get_engine
-from opctx.lab import presets as presets_module
+from opctx.lab import client_rules
+from opctx.lab.client_rules import rule_for
 from opctx.lab.presets import (
     ENGINE_SOURCES,
     MASK_PLACEHOLDER,
@@ -20,8 +21,6 @@ from opctx.lab.presets import (
     resolve_trigger,
     thresholds_for,
 )
-from opctx.lab import client_rules
-from opctx.lab.client_rules import rule_for
 from opctx.lab.replay import replay
 from opctx.lab.scenarios import generate_session
 
