@@ -530,20 +530,32 @@ def loso_fidelity_table(
     """
     import pandas as pd
 
+    from .fidelity import fidelity_predictions
+
+    from .client_settings import loso_settings
+
     histories = [as_history(s) for s in sessions]
     groups = session_groups(histories)
-    frames = []
+    chosen = loso_settings(histories, groups)
+    frames, predictions = [], []
     for group in sorted(set(groups)):
         inside = [h for h, g in zip(histories, groups, strict=True) if g == group]
         outside = [h for h, g in zip(histories, groups, strict=True) if g != group]
         cal = calibrate(outside, preset, method=method, by=by, include_inferred=include_inferred,
                         context_window=context_window)
+        # the client setting the other groups show, as fidelity_table's own "loso" settings would
+        setting = chosen[groups.index(group)].params()
         table = fidelity_table(inside, presets=[cal], mode=mode, context_window=context_window,
-                               feed_usage=feed_usage, **params)
+                               feed_usage=feed_usage, **{**setting, **params})
+        predictions.append(fidelity_predictions(table))
+        table.attrs = {}
         if len(table):
             table["fit"] = repr(cal)
             frames.append(table)
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    out.attrs["predictions"] = pd.concat([p for p in predictions if len(p)], ignore_index=True) \
+        if any(len(p) for p in predictions) else pd.DataFrame()
+    return out
 
 
 
