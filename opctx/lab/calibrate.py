@@ -530,9 +530,8 @@ def loso_fidelity_table(
     """
     import pandas as pd
 
-    from .fidelity import fidelity_predictions
-
     from .client_settings import loso_settings
+    from .fidelity import fidelity_predictions
 
     histories = [as_history(s) for s in sessions]
     groups = session_groups(histories)
