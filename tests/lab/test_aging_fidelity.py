@@ -154,3 +154,24 @@ def test_corpus_figures(corpus_dir):
     assert summary["exact_request"] >= 12 and summary["exact_set"] >= 12
     free_summary = aging_fidelity_summary(free[free["source"] == "boundary"])["claude-code"]
     assert free_summary["within_one_request"] >= 10 and free_summary["median_jaccard"] >= 0.8
+
+
+def test_the_benchmark_prints_a_line_per_clearing(tmp_path, capsys):
+    import importlib.util
+    import json
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("aging_benchmark", root / "benchmarks" / "aging_fidelity.py")
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules["aging_benchmark"] = bench
+    spec.loader.exec_module(bench)
+    write_sample(tmp_path, n_cleared=2)
+    assert bench.main(["--corpus", str(tmp_path), "--modes", "resync", "--rows"]) == 0
+    out = capsys.readouterr().out
+    assert "resync/loso/boundary" in out and "| cc-5e551011 | boundary | 2.1.15 | 7 |" in out
+    assert bench.main(["--corpus", str(tmp_path), "--modes", "resync", "--json", "--rows"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    (row,) = report["rows"]["resync/loso"]
+    assert row["claude-code_delta_requests"] == 0 and row["claude-code_exact_set"] is True
