@@ -91,6 +91,7 @@ __all__ = [
     "rule_for",
     "resolve_client_trigger",
     "check_tokens",
+    "extra_check_tokens",
     "codex_reasoning_tokens",
     "js_round",
     "CLAUDE_CODE_BUFFER",
@@ -517,14 +518,32 @@ def codex_reasoning_tokens(messages: Sequence[dict], end: int, start: int = 0) -
     return (total + 3) // 4
 
 
+def extra_check_tokens(messages: Sequence[dict], count: str, start: int = 0) -> int:
+    """What a client adds to the last response's prompt + output before it compares
+    (``count``: ``CHECK_COUNTS``), over ``messages`` as they stand before the next request:
+    the estimate of every message after the last response (Claude Code 2.1.2+), or of the
+    encrypted reasoning before the last user message (Codex). A replay adds it to its own
+    last-response figure to decide as the client does.
+    """
+    if count not in CHECK_COUNTS:
+        raise ValueError(f"count must be one of {CHECK_COUNTS}, got {count!r}")
+    if count == "last-response+after":
+        last = max((j for j in range(start, len(messages)) if messages[j].get("role") == "assistant"),
+                   default=start - 1)
+        return sum(_after_tokens(m) for m in messages[last + 1:])
+    if count == "last-response+reasoning":
+        return codex_reasoning_tokens(messages, len(messages), start)
+    return 0
+
+
 def check_tokens(messages: Sequence[dict], index: int, count: str, *, start: int = 0, fmt: str = "",
                  model: str = "") -> int | None:
     """What the client compares before the request at ``index`` (``count``: ``CHECK_COUNTS``).
 
     The last response before ``index`` (since ``start``: the previous compaction) with a
     provider count, its prompt + output, plus the client's own estimate of what came after
-    it (Claude Code 2.1.2+) or of the older encrypted reasoning (Codex). ``None`` when no
-    response since ``start`` carries a count.
+    it (Claude Code 2.1.2+) or of the older encrypted reasoning (Codex): ``extra_check_tokens``.
+    ``None`` when no response since ``start`` carries a count.
     """
     if count not in CHECK_COUNTS:
         raise ValueError(f"count must be one of {CHECK_COUNTS}, got {count!r}")

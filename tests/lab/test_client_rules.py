@@ -104,5 +104,10 @@ def test_claude_code_counts_what_came_after_the_last_response_from_2_1_2():
     # characters / 4 rounded as JavaScript's Math.round does (halves up)
     assert check_tokens(msgs, 4, "last-response+after") == 100_500 + 1_001 + 18
     assert check_tokens(msgs, 1, "last-response", start=1) is None
+    # what a replay adds to its own last-response figure: the same estimate over its context
+    from opctx.lab.client_rules import extra_check_tokens
+
+    assert extra_check_tokens(msgs, "last-response+after") == 1_001 + 18
+    assert extra_check_tokens(msgs, "last-response") == 0
     with pytest.raises(ValueError, match="count"):
         check_tokens(msgs, 4, "tokens")
