@@ -346,6 +346,19 @@ def recorded_stream(nodes: dict[str, Call], head: str) -> tuple[list[dict], list
     # the originals a later summary protects (Codex keeps the user messages around its
     # summary): the summary emits them in their place among what it folded, not before it
     position = {nid: k for k, nid in enumerate(nodes)}  # creation order (dict order, or seq from a database)
+    first_seen: dict[str, int] = {}
+
+    def first_position(call: Call) -> int:
+        """Where the earliest message a node stands for was created (a summary: what it folded)."""
+        call = original(call)
+        if call.id not in first_seen:
+            first_seen[call.id] = position.get(call.id, 0)  # a cycle stops here
+            comp = call.metadata.get("compaction")
+            if isinstance(comp, dict):
+                inner = [nodes[i] for i in (*(comp.get("folded_ids") or ()), *(comp.get("protected_ids") or ()))
+                         if i in nodes]
+                first_seen[call.id] = min((first_position(c) for c in inner), default=first_seen[call.id])
+        return first_seen[call.id]
     protected_later = {
         original_id(pid) for node in branch if isinstance(node.metadata.get("compaction"), dict)
         for pid in node.metadata["compaction"].get("protected_ids") or ()
@@ -362,7 +375,7 @@ def recorded_stream(nodes: dict[str, Call], head: str) -> tuple[list[dict], list
             expanding.add(call.id)
             inner = [nodes[i] for i in (*(comp.get("folded_ids") or ()), *(comp.get("protected_ids") or ()))
                      if i in nodes]
-            for folded in sorted(inner, key=lambda c: position.get(original(c).id, 0)):
+            for folded in sorted(inner, key=first_position):
                 emit(folded, from_summary=True)
             emitted.add(call.id)
             source_ids = call.metadata.get("source_ids")
