@@ -86,7 +86,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .client_rules import _codex_window, rule_for
+from .client_rules import _codex_window, js_round, rule_for
 from .fidelity import (
     compaction_segments,
     fidelity_table,
@@ -591,24 +591,20 @@ def simulated_recording(
     default for ``client="codex"``).
 
     >>> h = simulated_recording(60_000, requests=40, seed=1)
-    >>> [c.trigger for c in h.compactions], h.client_version
-    (['auto', 'auto'], '2.0.76')
-    >>> h.compactions[0].pre_tokens >= 60_000
-    True
+    >>> [c.trigger for c in h.compactions], h.client_version, h.compactions[0].pre_tokens >= 60_000
+    (['auto', 'auto'], '2.0.76', True)
     """
     import random
 
     from opctx.context.tokens import Estimator
 
-    from .client_rules import rule_for as client_rule
-
-    count = client_rule(client, version)[0].count if client == "claude-code" else "last-response"
+    count = rule_for(client, version)[0].count if client == "claude-code" else "last-response"
     rng = random.Random(seed)
     model = model or ("claude-opus-4-5-20251101" if client == "claude-code" else "gpt-5.2-codex")
     sid = session_id or f"sim-{client}-{seed}"
     estimator = Estimator()
-    words = ("alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "lambda")
-    vocabulary = [f"{words[i % 8]}{rng.randrange(1000)}" for i in range(2 * result_tokens[1] // 3 + 2)]
+    vocabulary = [f"{('alpha', 'beta', 'gamma', 'delta', 'omega', 'sigma', 'kappa', 'lambda')[i % 8]}"
+                  f"{rng.randrange(1000)}" for i in range(2 * result_tokens[1] // 3 + 2)]
     messages: list[dict] = []
     compactions: list[Any] = []
     context_tokens = 0
@@ -649,9 +645,7 @@ def simulated_recording(
         start = rng.randrange(len(vocabulary) // 2)
         text = " ".join(vocabulary[start:start + size // 3])
         add({"role": "tool", "content": text, "tool_call_id": call_id, "name": "run"})
-        total = prompt + output
-        if count == "last-response+after":
-            total += round(len(text) / 4)
+        total = prompt + output + (js_round(len(text) / 4) if count == "last-response+after" else 0)
         if r in manual_at:
             compact("manual", total)
         elif auto_compact and total >= trigger_tokens:
