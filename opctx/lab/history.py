@@ -464,8 +464,10 @@ def load_history(db_path: str | os.PathLike, session_id: str, head: str | None =
     return hist
 
 
-def _branch_leaves(nodes: dict[str, Call], head: str) -> list[str]:
-    """Leaves other than ``head`` whose branch holds a recorded compaction that ``head``'s does not."""
+def _branch_leaves(nodes: dict[str, Call], head: str, known: set[str]) -> list[str]:
+    """Leaves other than ``head`` whose branch holds a recorded compaction ``known`` (the ones the
+    main history holds, expanded) does not: the folded originals a summary left behind end in
+    leaves too, but what they hold the main history already holds."""
     def chain(leaf: str) -> list[str]:
         out, seen, node = [], set(), nodes.get(leaf)
         while node is not None and node.id not in seen:
@@ -479,9 +481,8 @@ def _branch_leaves(nodes: dict[str, Call], head: str) -> list[str]:
                 and nodes[i].metadata["compaction"].get("recorded")}
 
     parents = {n.predecessor for n in nodes.values() if n.predecessor}
-    main = compactions(chain(head))
     leaves = [nid for nid in nodes if nid not in parents and nid != head]
-    return [leaf for leaf in leaves if compactions(chain(leaf)) - main]
+    return [leaf for leaf in leaves if compactions(chain(leaf)) - known]
 
 
 def recorded_branches(obj: Any) -> list[RecordedHistory]:
@@ -517,7 +518,7 @@ def recorded_branches(obj: Any) -> list[RecordedHistory]:
     if head is None:
         return out
     seen = {c.node_id for c in main.compactions}
-    for n, leaf in enumerate(_branch_leaves(nodes, head), start=1):
+    for n, leaf in enumerate(_branch_leaves(nodes, head, set(seen)), start=1):
         branch = make(leaf)
         branch.session_id = f"{branch.session_id}#branch-{n}"
         branch.scored_elsewhere = frozenset(c.node_id for c in branch.compactions if c.node_id in seen)
