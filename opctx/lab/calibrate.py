@@ -9,17 +9,19 @@ accept wherever they accept a preset name, with its fit report.
 
 What one compaction says
 ------------------------
-Claude Code and Codex compare the size of the *last response* (its prompt plus
-its output, as the provider counted it) with their threshold before the next
-request; Claude Code writes that figure into the boundary as ``preTokens`` (on
-the corpus, preTokens equals the last request's prompt + output in 5 of 7
-automatic compactions and is within 160 tokens in the other 2). So a compaction
-at count ``U`` whose previous check (the request before, since the previous
-compaction) counted ``L`` without compacting is consistent with any trigger in
-``(L, U]``. ``U`` is ``preTokens`` where the recording has it (``source`` says
-``"preTokens"``), else the provider total the importer recorded (Codex:
-``"provider total"``), else the provider's prompt + output of the last request
-(``"provider prompt+output"``); ``L`` is always a provider figure.
+Claude Code and Codex compare their own figure with their threshold before the next
+request: the *last response*'s prompt plus output as the provider counted it, plus
+what the version adds (``opctx.lab.client_rules.check_tokens``). Claude Code writes
+that figure into the boundary as ``preTokens`` (on the corpus, preTokens equals the
+last request's prompt + output in 5 of 7 automatic compactions and is within 160
+tokens in the other 2). So a compaction at figure ``U`` whose previous check (since
+the previous compaction) counted ``L`` without compacting is consistent with any
+trigger in ``(L, U]``. ``U`` is ``preTokens`` where the recording has it (``source``
+says ``"preTokens"``), else the client's figure at the check that compacted (Codex,
+whose rollouts record only the provider's total: that total plus the estimate of its
+older reasoning, ``"client figure"``), else the provider's prompt + output of the last
+request (``"provider prompt+output"``); ``L`` is the client's figure at the check
+before.
 
 What a session without a compaction says
 ----------------------------------------
@@ -316,14 +318,9 @@ def _rows(histories: Sequence[RecordedHistory], groups: Sequence[int], preset: s
             trigger = point["trigger_inferred"] if include_inferred else point["trigger"]
             if trigger != "auto" or not point["replayable"]:
                 continue
-            if point["recorded_pre_tokens"] is not None:
-                observed = int(point["recorded_pre_tokens"])
-                source = "preTokens" if point["pre_tokens_source"] != "provider" else "provider total"
-            elif point["recorded_last_total"] is not None:
-                observed, source = int(point["recorded_last_total"]), "provider prompt+output"
-            else:
+            observed, previous, source = _observed(history, point)
+            if observed is None:
                 continue
-            previous = point["previous_total"]
             window = int(context_window or history.context_window or real_context_window(history.model or None))
             version = point["client_version"]
             prior_tokens = resolve_trigger(preset, context_window=window, model=history.model,
@@ -347,6 +344,26 @@ def _rows(histories: Sequence[RecordedHistory], groups: Sequence[int], preset: s
                 "observed": value, "interval_low": low, "interval_high": high, "prior": prior, "_base": base,
             })
     return rows
+
+
+def _observed(history: RecordedHistory, point: dict[str, Any]) -> tuple[int | None, int | None, str]:
+    """``(U, L, source)`` of a recorded compaction, each the figure its client compares.
+
+    ``U``: the client's own ``preTokens`` where the recording has it; else the client's
+    figure at the check that compacted (Codex: the provider total plus its reasoning
+    estimate, ``client_rules.check_tokens``); else the provider's prompt + output. ``L``:
+    the client's figure at the check before it in the segment.
+    """
+    rule, _ = rule_for(history.client, point["client_version"])
+    checks = segment_checks(history, point["segment_start"], point["recorded_index"], rule.count)
+    previous = checks[-2][1] if len(checks) >= 2 else point["previous_total"]
+    if point["recorded_pre_tokens"] is not None and point["pre_tokens_source"] != "provider":
+        return int(point["recorded_pre_tokens"]), previous, "preTokens"
+    if checks:
+        return int(checks[-1][1]), previous, "client figure" if rule.count != "last-response" else "provider total"
+    if point["recorded_last_total"] is not None:
+        return int(point["recorded_last_total"]), previous, "provider prompt+output"
+    return None, None, ""
 
 
 def _negative_rows(histories: Sequence[RecordedHistory], groups: Sequence[int], preset: str, *, by: str,
