@@ -11,7 +11,7 @@ function that reads ``DISABLE_MICROCOMPACT``):
 
 1. the candidates are the ``tool_use`` ids of the allowlisted tools in the messages since
    the last compaction, **in tool-call order**, less the ids cleared before;
-2. a result's size is what the message holds, per text block ``round(len / 4)`` and 2,000
+2. a result's size is what the message holds, per text block ``Math.round(len / 4)`` and 2,000
    per image, cached per id when first seen (a result that was spilled to
    ``tool-results/<id>.txt`` counts as the inline preview the model saw);
 3. the last 3 candidates (with or without a result yet) are kept; walking the others
@@ -217,11 +217,11 @@ def _blocks_tokens(content: Any, rule: MicrocompactRule) -> int:
 
 
 def result_tokens(msg: dict, rule: MicrocompactRule | float | None = None) -> int:
-    """A tool result's size as Claude Code counts it: per text block ``round(len / 4)``,
-    2,000 per image; a spilled result at its inline preview (what the model saw).
+    """A tool result's size as Claude Code counts it: per text block ``Math.round(len / 4)``
+    (halves up), 2,000 per image; a spilled result at its inline preview (what the model saw).
 
     >>> result_tokens({"role": "tool", "content": "x" * 402})
-    100
+    101
     >>> result_tokens({"role": "tool", "content": "y" * 9000, "inline_output": "preview" * 4})
     7
     """
