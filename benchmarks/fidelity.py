@@ -12,34 +12,35 @@ compactions that a replay predicts within one request of the real one
 ``free``
     one replay of the whole session from its start.
 
+Every Claude Code and Codex recording under ``--corpus`` is read, also those that never
+compacted: a stretch that ran past a preset's trigger without compacting is a false
+positive of that preset. Per client and client version, and in both modes, the report
+gives the recorded automatic compactions predicted within one request (a version with no
+sourced rule counts as a miss) beside the predicted compactions the client never made
+(false positives): recall and precision (``opctx.lab.fidelity.fidelity_summary``), and
+the rule each version ran with and where it was read.
+
 Variants (rows):
 
 ``default``
-    the client presets as shipped (``claude-code``, ``codex``): trigger from the
-    recording's client version (``TRIGGER_RULES``), the client's "last-response" check;
+    the client presets as shipped: the recording's version (``client_rules``), the
+    client's own figure, its auto-compaction setting taken from the *other* sessions of
+    its rule (``settings="loso"``: a setting read off the scored session would be a fit
+    on it);
+``settings read off each recording``
+    the same with each session's own setting (in sample);
+``client defaults``
+    auto-compaction on everywhere (the client's default setting);
 ``default, request check``
-    the same with ``trigger_check="request"`` (the engine's own check of the request
-    about to be sent, tool results appended since the last response included): the
-    comparison that decides which check the presets use;
-``default, aging off``
-    the trigger alone (``aging=False``): the preset's tool-result aging is opctx's
-    model of what the client clears, and a replay that clears what the client did not
-    sends less than the recording; without it the replayed context is the recorded
-    one up to the prediction;
+    ``trigger_check="request"`` (the engine's own check of the request about to be
+    sent): a replay in both modes;
+``microcompaction off``
+    the claude-code preset without the client's clearing of old tool results;
 ``calibrated (LOSO)``
-    ``opctx.lab.calibrate.loso_fidelity_table``: every session group replayed under a
-    preset whose trigger was fitted on the *other* sessions only (nothing is scored by a
-    fit that saw it);
-``microcompaction, all versions``
-    the 2.1.x microcompaction model applied to every client version;
-``re-attach off``
-    the ``claude-code`` preset without ``post_compaction_tokens`` (0): after its own
-    compactions the replay adds nothing for the files Claude Code re-reads;
-``re-attach (LOSO)``, ``re-attach (LOSO), aging off``
-    ``post_compaction_tokens`` per session group fitted on the *other* groups only
-    (``reattached_loso``: the median of the recorded re-attached tokens, ``--post``);
-    the preset's shipped value is the fit on every session, so ``default`` in ``free``
-    mode is scored by a fit that saw it and these rows are the honest figure.
+    ``opctx.lab.calibrate.loso_fidelity_table``: each session group under a preset whose
+    trigger was fitted on the other sessions only.
+
+``--variants NAME,...`` runs some of them (free mode replays every session: slow).
 
 ``--post`` prints only the post-compaction table (``post_compaction``): per recorded
 automatic Claude Code compaction, the first request after it, real and replayed, with
@@ -81,32 +82,31 @@ ROOT = Path(os.environ.get("OPCTX_FIDELITY_ROOT") or Path(__file__).resolve().pa
 sys.path.insert(0, str(ROOT))
 
 CLIENT_PRESET = {"claude-code": "claude-code", "codex": "codex"}
-VARIANTS = ("default", "default, request check", "default, aging off", "microcompaction, all versions",
-            "spec aging before 2.1",
-            "calibrated (LOSO)", "re-attach off", "re-attach (LOSO)", "re-attach (LOSO), aging off")
+VARIANTS = ("default", "settings read off each recording", "client defaults", "default, request check",
+            "microcompaction off", "calibrated (LOSO)")
 # the --post table's free replays: the preset as shipped, and its trigger alone
 POST_VARIANTS = (("default", {}), ("aging off", {"aging": False}))
 
 
 def load_histories(corpus: Path) -> tuple[list, list[str]]:
-    """The client recordings under ``corpus`` that compacted, and files that could not be read."""
+    """Every client recording under ``corpus`` (each branch of a resumed session), and the
+    files that could not be read."""
     from opctx.importers import iter_transcript_files, parse_path
-    from opctx.lab.history import as_history
+    from opctx.lab.history import recorded_branches
 
     histories, problems = [], []
     for path, _ in iter_transcript_files([corpus]):
         try:
-            with open(path, "rb") as fh:
-                if b"compact" not in fh.read():
-                    continue
             imported = parse_path(path, on_error="skip")
         except Exception as exc:  # a benchmark reports unreadable files, it does not stop on them
             problems.append(f"{path}: {type(exc).__name__}: {exc}")
             continue
         for one in imported:
-            history = as_history(one)
-            if history.compactions and history.client in CLIENT_PRESET:
-                histories.append(history)
+            if getattr(one, "meta", {}).get("parent") is not None:
+                continue  # a subagent's own file: its parent's session holds what the client compacted
+            for history in recorded_branches(one):
+                if history.client in CLIENT_PRESET and history.n_requests:
+                    histories.append(history)
     return histories, problems
 
 
@@ -117,30 +117,31 @@ def _automatic(table):
     return table[table[column].astype(str) == "auto"]
 
 
-def _score(table, label_of) -> list[dict]:
-    """Per (client, version): automatic rows, replayable ones, within one request."""
-    auto = _automatic(table)
-    if auto is None or len(auto) == 0:
+def _score(table, label: str) -> list[dict]:
+    """Per (client, version) and in all: recall beside precision (``fidelity_summary``), with the rule."""
+    from opctx.lab.fidelity import fidelity_summary
+
+    if table is None or len(table) == 0 or f"{label}_delta_requests" not in table.columns:
         return []
+    summary = fidelity_summary(table)
+    summary = summary[summary["preset"] == label]
+    rules = {}
+    if f"{label}_rule" in table.columns:
+        for version, rule, source in zip(table["client_version"].astype(str), table[f"{label}_rule"],
+                                         table[f"{label}_rule_source"], strict=True):
+            rules.setdefault(version, (rule, source))
     out = []
-    client_col = "client" if "client" in auto.columns else None
-    for (client, version), rows in auto.groupby(
-        [auto[client_col].astype(str) if client_col else auto["format"].astype(str),
-         auto["client_version"].astype(str) if "client_version" in auto.columns else auto["format"].astype(str)],
-        observed=True,
-    ):
-        label = label_of(client)
-        column = f"{label}_delta_requests"
-        if column not in rows.columns:
-            continue
-        replayable = rows[rows["replayable"]] if "replayable" in rows.columns else rows
-        within = int((replayable[column].abs() <= 1).fillna(False).sum())
-        out.append({"client": client, "version": version, "automatic": len(rows), "replayable": len(replayable),
-                    "within_one": within, "share": within / len(replayable) if len(replayable) else None})
+    for row in summary.itertuples():
+        rule = rules.get(str(row.client_version), (None, None))
+        out.append({"client": row.client, "version": str(row.client_version), "automatic": int(row.automatic),
+                    "replayable": int(row.replayable), "within_one": int(row.within_one_request),
+                    "share": None if row.automatic == 0 else row.recall, "false_positives": int(row.false_positives),
+                    "precision": None if row.precision != row.precision else round(float(row.precision), 3),
+                    "rule": rule[0], "rule_source": rule[1]})
     return out
 
 
-def measure(histories: list) -> dict:
+def measure(histories: list, variants: Sequence[str] = VARIANTS) -> dict:
     """Every variant in both modes, the calibration report and the check evidence."""
     from opctx.lab import fidelity
 
@@ -148,7 +149,7 @@ def measure(histories: list) -> dict:
     per_row: list[dict] = []
     errors: dict[str, str] = {}
     for mode in ("resync", "free"):
-        for variant in VARIANTS:
+        for variant in variants:
             started = time.perf_counter()
             try:
                 rows, detail = _variant(histories, mode, variant, fidelity)
@@ -170,48 +171,22 @@ def _variant(histories: list, mode: str, variant: str, fidelity) -> tuple[list[d
         mine = [h for h in histories if h.client == client]
         if not mine:
             continue
-        if variant.startswith("re-attach (LOSO)") and client == "claude-code":
-            table = _reattach_loso_table(mine, preset, mode, fidelity,
-                                         {"aging": False} if variant.endswith("aging off") else {})
-            label = preset
-        elif variant == "calibrated (LOSO)":
+        if variant == "calibrated (LOSO)":
             from opctx.lab.calibrate import loso_fidelity_table
 
             table = loso_fidelity_table(mine, preset, mode=mode)
             label = f"{preset}+calibrated"
         else:
             kw = ({"trigger_check": "request"} if variant == "default, request check"
-                  else {"aging": False} if variant == "default, aging off"
-                  else {"microcompact": True} if variant == "microcompaction, all versions" and client == "claude-code"
-                  else {"microcompact": False} if variant == "spec aging before 2.1" and client == "claude-code"
-                  else {"post_compaction_tokens": 0} if variant == "re-attach off" and client == "claude-code"
-                  else {"aging": False} if variant == "re-attach (LOSO), aging off"
+                  else {"settings": "recording"} if variant == "settings read off each recording"
+                  else {"settings": "default"} if variant == "client defaults"
+                  else {"microcompact": False} if variant == "microcompaction off" and client == "claude-code"
                   else {})
             table = fidelity.fidelity_table(mine, presets=(preset,), mode=mode, **kw)
             label = preset
-        rows += _score(table, lambda _c, label=label: label)
+        rows += _score(table, label)
         detail += _detail(table, label)
     return rows, detail
-
-
-def _reattach_loso_table(histories: list, preset: str, mode: str, fidelity, params: dict):
-    """``fidelity_table`` with each session group's ``post_compaction_tokens`` fitted on the others."""
-    import pandas as pd
-
-    fits = reattached_loso(histories)
-    tables = []
-    for h, fit in zip(histories, fits, strict=True):
-        kw = {**params, **({"post_compaction_tokens": fit} if fit is not None else {})}
-        tables.append(fidelity.fidelity_table([h], presets=(preset,), mode=mode, **kw))
-    tables = [t for t in tables if t is not None and len(t)]
-    if not tables:
-        return None
-    # categories differ between the one-session tables: plain strings before concatenating
-    for t in tables:
-        for col in t.columns:
-            if isinstance(t[col].dtype, pd.CategoricalDtype):
-                t[col] = t[col].astype(str)
-    return pd.concat(tables, ignore_index=True)
 
 
 def _detail(table, label: str) -> list[dict]:
@@ -228,11 +203,15 @@ def _detail(table, label: str) -> list[dict]:
 
     out = []
     for _, row in auto.iterrows():
-        out.append({"session": str(row["session"])[:11], "compaction": int(row["compaction"]),
+        out.append({"session": str(row["session"])[:11] + ("#b" if "#branch" in str(row["session"]) else ""),
+                    "compaction": int(row["compaction"]),
                     "client_version": str(row.get("client_version")), "recorded_request": value(row, "recorded_request"),
                     "recorded_last_total": value(row, "recorded_last_total"),
+                    "recorded_check_tokens": value(row, "recorded_check_tokens"),
                     "believed_tokens": value(row, f"{label}_believed_tokens"),
-                    "delta_requests": value(row, f"{label}_delta_requests")})
+                    "delta_requests": value(row, f"{label}_delta_requests"),
+                    "rule_known": bool(row.get(f"{label}_rule_known", True)),
+                    "context_flag": bool(row.get("context_flag", False))})
     return out
 
 
@@ -249,8 +228,11 @@ def calibration(histories: list) -> list[dict]:
             continue
         cal = calibrate(mine, preset)
         report = cal.report
+        stretches = report[report["kind"] != "compaction"]
+        report = report[report["kind"] == "compaction"]
         for group, rows in report.groupby("group"):
             errors = [abs(int(e)) for e in rows["error_tokens"]]
+            mine_stretches = stretches[stretches["group"] == group]
             out.append({
                 "client": client, "group": group, "unit": cal.unit, "rows": len(rows),
                 "versions": sorted(set(rows["version"].astype(str))),
@@ -260,6 +242,10 @@ def calibration(histories: list) -> list[dict]:
                 "loso_within_interval": int(rows["within_interval"].sum()),
                 "discounted": [f"{s} #{k}" for s, k, d in zip(rows["session"], rows["compaction"], rows["discounted"],
                                                             strict=True) if d],
+                "stretches_without_compaction": len(mine_stretches),
+                "stretches_off": int(mine_stretches["reason"].astype(str).str.startswith("not used").sum()),
+                "stretches_against_fit": int((mine_stretches["discounted"].astype(bool)
+                                              & ~mine_stretches["reason"].astype(str).str.startswith("not used")).sum()),
             })
     return out
 
@@ -463,7 +449,9 @@ def run_baseline(rev: str, corpus: Path) -> dict:
 def _fmt_share(row: dict | None) -> str:
     if row is None:
         return "n/a"
-    return f"{row['within_one']}/{row['replayable']}" + (f" ({100 * row['share']:.0f}%)" if row["share"] is not None else "")
+    recall = f"{row['within_one']}/{row['automatic']}"
+    fp = row.get("false_positives")
+    return recall if fp is None else f"{recall}, FP {fp}"
 
 
 def print_report(report: dict, baseline: dict | None, show_rows: bool = False) -> None:
@@ -471,23 +459,30 @@ def print_report(report: dict, baseline: dict | None, show_rows: bool = False) -
     keys = sorted({(r["client"], r["version"], r["mode"], r["variant"]) for r in report["results"]}
                   | ({(r["client"], r["version"], r["mode"], r["variant"]) for r in baseline.get("results", [])}
                      if baseline else set()),
-                  key=lambda k: (k[0], k[1], ("resync", "free").index(k[2]), VARIANTS.index(k[3])))
+                  key=lambda k: (k[0], k[1] == "all", k[1], ("resync", "free").index(k[2]),
+                                 VARIANTS.index(k[3]) if k[3] in VARIANTS else len(VARIANTS)))
     index = {(r["client"], r["version"], r["mode"], r["variant"]): r for r in report["results"]}
     base_index = {(r["client"], r["version"], r["mode"], r["variant"]): r
                   for r in (baseline or {}).get("results", [])}
-    head = f"{'client':<12} {'version':<9} {'mode':<7} {'variant':<24} {'automatic':>9}  within one request"
+    head = (f"{'client':<12} {'version':<9} {'mode':<7} {'variant':<33} {'automatic':>9}  "
+            "within one request (recall), false positives")
     if baseline:
         head += f"   baseline {baseline.get('revision', '?')}"
     print("\n" + head)
     for key in keys:
         row = index.get(key)
-        line = f"{key[0]:<12} {key[1]:<9} {key[2]:<7} {key[3]:<24} {(row or base_index[key])['automatic']:>9}  {_fmt_share(row):<18}"
+        line = (f"{key[0]:<12} {key[1]:<9} {key[2]:<7} {key[3]:<33} {(row or base_index[key])['automatic']:>9}  "
+                f"{_fmt_share(row):<18}")
         if baseline:
             line += f"   {_fmt_share(base_index.get(key))}"
         print(line)
     for name, rep in (("this revision", report), ("baseline", baseline or {})):
         for what, err in rep.get("errors", {}).items():
             print(f"  {name}: {what} not run: {err}")
+    print("\nrules (default variant):")
+    for r in dict((r["version"], r) for r in report["results"]
+                  if r["variant"] == "default" and r.get("rule") and r["version"] != "all").values():
+        print(f"  {r['client']:<12} {r['version']:<9} {r['rule']}\n      source: {r['rule_source']}")
     if report.get("rows") and show_rows:
         print("\nper automatic compaction (delta = replay minus recording, in requests; believed = the replay's "
               "check figure at the recorded point, last total = the provider's):")
@@ -503,6 +498,7 @@ def print_report(report: dict, baseline: dict | None, show_rows: bool = False) -
             for key in keys:
                 c = cells.get(key)
                 delta = "-" if c is None or c["delta_requests"] is None else f"{c['delta_requests']:+d}"
+                delta += "" if c is None or c.get("rule_known", True) else " (unsourced)"
                 believed = "" if c is None or c["believed_tokens"] is None else f" ({c['believed_tokens']:,})"
                 shown.append(delta + believed)
             last = first["recorded_last_total"]
@@ -515,7 +511,10 @@ def print_report(report: dict, baseline: dict | None, show_rows: bool = False) -
             continue
         print(f"  {c['client']:<12} {c['group']:<28} rows {c['rows']}  fit {c['fit_all_sessions']:,} ({c['unit']})  "
               f"LOSO |error| median {c['loso_median_abs_error_tokens']:,} max {c['loso_max_abs_error_tokens']:,} tokens, "
-              f"{c['loso_within_interval']}/{c['rows']} at the same check; discounted: {', '.join(c['discounted']) or '-'}")
+              f"{c['loso_within_interval']}/{c['rows']} at the same check; discounted: {', '.join(c['discounted']) or '-'}; "
+              f"stretches without a compaction {c.get('stretches_without_compaction', 0)} "
+              f"({c.get('stretches_off', 0)} with auto-compaction off, not used; "
+              f"{c.get('stretches_against_fit', 0)} above the fit)")
     print("\ncheck: preTokens vs the last response's prompt + output, and what came after that response:")
     for c in report["check"]:
         gap = None if c["last_total"] is None else c["pre_tokens"] - c["last_total"]
@@ -529,6 +528,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--baseline-rev", help="also run on this git revision and print both")
     ap.add_argument("--rows", action="store_true", help="also print one line per automatic compaction")
+    ap.add_argument("--variants", help=f"comma-separated variants to run (default: all of {', '.join(VARIANTS)})")
     ap.add_argument("--post", action="store_true",
                     help="only the post-compaction table: the first request after each automatic compaction, "
                          "real vs free replay, with their parts")
@@ -544,8 +544,15 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print_post(rows, [name for name, _ in POST_VARIANTS])
         return 0
+    variants = VARIANTS
+    if args.variants:
+        variants = tuple(v.strip() for v in args.variants.split(","))
+        unknown = [v for v in variants if v not in VARIANTS]
+        if unknown:
+            print(f"unknown variant(s) {unknown}; variants: {', '.join(VARIANTS)}", file=sys.stderr)
+            return 2
     report = {"revision": revision(), "corpus": str(args.corpus), "sessions": len(histories),
-              "unreadable": len(problems), **measure(histories)}
+              "unreadable": len(problems), **measure(histories, variants)}
     baseline = run_baseline(args.baseline_rev, args.corpus) if args.baseline_rev else None
     if args.json:
         print(json.dumps({**report, "baseline": baseline} if baseline else report, default=str))
@@ -555,5 +562,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.ERROR)  # per-version notes are said once each; keep the table readable
+    # warnings stay visible: a client version without a sourced rule is said once (and its rows count as misses)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     sys.exit(main())

@@ -9,7 +9,7 @@ second, the ratio to the baseline, the outcomes per mutation, and any contract b
 (there should be none: the exit code is 1 if there is one).
 
 Then the type-confusion fuzzer once (``field_cases`` / ``check_field``): every field of
-every importer's table (``opctx.importers.fields.tables()``), at ``--per-field`` places of
+every importer's table (``opctx.importers.fuzz.tables()``), at ``--per-field`` places of
 each sample (plus an opctx JSONL export), given every JSON type it does not accept; each
 case parsed both ways and what is parsed stored in an in-memory database. Prints cases,
 breaches and seconds per table, and the total.

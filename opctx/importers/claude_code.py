@@ -44,9 +44,12 @@ Mapping
   node ``S`` starting a new branch, originals untouched, ``recorded = True``). A summary
   without a boundary (older clients) is recorded the same way with ``trigger = None`` and
   ``reason = "recovered"``. After a compaction Claude Code sometimes parents the next lines
-  (the ``/compact`` command echo) on the *pre-compaction* branch; such a line is
-  re-attached to the new branch (``metadata.source_parent`` keeps the recorded parent),
-  because the model never saw the folded branch again.
+  (the ``/compact`` command echo) on the *pre-compaction* branch; such a line (parented on
+  the very point the compaction summarised) is re-attached to the new branch
+  (``metadata.source_parent`` keeps the recorded parent), because the model never saw the
+  folded branch again. A line parented further back is a session resumed from before
+  the compaction: it starts a branch of its own from its real parent (the client sends
+  that earlier context again, and may compact it again).
 * ``microcompact_boundary`` system lines (Claude Code 2.1.x: the client cleared old tool
   results before the next request; ``microcompactMetadata.trigger``, ``preTokens``,
   ``tokensSaved``, ``compactedToolIds``, ``clearedAttachmentUUIDs``) are *recorded aging
@@ -272,6 +275,7 @@ class _Converter:
         self.task_prompts: dict[str, str] = {}  # Task tool_use id -> prompt
         self.sidechain_roots: list[Call] = []
         self.epoch_start = 0  # index of the latest compaction's first new node
+        self.folded_head: str | None = None  # the last node the latest compaction summarised
         self.branch_ids: set[str] = set()
         self.pending_boundary: dict | None = None
         self.main_head: str | None = None
@@ -318,13 +322,15 @@ class _Converter:
                 f"{self._where(line)}: parentUuid {parent} not found; attached to the current head"
             )
             return self.side_head if entry.get("isSidechain") and not self._all_side else self.b.head
-        if not entry.get("isSidechain") and self.b.compactions:
-            idx = self.index.get(nid, 0)
-            if idx < self.epoch_start:
-                # Parent on the folded branch: the model continued on the new one.
-                entry.setdefault("_redirected_from", parent)
-                return self.b.head
-        return self.tail_of_llm.get(nid, nid)
+        target = self.tail_of_llm.get(nid, nid)
+        if not entry.get("isSidechain") and self.b.compactions and self.index.get(nid, 0) < self.epoch_start \
+                and target == self.folded_head:
+            # Parented on the point the latest compaction summarised (the /compact echo):
+            # the model continued on the new branch. A parent further back is a session
+            # resumed from before the compaction: a branch of its own, from its real parent.
+            entry.setdefault("_redirected_from", parent)
+            return self.b.head
+        return target
 
     def _move_head(self, entry: dict, node_id: str) -> None:
         if entry.get("isSidechain") and not self._all_side:
@@ -768,6 +774,7 @@ class _Converter:
             )
         when = parse_timestamp((entry or boundary or {}).get("timestamp"), self.b.last_time)
         self.epoch_start = len(self.b.calls)
+        self.folded_head = self.tail_of_llm.get(branch_head, branch_head)
         summary = self.b.record_compaction(
             text,
             branch_head=branch_head,

@@ -55,7 +55,7 @@ from typing import Any
 
 from .base import Issue, TranscriptError
 
-__all__ = ["Field", "FieldTable", "FieldProblem", "TYPE_NAMES", "json_type", "tables", "wrong_values", "set_at"]
+__all__ = ["Field", "FieldTable", "FieldProblem", "TYPE_NAMES", "json_type", "wrong_values", "set_at"]
 
 # what each declared type accepts, and how a message names it
 TYPE_NAMES = {
@@ -281,14 +281,6 @@ def _keep_as_text(record: dict, problem: FieldProblem) -> None:
         if where == problem.path:
             holder[key] = json.dumps(value, ensure_ascii=False)
             return
-
-
-def tables() -> list[FieldTable]:
-    """Every table the importer modules declare (a new importer module goes in this list)."""
-    from . import aider, claude_code, codex, message_lists, openhands
-
-    return [value for module in (claude_code, codex, message_lists, openhands, aider)
-            for value in vars(module).values() if isinstance(value, FieldTable)]
 
 
 # one value of each type: what the fuzzer puts where another type belongs

@@ -31,7 +31,7 @@ Mutations (``MUTATIONS``), applied to the whole file or to one JSON Lines record
 ``line_edit``      a record duplicated (same uuid twice), dropped or moved
 
 Type confusion (``field_cases``, ``check_field``): every field every importer declares
-(``opctx.importers.fields.tables()``: one table per record kind, in the importer's
+(``opctx.importers.fuzz.tables()``: one table per record kind, in the importer's
 module) is given a value of each JSON type it does not accept, where it occurs in the
 samples of its format. The contract is the importers' promise for a wrong-typed field:
 
@@ -65,9 +65,10 @@ from pathlib import Path
 from typing import Any
 
 from .base import TranscriptError
+from .fields import FieldTable
 
 __all__ = ["MUTATIONS", "Case", "Outcome", "FuzzFailure", "cases", "mutate", "check", "sample_files",
-           "FieldCase", "field_cases", "check_field"]
+           "FieldCase", "field_cases", "check_field", "tables"]
 
 _HUGE = (1 << 20) + 4096  # just over the 1 MiB that format detection reads at once
 _DEPTHS = (50, 300, 5_000, 100_000)
@@ -450,13 +451,24 @@ def _documents(data: bytes) -> list[tuple[int | None, Any]]:
     return out
 
 
+def tables() -> list[FieldTable]:
+    """Every table the importer modules declare (a new importer module goes in this list).
+
+    It lives with the fuzzer, its reader, rather than in ``fields``: the importers import
+    ``fields``, so ``fields`` importing them back would be a circle."""
+    from . import aider, claude_code, codex, message_lists, openhands
+
+    return [value for module in (claude_code, codex, message_lists, openhands, aider)
+            for value in vars(module).values() if isinstance(value, FieldTable)]
+
+
 def field_cases(samples: Iterable[Path], *, per_field: int = 2, seed: int = 0,
                 read: Callable[[Path], bytes] = Path.read_bytes) -> Iterator[FieldCase]:
     """For every sample and every table of its format: up to ``per_field`` places of each
     declared field (picked by ``seed``), each given every value of a type it does not
     accept. The same cases for the same seed on every machine."""
     from .detect import detect
-    from .fields import tables, wrong_values
+    from .fields import wrong_values
 
     index = 0
     all_tables = tables()

@@ -1,86 +1,100 @@
 """Recorded aging vs modelled aging: Claude Code's microcompactions, request by request.
 
-``aging_fidelity_table(sessions, presets=("claude-code",), mode="resync")`` has one
-row per recorded microcompaction (a display-only node with ``metadata.microcompaction``,
-see ``opctx.importers.claude_code``) and says, per preset, where the preset's model of
-the client (``opctx.lab.microcompact``) cleared tool results and which ones. It is
-the real-world check of the specification's tool-result aging.
+``aging_fidelity_table(sessions, presets=("claude-code",), mode="resync")`` has one row
+per clearing the recording shows and says, per preset, where the preset's model of the
+client (``opctx.lab.microcompact``) cleared tool results and which ones. It is the
+real-world check of the specification's tool-result aging.
+
+What the recording shows
+========================
+* ``source="boundary"``: a ``microcompact_boundary`` line (Claude Code 2.1.8-2.1.62;
+  a display-only node with ``metadata.microcompaction``, see
+  ``opctx.importers.claude_code``), with the client's own ``preTokens``,
+  ``tokensSaved`` and cleared ids.
+* ``source="saved results"`` (``silent_clearings``): earlier clients clear without a
+  line, but with their ``tengu_compact_mc_files`` flag they save each cleared result to
+  ``<session>/tool-results/<id>.txt``. A result whose file holds what the message holds
+  (the importer keeps the path; a size spill keeps a shorter inline preview and is not
+  one) that no boundary names was cleared silently; the clearing is placed before the
+  first later request whose provider count fell by at least ``SILENT_DROP_TOKENS`` from
+  the one before, with no compaction in between (results folded by a compaction were
+  saved by the compaction's own request and are not rows). Such a row has no client
+  figures (``recorded_pre_tokens`` empty, ``recorded_tokens_saved`` = the model's size
+  of the saved results).
 
 Columns
 =======
-``session_id, group, uuid, client_version, recorded_request`` (0-based index of the
-request the boundary preceded), ``recorded_stream_index``, ``recorded_context_tokens``
-(the client's own count just before: the provider's prompt count of the previous
-request; plus its output and the characters / 4 of what came after when the rule
-has ``count_since_last_request``),
-``recorded_pre_tokens``, ``recorded_tokens_saved``, ``recorded_cleared`` (ids), then
-per preset ``{preset}_request``, ``{preset}_delta_requests`` (predicted minus recorded;
-missing where the preset never cleared), ``{preset}_jaccard`` (overlap of the cleared
-tool-call ids), ``{preset}_tokens_saved``, ``{preset}_pre_tokens``,
-``{preset}_warning_tokens`` (the threshold it ran with), and ``mode``.
+``session_id, group, uuid, source, client_version, recorded_request`` (0-based index of
+the request the clearing preceded), ``recorded_stream_index``,
+``recorded_context_tokens`` (the last response's prompt + output before it: what the
+client compares), ``recorded_pre_tokens``, ``recorded_tokens_saved``,
+``recorded_cleared``, ``auto_compact`` / ``settings_evidence`` (the client settings the
+row ran with: ``opctx.lab.client_settings``), then per preset ``{P}_predicted``,
+``{P}_request``, ``{P}_delta_requests`` (predicted minus recorded), ``{P}_jaccard``
+(overlap of the cleared ids; for a ``saved results`` row, the share of the predicted
+ids among the saved ones, which bound what was cleared there from above),
+``{P}_exact_set`` (the same ids; for a ``saved results`` row, all of them saved), ``{P}_tokens_saved``,
+``{P}_pre_tokens``, ``{P}_warning_tokens`` (the threshold it ran with), ``{P}_rule``,
+and ``mode``. A row the preset did not predict is scored like any other: Jaccard 0, no
+exact set, 0 tokens saved (its saved-tokens error is 100 %).
 
 Modes
 =====
+* ``resync``: each clearing is predicted from the state the real client had just after
+  the previous one (the cleared ids the recording shows, its own counts): the first
+  clearing the rule makes from there is the prediction. One early miss does not decide
+  later rows.
 * ``free``: the preset replayed over the whole session from its start
   (``opctx.lab.replay.replay(history, "claude-code", microcompact=<rule>)``): its own
-  cleared set, the engine's own compactions; the ager compares, as the client does,
-  the provider's count of the last request the recording holds. The clearings are
-  read off the replay (a step whose context holds newly cleared results). Each
-  recorded boundary is matched to the nearest predicted clearing not yet matched.
-  ``simulate_microcompaction`` is the engine-free variant (the replay's estimate plus
-  the recording's unseen overhead, measured at its first request).
-* ``resync``: each recorded boundary is predicted from the state the real client had
-  just after the previous one: the recorded cleared set, and the recording's own
-  count of the context (provider count of the last request plus what followed, the
-  quantity Claude Code compares with its threshold, ``opctx.lab.microcompact``). The first clearing the preset
-  makes from there is the prediction. One early miss does not decide later rows.
+  cleared set and compactions, clearings read off the replay; each recorded clearing is
+  matched to the nearest predicted one not yet matched. ``simulate_microcompaction`` is
+  the engine-free variant (the rule over the recording's counts, its own cleared set).
 
-Recorded compactions (manual ``/compact`` in these files) reset the context in both
-modes: results before them are gone, the summary takes their place.
+Recorded compactions reset the context in both modes.
 
-Presets
-=======
-``"claude-code"`` is ``opctx.lab.microcompact.rule_for(window)`` with the window of
-the recording's model; a ``(label, MicrocompactRule)`` pair runs any variant. Nothing
-in the default rule is fitted on the corpus (every number has a public source, see
-``opctx.lab.microcompact``). ``fit="loso"`` replaces the warning threshold by one fitted
-leave-one-session-out: for the sessions of a group (sessions sharing a boundary uuid
-are one group, a session saved in two files), the smallest ``recorded_context_tokens``
-of the *other* groups' boundaries; the row says which threshold it ran with.
+Presets and settings
+====================
+``"claude-code"`` is the rule of the recording's client version
+(``microcompact.rule_for_version``) with the client settings of ``settings``:
+``"loso"`` (default: the setting the *other* session groups of its rule show),
+``"recording"`` (read off the session itself: in sample), ``"default"`` (the client's
+defaults). A ``(label, MicrocompactRule)`` pair runs any variant. Nothing here is fitted
+to the rows it scores.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 from typing import Any
 
+from .client_settings import ClientSettings, settings_for
 from .history import RecordedHistory, as_history, provider_prompt_tokens, shared_key_roots
 from .microcompact import (
-    CLEARED_TEXT,
     MicrocompactEvent,
     MicrocompactRule,
+    candidates,
     clearable_results,
     plan_clearing,
     result_tokens,
     rule_for,
+    rule_for_version,
 )
 
 __all__ = [
     "MODES",
+    "SILENT_DROP_TOKENS",
     "recorded_microcompactions",
+    "silent_clearings",
     "simulate_microcompaction",
     "aging_fidelity_table",
     "aging_fidelity_summary",
 ]
 
 MODES = ("resync", "free")
-
-
-def _sent(msg: dict) -> bool:
-    """Is a stream message part of what the client sends (display-only lines are not)?"""
-    return not (msg.get("display_only") or msg.get("role") == "system")
+# the fall of the provider's count that places a silent clearing: every clearing saves at
+# least 20,000 (chars / 4) tokens; half of it leaves room for what the request added (assumed)
+SILENT_DROP_TOKENS = 10_000
 
 
 def _requests(messages: Sequence[dict]) -> list[int]:
@@ -88,7 +102,7 @@ def _requests(messages: Sequence[dict]) -> list[int]:
 
 
 def recorded_microcompactions(history: RecordedHistory) -> list[dict[str, Any]]:
-    """The recorded microcompactions of a history, in order, with the request each preceded."""
+    """The recorded microcompaction lines of a history, in order, with the request each preceded."""
     out = []
     n_requests = 0
     for i, msg in enumerate(history.messages):
@@ -106,124 +120,118 @@ def recorded_microcompactions(history: RecordedHistory) -> list[dict[str, Any]]:
             "tokens_saved": mc.get("tokens_saved"),
             "tool_call_ids": [str(t) for t in mc.get("tool_call_ids") or ()],
             "client_version": history.version_at(i),
+            "source": "boundary",
         })
     return out
 
 
+def _silently_saved(history: RecordedHistory) -> dict[str, int]:
+    """Stream index of each result the client saved on clearing it with no line about it."""
+    named = {str(t) for m in history.messages if isinstance(m.get("microcompaction"), dict)
+             for t in m["microcompaction"].get("tool_call_ids") or ()}
+    return {str(m["tool_call_id"]): i for i, m in enumerate(history.messages)
+            if m.get("role") == "tool" and m.get("spilled_file") and m.get("inline_output") is None
+            and m.get("tool_call_id") is not None and str(m["tool_call_id"]) not in named
+            and not m.get("cleared_by")}
+
+
+def silent_clearings(history: RecordedHistory) -> list[dict[str, Any]]:
+    """Clearings the recording shows without a line (module docstring, ``saved results``)."""
+    saved = _silently_saved(history)
+    if not saved:
+        return []
+    messages = history.messages
+    requests = _requests(messages)
+    compactions = sorted(c.stream_index for c in history.compactions)
+    prompts = {i: provider_prompt_tokens(messages[i], history.format, history.model) for i in requests}
+    events: dict[int, list[str]] = {}
+    for cid, where in saved.items():
+        before = None
+        for i in requests:
+            if i <= where:
+                before = prompts[i] if prompts[i] is not None else before
+                continue
+            if any(where < c <= i for c in compactions):
+                break  # folded by a compaction first: saved by the compaction's own request
+            if prompts[i] is not None and before is not None and prompts[i] + SILENT_DROP_TOKENS < before:
+                events.setdefault(i, []).append(cid)
+                break
+            before = prompts[i] if prompts[i] is not None else before
+    out = []
+    for i, ids in sorted(events.items()):
+        out.append({
+            "stream_index": i, "request": requests.index(i), "uuid": None, "trigger": "auto",
+            "pre_tokens": None, "tool_call_ids": ids, "client_version": history.version_at(i),
+            "tokens_saved": sum(result_tokens(messages[saved[c]]) for c in ids), "source": "saved results",
+        })
+    return out
+
+
+def _all_clearings(history: RecordedHistory) -> list[dict[str, Any]]:
+    return sorted(recorded_microcompactions(history) + silent_clearings(history),
+                  key=lambda p: (p["stream_index"], p["source"]))
+
+
 class _Walk:
-    """The recording's stream as the client's context, request by request.
+    """The client's decisions over a recording: its own counts, the rule, a cleared set."""
 
-    ``context`` holds the sent messages since the last recorded compaction (the
-    summary first); ``tokens_at(i)`` is the client's count before the request at
-    stream index ``i`` (``count="estimate"``: overhead + estimate of the context with
-    cleared results replaced; ``count="recorded"``: the recording's own count).
-    """
-
-    def __init__(self, history: RecordedHistory, rule: MicrocompactRule, model: str | None) -> None:
-        from opctx.context.tokens import Estimator
-
+    def __init__(self, history: RecordedHistory, rule: MicrocompactRule) -> None:
         self.history = history
         self.rule = rule
         self.messages = history.messages
-        estimator = Estimator()
-        self.est = history.derived(
-            ("aging_fidelity_tokens", model),
-            lambda: [estimator.message_tokens(m, model) for m in self.messages],
-        )
-        self.cleared_cost = estimator.message_tokens({"role": "tool", "content": CLEARED_TEXT}, model)
-        self.compaction_at = {c.stream_index: c for c in history.compactions}
-        self.summary_tokens = {
-            c.stream_index: estimator.message_tokens(c.summary_message or {"role": "user", "content": c.summary_text}, model)
-            for c in history.compactions
-        }
-        self.overhead = self._overhead()
+        self.compaction_at = {c.stream_index for c in history.compactions}
 
-    def _overhead(self) -> int:
-        """Provider count minus estimate at the first request that has a count (>= 0)."""
-        running = 0
-        for i, msg in enumerate(self.messages):
-            if i in self.compaction_at:
-                running = self.summary_tokens[i]
+    def last_total(self, index: int, start: int) -> int | None:
+        """The last response's prompt + output before ``index`` since ``start``."""
+        for j in range(index - 1, start - 1, -1):
+            msg = self.messages[j]
             if msg.get("role") == "assistant":
-                count = provider_prompt_tokens(msg, self.history.format, self.history.model)
-                if count is not None:
-                    return max(0, count - running)
-            if _sent(msg):
-                running += self.est[i]
-        return 0
+                prompt = provider_prompt_tokens(msg, self.history.format, self.history.model)
+                if prompt is not None:
+                    return prompt + int((msg.get("usage") or {}).get("output_tokens") or 0)
+        return None
 
-    def run(self, start: int, end: int, cleared: set[str], *, count: str, stop_at_first: bool) -> list[MicrocompactEvent]:
+    def run(self, start: int, end: int, cleared: set[str], *, stop_at_first: bool) -> list[MicrocompactEvent]:
         """Clearings the rule makes before the requests at stream indices in ``[start, end)``."""
-        rule, messages = self.rule, self.messages
-        context: list[dict] = []
-        context_tokens = 0  # estimate of the sent context, cleared results as cleared
-        since_last = 0  # chars / 4 of what was sent since the last request (recorded count)
-        last_count: int | None = None
-        last_estimate: int | None = None  # the estimate at the previous request, as sent
-        request = 0
         events: list[MicrocompactEvent] = []
         cleared = set(cleared)
-        for i, msg in enumerate(messages[:end]):
+        segment = 0
+        request = 0
+        for i, msg in enumerate(self.messages[:end]):
             if i in self.compaction_at:
-                context, context_tokens = [], self.summary_tokens[i]
-                last_count, since_last = None, 0
-            if msg.get("role") == "assistant":
-                if i >= start:
-                    now = self.overhead + context_tokens
-                    if count == "recorded" and last_count is not None:
-                        tokens = last_count + (since_last if rule.count_since_last_request else 0)
-                    elif rule.count_since_last_request or last_estimate is None:
-                        tokens = now
-                    else:
-                        tokens = last_estimate
-                    plan = plan_clearing(clearable_results(context, rule, cleared), tokens, rule)
-                    if plan is not None:
-                        ids, pre, saved = plan
-                        cleared.update(ids)
-                        freed = sum(self.est[j] - self.cleared_cost for j in self._positions(context, ids))
-                        context_tokens -= freed
-                        if last_count is not None:
-                            since_last -= saved
-                        events.append(MicrocompactEvent(request, list(ids), pre, saved, int(tokens), i))
-                        if stop_at_first:
-                            return events
-                request += 1
-                last_estimate = self.overhead + context_tokens
-                provider = provider_prompt_tokens(msg, self.history.format, self.history.model)
-                if provider is not None:
-                    usage = msg.get("usage") or {}
-                    last_count = provider
-                    since_last = int(usage.get("output_tokens") or 0)
-            elif _sent(msg):
-                since_last += result_tokens(msg, rule.chars_per_token) if msg.get("role") == "tool" \
-                    else self.est[i]
-            if _sent(msg):
-                msg_tokens = self.cleared_cost if (msg.get("role") == "tool" and str(msg.get("tool_call_id")) in cleared) \
-                    else self.est[i]
-                context.append({**msg, "_stream_index": i})
-                context_tokens += msg_tokens
+                segment = i
+            if msg.get("role") != "assistant":
+                continue
+            if i >= start:
+                count = self.last_total(i, segment)
+                plan = None if count is None else plan_clearing(
+                    candidates(self.messages[segment:i], self.rule, cleared), count, self.rule)
+                if plan is not None:
+                    ids, pre, saved = plan
+                    cleared.update(ids)
+                    events.append(MicrocompactEvent(request, list(ids), pre, saved, int(count), i))
+                    if stop_at_first:
+                        return events
+            request += 1
         return events
 
-    @staticmethod
-    def _positions(context: list[dict], ids: Iterable[str]) -> list[int]:
-        wanted = set(ids)
-        return [m["_stream_index"] for m in context if m.get("role") == "tool" and str(m.get("tool_call_id")) in wanted]
 
-
-def simulate_microcompaction(history: Any, rule: MicrocompactRule | None = None, *, model: str | None = None) -> list[MicrocompactEvent]:
-    """Every clearing ``rule`` makes over a whole recording, with its own state (``free``)."""
+def simulate_microcompaction(history: Any, rule: MicrocompactRule | None = None, *, model: str | None = None,
+                             ) -> list[MicrocompactEvent]:
+    """Every clearing ``rule`` makes over a whole recording with its own cleared set (the
+    recording's counts; ``rule``: default the recording's version rule, client defaults)."""
     history = as_history(history)
-    model = model or history.model or None
-    rule = rule or _default_rule(history)
-    walk = _Walk(history, rule, model)
-    return walk.run(0, len(history.messages), set(), count="estimate", stop_at_first=False)
+    rule = rule or _version_rule(history, ClientSettings())
+    return _Walk(history, rule).run(0, len(history.messages), set(), stop_at_first=False)
 
 
-def _default_rule(history: RecordedHistory) -> MicrocompactRule:
+def _version_rule(history: RecordedHistory, settings: ClientSettings) -> MicrocompactRule:
     from opctx.context.tokens import real_context_window
 
     window = int(history.context_window or real_context_window(history.model or None))
-    return rule_for(window)
+    rule = rule_for_version(history.client_version, context_window=window, model=history.model or None,
+                            auto_compact=settings.auto_compact)
+    return rule if rule is not None else rule_for(window)
 
 
 def _jaccard(a: Iterable[str], b: Iterable[str]) -> float | None:
@@ -233,6 +241,26 @@ def _jaccard(a: Iterable[str], b: Iterable[str]) -> float | None:
     return len(sa & sb) / len(sa | sb)
 
 
+def _set_score(event: MicrocompactEvent | None, point: dict) -> float | None:
+    """Jaccard of the cleared ids; for a silent clearing, the share of the predicted ids
+    that the recording saved (its saved results are an upper bound of what was cleared
+    there: results saved later by a compaction's own request can join them)."""
+    if event is None:
+        return 0.0
+    if point["source"] == "boundary":
+        return _jaccard(event.tool_call_ids, point["tool_call_ids"])
+    predicted = set(event.tool_call_ids)
+    return len(predicted & set(point["tool_call_ids"])) / len(predicted) if predicted else 0.0
+
+
+def _exact_set(event: MicrocompactEvent | None, point: dict) -> bool:
+    if event is None:
+        return False
+    if point["source"] == "boundary":
+        return set(event.tool_call_ids) == set(point["tool_call_ids"])
+    return set(event.tool_call_ids) <= set(point["tool_call_ids"])
+
+
 def _groups(histories: list[RecordedHistory], points: list[list[dict]]) -> list[str]:
     """A group label per history: histories sharing a boundary uuid or a source session id are one."""
     keys = [[f"u:{p['uuid']}" for p in pts if p.get("uuid")] + [f"s:{s}" for s in history.source_session_ids]
@@ -240,38 +268,42 @@ def _groups(histories: list[RecordedHistory], points: list[list[dict]]) -> list[
     return [histories[root].session_id or f"group-{root}" for root in shared_key_roots(keys)]
 
 
-def _recorded_context(walk: _Walk, point: dict) -> int | None:
-    """The client's own count just before a recorded boundary's request."""
-    messages = walk.messages
-    requests = [i for i in _requests(messages) if i < point["stream_index"]]
-    if not requests:
-        return None
-    last = requests[-1]
-    count = provider_prompt_tokens(messages[last], walk.history.format, walk.history.model)
-    if count is None:
-        return None
-    if not walk.rule.count_since_last_request:
-        return count
-    usage = messages[last].get("usage") or {}
-    tokens = count + int(usage.get("output_tokens") or 0)
-    for j in range(last + 1, point["stream_index"]):
-        msg = messages[j]
-        if _sent(msg):
-            tokens += result_tokens(msg, walk.rule.chars_per_token) if msg.get("role") == "tool" else walk.est[j]
-    return tokens
-
-
-def _preset_rules(presets: Sequence[Any], history: RecordedHistory) -> list[tuple[str, MicrocompactRule]]:
+def _preset_rules(presets: Sequence[Any], history: RecordedHistory, settings: ClientSettings,
+                  ) -> list[tuple[str, MicrocompactRule, str]]:
     out = []
     for preset in presets:
         if isinstance(preset, tuple) and len(preset) == 2 and isinstance(preset[1], MicrocompactRule):
-            out.append((str(preset[0]), preset[1]))
+            out.append((str(preset[0]), preset[1], "given"))
         elif preset == "claude-code":
-            out.append((preset, _default_rule(history)))
+            row = rule_for_version(history.client_version, model=history.model or None,
+                                   auto_compact=settings.auto_compact, context_window=_window(history))
+            label = (f"claude-code {history.client_version}" if row is not None
+                     else f"no microcompaction rule for claude-code {history.client_version!r} (2.1.21 rule)")
+            out.append((preset, _version_rule(history, settings), label))
         else:
             raise ValueError(f"aging_fidelity_table models Claude Code's microcompaction: presets are "
                              f"'claude-code' or (label, MicrocompactRule) pairs, got {preset!r}")
     return out
+
+
+def _window(history: RecordedHistory) -> int:
+    from opctx.context.tokens import real_context_window
+
+    return int(history.context_window or real_context_window(history.model or None))
+
+
+def _base_row(history: RecordedHistory, group: str, point: dict, walk: _Walk, settings: ClientSettings,
+              mode: str) -> dict[str, Any]:
+    segment = max((c for c in walk.compaction_at if c <= point["stream_index"]), default=0)
+    return {
+        "session_id": history.session_id, "group": group, "uuid": point["uuid"], "source": point["source"],
+        "client_version": point["client_version"], "recorded_request": point["request"],
+        "recorded_stream_index": point["stream_index"],
+        "recorded_context_tokens": walk.last_total(point["stream_index"], segment),
+        "recorded_pre_tokens": point["pre_tokens"], "recorded_tokens_saved": point["tokens_saved"],
+        "recorded_cleared": len(point["tool_call_ids"]), "auto_compact": settings.auto_compact,
+        "settings_evidence": settings.evidence, "mode": mode,
+    }
 
 
 def aging_fidelity_table(
@@ -279,46 +311,39 @@ def aging_fidelity_table(
     presets: Sequence[Any] = ("claude-code",),
     mode: str = "resync",
     *,
-    fit: str | None = None,
+    settings: str = "loso",
+    silent: bool = True,
 ) -> Any:
-    """One row per recorded microcompaction (module docstring: columns, modes, ``fit``)."""
+    """One row per clearing the recordings show (module docstring: columns, modes, settings).
+
+    ``silent``: also the clearings shown only by saved results (``silent_clearings``).
+    """
     import pandas as pd
 
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if fit not in (None, "loso"):
-        raise ValueError(f"fit must be None or 'loso', got {fit!r}")
     histories = [as_history(s) for s in sessions]
-    points = [recorded_microcompactions(h) for h in histories]
+    points = [_all_clearings(h) if silent else recorded_microcompactions(h) for h in histories]
     groups = _groups(histories, points)
-    rules = [_preset_rules(presets, h) for h in histories]
-    contexts = [[_recorded_context(_Walk(h, r[0][1] if r else _default_rule(h), h.model or None), p) for p in pts]
-                for h, r, pts in zip(histories, rules, points, strict=True)]
+    chosen = settings_for(histories, settings, groups)
     rows: list[dict[str, Any]] = []
     for h_index, (history, pts) in enumerate(zip(histories, points, strict=True)):
         if not pts:
             continue
-        base = [{
-            "session_id": history.session_id, "group": groups[h_index], "uuid": p["uuid"],
-            "client_version": p["client_version"], "recorded_request": p["request"],
-            "recorded_stream_index": p["stream_index"], "recorded_context_tokens": contexts[h_index][k],
-            "recorded_pre_tokens": p["pre_tokens"], "recorded_tokens_saved": p["tokens_saved"],
-            "recorded_cleared": len(p["tool_call_ids"]), "mode": mode,
-        } for k, p in enumerate(pts)]
-        for label, rule in rules[h_index]:
-            if fit == "loso":
-                others = [c for g, ctx in zip(groups, contexts, strict=True) if g != groups[h_index]
-                          for c in ctx if c is not None]
-                if others:
-                    rule = replace(rule, warning_tokens=int(min(others)))
-            walk = _Walk(history, rule, history.model or None)
-            predicted = _predict(walk, pts, mode)
+        rules = _preset_rules(presets, history, chosen[h_index])
+        base = [_base_row(history, groups[h_index], p, _Walk(history, rules[0][1] if rules else MicrocompactRule()),
+                          chosen[h_index], mode) for p in pts]
+        for label, rule, rule_label in rules:
+            predicted = _predict(_Walk(history, rule), pts, mode, chosen[h_index])
             for row, point, event in zip(base, pts, predicted, strict=True):
                 row[f"{label}_warning_tokens"] = rule.warning_tokens
+                row[f"{label}_rule"] = rule_label
+                row[f"{label}_predicted"] = event is not None
                 row[f"{label}_request"] = event.request if event else None
                 row[f"{label}_delta_requests"] = event.request - point["request"] if event else None
-                row[f"{label}_jaccard"] = _jaccard(event.tool_call_ids, point["tool_call_ids"]) if event else 0.0
-                row[f"{label}_tokens_saved"] = event.tokens_saved if event else None
+                row[f"{label}_jaccard"] = _set_score(event, point)
+                row[f"{label}_exact_set"] = _exact_set(event, point)
+                row[f"{label}_tokens_saved"] = event.tokens_saved if event else 0
                 row[f"{label}_pre_tokens"] = event.pre_tokens if event else None
         rows.extend(base)
     df = pd.DataFrame(rows)
@@ -329,8 +354,8 @@ def aging_fidelity_table(
     return df
 
 
-def _predict(walk: _Walk, points: list[dict], mode: str) -> list[MicrocompactEvent | None]:
-    """The predicted clearing matched to each recorded boundary (module docstring: modes)."""
+def _predict(walk: _Walk, points: list[dict], mode: str, settings: ClientSettings) -> list[MicrocompactEvent | None]:
+    """The predicted clearing matched to each recorded one (module docstring: modes)."""
     n = len(walk.messages)
     if mode == "resync":
         out: list[MicrocompactEvent | None] = []
@@ -339,19 +364,20 @@ def _predict(walk: _Walk, points: list[dict], mode: str) -> list[MicrocompactEve
             if k == 0:
                 start = 0
             else:
-                # the request the previous boundary preceded was made after its clearing:
-                # the next decision is before the request after it
-                after = [i for i in requests if i > points[k - 1]["stream_index"]]
+                # the request the previous clearing preceded was made after it: the next
+                # decision is before the request after that one
+                after = [i for i in requests if i >= points[k - 1]["stream_index"]]
                 start = after[1] if len(after) > 1 else n
-            # up to the next recorded boundary: past it the recording's counts reflect that one
-            end = points[k + 1]["stream_index"] if k + 1 < len(points) else n
+            # up to the next recorded clearing: past it the recording's counts reflect that one
+            end = points[k + 1]["stream_index"] + 1 if k + 1 < len(points) else n
+            end = max(end, points[k]["stream_index"] + 1)
             cleared: set[str] = set()
             for earlier in points[:k]:
                 cleared.update(earlier["tool_call_ids"])
-            events = walk.run(start, end, cleared, count="recorded", stop_at_first=True)
+            events = walk.run(start, min(end, n), cleared, stop_at_first=True)
             out.append(events[0] if events else None)
         return out
-    events = _replay_events(walk.history, walk.rule)
+    events = _replay_events(walk.history, walk.rule, settings)
     unmatched = list(events)
     matched: list[MicrocompactEvent | None] = []
     for point in points:
@@ -364,12 +390,13 @@ def _predict(walk: _Walk, points: list[dict], mode: str) -> list[MicrocompactEve
     return matched
 
 
-def _replay_events(history: RecordedHistory, rule: MicrocompactRule) -> list[MicrocompactEvent]:
+def _replay_events(history: RecordedHistory, rule: MicrocompactRule, settings: ClientSettings,
+                   ) -> list[MicrocompactEvent]:
     """The clearings of the ``claude-code`` preset with ``rule`` in a replay of ``history``."""
     from .replay import replay
 
     result = replay(history, "claude-code", client_version=history.client_version, microcompact=rule,
-                    keep_contexts=True)
+                    keep_contexts=True, **settings.params())
     originals = {str(m.get("tool_call_id")): m for m in history.messages if m.get("role") == "tool"}
     events: list[MicrocompactEvent] = []
     seen: set[str] = set()
@@ -380,7 +407,7 @@ def _replay_events(history: RecordedHistory, rule: MicrocompactRule) -> list[Mic
         if not new:
             continue
         seen.update(new)
-        saved = sum(result_tokens(originals[t], rule.chars_per_token) for t in new if t in originals)
+        saved = sum(result_tokens(originals[t], rule) for t in new if t in originals)
         left = sum(tokens for _, tokens in clearable_results(context, rule, seen))
         events.append(MicrocompactEvent(step, new, saved + left, saved, 0,
                                         int(result.steps_df["stream_index"].iloc[step])))
@@ -388,19 +415,25 @@ def _replay_events(history: RecordedHistory, rule: MicrocompactRule) -> list[Mic
 
 
 def aging_fidelity_summary(table: Any, presets: Sequence[str] = ("claude-code",)) -> dict[str, dict[str, Any]]:
-    """Per preset: rows, predicted, within one request, median Jaccard, median saved-tokens error."""
+    """Per preset: rows, predicted, on the exact request, within one, exact cleared set,
+    median Jaccard, median saved-tokens error (every row: an unpredicted one saved 0)."""
     out: dict[str, dict[str, Any]] = {}
     for label in presets:
+        if len(table) == 0:
+            out[label] = {"rows": 0, "predicted": 0, "exact_request": 0, "within_one_request": 0, "exact_set": 0,
+                          "median_jaccard": None, "median_tokens_saved_error": None}
+            continue
         delta = table[f"{label}_delta_requests"]
         jacc = [float(v) for v in table[f"{label}_jaccard"] if v == v and v is not None]
         saved = [abs(int(p) - int(r)) / int(r) for p, r in zip(table[f"{label}_tokens_saved"],
                                                                table["recorded_tokens_saved"], strict=True)
-                 if p is not None and r is not None and str(p) != "<NA>" and str(r) != "<NA>" and int(r) > 0]
+                 if str(p) != "<NA>" and str(r) != "<NA>" and r is not None and int(r) > 0]
         out[label] = {
             "rows": len(table),
             "predicted": int(delta.notna().sum()),
-            "within_one_request": int((delta.dropna().abs() <= 1).sum()),
             "exact_request": int((delta.dropna() == 0).sum()),
+            "within_one_request": int((delta.dropna().abs() <= 1).sum()),
+            "exact_set": int(table[f"{label}_exact_set"].sum()),
             "median_jaccard": statistics.median(jacc) if jacc else None,
             "median_tokens_saved_error": statistics.median(saved) if saved else None,
         }

@@ -9,17 +9,29 @@ accept wherever they accept a preset name, with its fit report.
 
 What one compaction says
 ------------------------
-Claude Code and Codex compare the size of the *last response* (its prompt plus
-its output, as the provider counted it) with their threshold before the next
-request; Claude Code writes that figure into the boundary as ``preTokens`` (on
-the corpus, preTokens equals the last request's prompt + output in 5 of 7
-automatic compactions and is within 160 tokens in the other 2). So a compaction
-at count ``U`` whose previous check (the request before, since the previous
-compaction) counted ``L`` without compacting is consistent with any trigger in
-``(L, U]``. ``U`` is ``preTokens`` where the recording has it (``source`` says
-``"preTokens"``), else the provider total the importer recorded (Codex:
-``"provider total"``), else the provider's prompt + output of the last request
-(``"provider prompt+output"``); ``L`` is always a provider figure.
+Claude Code and Codex compare their own figure with their threshold before the next
+request: the *last response*'s prompt plus output as the provider counted it, plus
+what the version adds (``opctx.lab.client_rules.check_tokens``). Claude Code writes
+that figure into the boundary as ``preTokens`` (on the corpus, preTokens equals the
+last request's prompt + output in 5 of 7 automatic compactions and is within 160
+tokens in the other 2). So a compaction at figure ``U`` whose previous check (since
+the previous compaction) counted ``L`` without compacting is consistent with any
+trigger in ``(L, U]``. ``U`` is ``preTokens`` where the recording has it (``source``
+says ``"preTokens"``), else the client's figure at the check that compacted (Codex,
+whose rollouts record only the provider's total: that total plus the estimate of its
+older reasoning, ``"client figure"``), else the provider's prompt + output of the last
+request (``"provider prompt+output"``); ``L`` is the client's figure at the check
+before.
+
+What a session without a compaction says
+----------------------------------------
+A stretch of a recording that ran to the next manual compaction, or to its end,
+without an automatic one is evidence too: the trigger lies above the largest check the
+client made there (``L`` of the stretch: the trigger is in ``(L, inf)``). These rows
+(``kind="no compaction"``) join the consensus; the median, which needs a point, only
+reports whether they agree with it. A recording that shows its client's automatic
+compaction was off (``opctx.lab.client_settings``) says nothing about the trigger:
+its stretches are listed and not used.
 
 The fitted quantity is the client's own unit: *tokens before the window* for
 Claude Code (``window - trigger``: 45,000 for 2.0.x at 200K), a *fraction of the
@@ -76,9 +88,15 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .fidelity import fidelity_table, recorded_compaction_points
+from .client_rules import _codex_window, js_round, rule_for
+from .fidelity import (
+    compaction_segments,
+    fidelity_table,
+    recorded_compaction_points,
+    segment_checks,
+)
 from .history import RecordedHistory, as_history, shared_key_roots
-from .presets import PRESETS, TriggerResolution, build_engine, resolve_trigger, rule_for
+from .presets import PRESETS, TriggerResolution, build_engine, resolve_trigger
 
 __all__ = [
     "calibrate",
@@ -94,7 +112,7 @@ logger = logging.getLogger(__name__)
 
 METHODS = ("consensus", "median")
 REPORT_COLUMNS = [
-    "session", "session_group", "compaction", "client", "version", "model", "group", "window",
+    "session", "session_group", "kind", "compaction", "client", "version", "model", "group", "window",
     "source", "observed_tokens", "previous_tokens", "observed", "interval_low", "interval_high",
     "prior", "fitted", "discounted", "reason", "fitted_loso", "loso_from", "predicted_tokens_loso",
     "error_tokens", "error_pct", "within_interval",
@@ -241,7 +259,7 @@ class CalibratedPreset:
             return None
         if self.by == "version":
             return str(client_version)
-        return rule_for(self.client, client_version)[0].label
+        return _rule_group(self.client, client_version)
 
     def params_for(self, client_version: str | None = None) -> dict[str, Any]:
         """The base preset's parameters for a recording of ``client_version``."""
@@ -260,8 +278,11 @@ class CalibratedPreset:
             params[key] = int(round(value)) if key == "trigger_before_window" else float(value)
         return params
 
-    def resolve(self, *, context_window: int, model: str | None = None, client_version: str | None = None) -> TriggerResolution:
-        return resolve_trigger(self.base, context_window=context_window, model=model, **self.params_for(client_version))
+    def resolve(self, *, context_window: int, model: str | None = None, client_version: str | None = None,
+                **settings: Any) -> TriggerResolution:
+        """The calibrated trigger for a recording (``settings``: the client's, e.g. ``auto_compact``)."""
+        return resolve_trigger(self.base, context_window=context_window, model=model,
+                               **{**self.params_for(client_version), **settings})
 
     def __call__(self, *, session_db: Any = None, clock: Callable[[], float] | None = None, context_window: int | None = None,
                  model: str | None = None, summarizer_provider: Any = None, client_version: str | None = None,
@@ -278,11 +299,15 @@ class CalibratedPreset:
 # -- the fit ---------------------------------------------------------------------------------------
 
 
+def _rule_group(client: str, version: str | None) -> str:
+    """The rule that applies to ``version`` (a version no sourced rule covers is its own group)."""
+    rule, known = rule_for(client, version)
+    return rule.label if known else f"no sourced rule for {client} {version!r}"
+
+
 def _rows(histories: Sequence[RecordedHistory], groups: Sequence[int], preset: str, *, by: str,
           include_inferred: bool, context_window: int | None) -> list[dict[str, Any]]:
     from opctx.context.tokens import real_context_window
-
-    from .presets import _codex_window
 
     spec = PRESETS[preset]
     rows = []
@@ -293,14 +318,9 @@ def _rows(histories: Sequence[RecordedHistory], groups: Sequence[int], preset: s
             trigger = point["trigger_inferred"] if include_inferred else point["trigger"]
             if trigger != "auto" or not point["replayable"]:
                 continue
-            if point["recorded_pre_tokens"] is not None:
-                observed = int(point["recorded_pre_tokens"])
-                source = "preTokens" if point["pre_tokens_source"] != "provider" else "provider total"
-            elif point["recorded_last_total"] is not None:
-                observed, source = int(point["recorded_last_total"]), "provider prompt+output"
-            else:
+            observed, previous, source = _observed(history, point)
+            if observed is None:
                 continue
-            previous = point["previous_total"]
             window = int(context_window or history.context_window or real_context_window(history.model or None))
             version = point["client_version"]
             prior_tokens = resolve_trigger(preset, context_window=window, model=history.model,
@@ -319,11 +339,81 @@ def _rows(histories: Sequence[RecordedHistory], groups: Sequence[int], preset: s
                 "session": history.session_id or history.title, "session_group": group,
                 "compaction": point["_compaction"], "client": spec.client, "version": version,
                 "model": history.model,
-                "group": str(version) if by == "version" else rule_for(spec.client, version)[0].label,
+                "group": str(version) if by == "version" else _rule_group(spec.client, version), "kind": "compaction",
                 "window": window, "source": source, "observed_tokens": observed, "previous_tokens": previous,
                 "observed": value, "interval_low": low, "interval_high": high, "prior": prior, "_base": base,
             })
     return rows
+
+
+def _observed(history: RecordedHistory, point: dict[str, Any]) -> tuple[int | None, int | None, str]:
+    """``(U, L, source)`` of a recorded compaction, each the figure its client compares.
+
+    ``U``: the client's own ``preTokens`` where the recording has it; else the client's
+    figure at the check that compacted (Codex: the provider total plus its reasoning
+    estimate, ``client_rules.check_tokens``); else the provider's prompt + output. ``L``:
+    the client's figure at the check before it in the segment.
+    """
+    rule, _ = rule_for(history.client, point["client_version"])
+    checks = segment_checks(history, point["segment_start"], point["recorded_index"], rule.count)
+    previous = checks[-2][1] if len(checks) >= 2 else point["previous_total"]
+    if point["recorded_pre_tokens"] is not None and point["pre_tokens_source"] != "provider":
+        return int(point["recorded_pre_tokens"]), previous, "preTokens"
+    if checks:
+        return int(checks[-1][1]), previous, "client figure" if rule.count != "last-response" else "provider total"
+    if point["recorded_last_total"] is not None:
+        return int(point["recorded_last_total"]), previous, "provider prompt+output"
+    return None, None, ""
+
+
+def _negative_rows(histories: Sequence[RecordedHistory], groups: Sequence[int], preset: str, *, by: str,
+                   include_inferred: bool, context_window: int | None) -> list[dict[str, Any]]:
+    """The stretches that ran without an automatic compaction: the trigger lies above their
+    largest check (module docstring, "What a session without a compaction says")."""
+    from opctx.context.tokens import real_context_window
+
+    from .client_settings import infer_client_settings
+    spec = PRESETS[preset]
+    rows = []
+    for history, group in zip(histories, groups, strict=True):
+        if history.client != spec.client:
+            continue
+        settings = history.derived("client_settings", lambda h=history: infer_client_settings(h))
+        window = int(context_window or history.context_window or real_context_window(history.model or None))
+        for start, end, comp in compaction_segments(history):
+            ending = history.compactions[comp] if comp is not None else None
+            trigger = None if ending is None else (ending.trigger or (
+                "auto" if include_inferred and _mid_loop(history, ending.stream_index) else None))
+            if trigger == "auto":
+                continue
+            version = history.version_at(start)
+            rule, _ = rule_for(spec.client, version)
+            checks = segment_checks(history, start, end, rule.count)
+            if not checks:
+                continue
+            largest = max(c for _, c in checks)
+            if spec.client == "codex":
+                base = _codex_window(history.model, window)
+                low, high, observed = largest / base, math.inf, None
+            else:
+                base = window
+                low, high, observed = -math.inf, float(window - largest), None
+            off = settings.auto_compact is False
+            rows.append({
+                "session": history.session_id or history.title, "session_group": group, "kind": "no compaction",
+                "compaction": comp, "client": spec.client, "version": version, "model": history.model,
+                "group": str(version) if by == "version" else _rule_group(spec.client, version),
+                "window": window, "source": "provider checks", "observed_tokens": None,
+                "previous_tokens": largest, "observed": observed, "interval_low": low, "interval_high": high,
+                "prior": None, "_base": base, "_off": off, "_evidence": settings.evidence,
+            })
+    return rows
+
+
+def _mid_loop(history: RecordedHistory, idx: int) -> bool:
+    from .fidelity import _inferred_trigger
+
+    return _inferred_trigger(history.messages, idx) == "auto"
 
 
 def _points(history: RecordedHistory) -> list[dict[str, Any]]:
@@ -331,9 +421,64 @@ def _points(history: RecordedHistory) -> list[dict[str, Any]]:
 
 
 def _fit(rows: Sequence[dict[str, Any]], method: str) -> tuple[float, list[bool]]:
+    """The fit of a group's rows and, per row, whether it agrees with it.
+
+    Compactions give a point and an interval; stretches without one an open interval
+    (``kind == "no compaction"``), used by the consensus (the median has no point for
+    them) unless the recording shows auto-compaction off.
+    """
+    positive = [i for i, r in enumerate(rows) if r["kind"] == "compaction"]
+    usable = [i for i, r in enumerate(rows) if r["kind"] == "compaction" or not r.get("_off")]
     if method == "median":
-        return median_fit([r["observed"] for r in rows], [(r["interval_low"], r["interval_high"]) for r in rows])
-    return consensus_fit([(r["interval_low"], r["interval_high"]) for r in rows], [r["observed"] for r in rows])
+        value, kept = median_fit([rows[i]["observed"] for i in positive],
+                                 [(rows[i]["interval_low"], rows[i]["interval_high"]) for i in positive])
+        agree = dict(zip(positive, kept, strict=True))
+    else:
+        value, kept = consensus_fit([(rows[i]["interval_low"], rows[i]["interval_high"]) for i in usable],
+                                    [rows[i]["observed"] for i in positive])
+        agree = dict(zip(usable, kept, strict=True))
+    out = []
+    for i, r in enumerate(rows):
+        if i in agree:
+            out.append(agree[i])
+        else:
+            out.append(not r.get("_off") and r["interval_low"] <= value <= r["interval_high"])
+    return value, out
+
+
+def _fit_group(members: list[dict[str, Any]], method: str, client: str) -> float:
+    """Fit one group, say per row whether it agrees, and score each compaction leave-one-out."""
+    rule_text = ("consistent with the most rows (trigger in (previous check, observed]; above the largest "
+                 "check of a stretch without compaction)" if method == "consensus"
+                 else "within 3 scaled MADs or 1 % of the median, or its interval holds the median")
+    value, kept = _fit(members, method)
+    for r, ok in zip(members, kept, strict=True):
+        r["fitted"], r["discounted"] = value, not ok
+        if r.get("_off"):
+            r["reason"] = f"not used: auto-compaction off in this recording ({r['_evidence']})"
+        elif r["kind"] != "compaction" and method == "median":
+            r["reason"] = ("not used by the median (no compaction to place): " +
+                           ("agrees with the fit" if ok else "its largest check lies above the fit"))
+        else:
+            r["reason"] = f"kept: {rule_text}" if ok else f"discounted: not {rule_text}"
+    for r in members:
+        if r["kind"] != "compaction":
+            for key in ("fitted_loso", "loso_from", "predicted_tokens_loso", "error_tokens", "error_pct",
+                        "within_interval"):
+                r[key] = None
+            continue
+        others = [o for o in members if o["session_group"] != r["session_group"]]
+        if any(o["kind"] == "compaction" for o in others):
+            r["fitted_loso"], r["loso_from"] = _fit(others, method)[0], "fit"
+        else:
+            r["fitted_loso"], r["loso_from"] = r["prior"], "table"
+        predicted = _predicted_tokens(r, r["fitted_loso"], client)
+        r["predicted_tokens_loso"] = predicted
+        r["error_tokens"] = predicted - r["observed_tokens"]
+        r["error_pct"] = 100.0 * r["error_tokens"] / r["observed_tokens"]
+        previous = r["previous_tokens"]
+        r["within_interval"] = (previous is None or previous < predicted) and predicted <= r["observed_tokens"]
+    return value
 
 
 def _predicted_tokens(row: dict[str, Any], value: float, client: str) -> int:
@@ -369,29 +514,15 @@ def calibrate(
     histories = [as_history(s) for s in sessions]
     groups = session_groups(histories)
     rows = _rows(histories, groups, preset, by=by, include_inferred=include_inferred, context_window=context_window)
+    negative = _negative_rows(histories, groups, preset, by=by, include_inferred=include_inferred,
+                              context_window=context_window)
     fits: dict[str, float] = {}
-    rule_text = ("consistent with the most rows (trigger in (previous check, observed])" if method == "consensus"
-                 else "within 3 scaled MADs or 1 % of the median, or its interval holds the median")
     for group in dict.fromkeys(r["group"] for r in rows):
-        members = [r for r in rows if r["group"] == group]
-        value, kept = _fit(members, method)
-        fits[group] = value
-        for r, ok in zip(members, kept, strict=True):
-            r["fitted"], r["discounted"] = value, not ok
-            r["reason"] = f"kept: {rule_text}" if ok else f"discounted: not {rule_text}"
-        for r in members:
-            others = [o for o in members if o["session_group"] != r["session_group"]]
-            if others:
-                r["fitted_loso"], r["loso_from"] = _fit(others, method)[0], "fit"
-            else:
-                r["fitted_loso"], r["loso_from"] = r["prior"], "table"
-            predicted = _predicted_tokens(r, r["fitted_loso"], spec.client)
-            r["predicted_tokens_loso"] = predicted
-            r["error_tokens"] = predicted - r["observed_tokens"]
-            r["error_pct"] = 100.0 * r["error_tokens"] / r["observed_tokens"]
-            previous = r["previous_tokens"]
-            r["within_interval"] = (previous is None or previous < predicted) and predicted <= r["observed_tokens"]
-    report = pd.DataFrame([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows], columns=REPORT_COLUMNS)
+        members = [r for r in rows if r["group"] == group] + [r for r in negative if r["group"] == group]
+        fits[group] = _fit_group(members, method, spec.client)
+    report_rows = rows + [r for r in negative if r["group"] in fits]
+    report = pd.DataFrame([{k: v for k, v in r.items() if not k.startswith("_")} for r in report_rows],
+                          columns=REPORT_COLUMNS)
     unit = "window_fraction" if spec.client == "codex" else "tokens_before_window"
     return CalibratedPreset(base=preset, client=spec.client, unit=unit, fits=fits, by=by, method=method, report=report)
 
@@ -416,20 +547,31 @@ def loso_fidelity_table(
     """
     import pandas as pd
 
+    from .client_settings import loso_settings
+    from .fidelity import fidelity_predictions
+
     histories = [as_history(s) for s in sessions]
     groups = session_groups(histories)
-    frames = []
+    chosen = loso_settings(histories, groups)
+    frames, predictions = [], []
     for group in sorted(set(groups)):
         inside = [h for h, g in zip(histories, groups, strict=True) if g == group]
         outside = [h for h, g in zip(histories, groups, strict=True) if g != group]
         cal = calibrate(outside, preset, method=method, by=by, include_inferred=include_inferred,
                         context_window=context_window)
+        # the client setting the other groups show, as fidelity_table's own "loso" settings would
+        setting = chosen[groups.index(group)].params()
         table = fidelity_table(inside, presets=[cal], mode=mode, context_window=context_window,
-                               feed_usage=feed_usage, **params)
+                               feed_usage=feed_usage, **{**setting, **params})
+        predictions.append(fidelity_predictions(table))
+        table.attrs = {}
         if len(table):
             table["fit"] = repr(cal)
             frames.append(table)
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    out.attrs["predictions"] = pd.concat([p for p in predictions if len(p)], ignore_index=True) \
+        if any(len(p) for p in predictions) else pd.DataFrame()
+    return out
 
 
 
@@ -447,14 +589,17 @@ def simulated_recording(
     user_every: int = 8,
     context_window: int | None = None,
     session_id: str = "",
+    auto_compact: bool = True,
 ) -> RecordedHistory:
     """A recording by a simulated client whose trigger is known: for testing calibration and fidelity.
 
     The client sends one request per tool result (prompt = ``overhead`` for its
     unseen system prompt and tools + opctx's estimate of the context since its
     last compaction; output 50-400 tokens) and, as Claude Code and Codex do,
-    compacts before the next request once the last response's prompt + output
-    reaches ``trigger_tokens`` (``trigger="auto"``, ``preTokens`` = that total), or
+    compacts before the next request once the figure its version compares (the last
+    response's prompt + output, plus what came after it from Claude Code 2.1.2:
+    ``opctx.lab.client_rules``) reaches ``trigger_tokens`` (``trigger="auto"``,
+    ``preTokens`` = that figure; never with ``auto_compact=False``), or
     after the requests listed in ``manual_at`` (``trigger="manual"``). After a
     compaction its context is the summary alone. Tool results are ``result_tokens``
     tokens, drawn with ``random.Random(seed)``; the user asks for the next step
@@ -463,21 +608,20 @@ def simulated_recording(
     default for ``client="codex"``).
 
     >>> h = simulated_recording(60_000, requests=40, seed=1)
-    >>> [c.trigger for c in h.compactions], h.client_version
-    (['auto', 'auto'], '2.0.76')
-    >>> h.compactions[0].pre_tokens >= 60_000
-    True
+    >>> [c.trigger for c in h.compactions], h.client_version, h.compactions[0].pre_tokens >= 60_000
+    (['auto', 'auto'], '2.0.76', True)
     """
     import random
 
     from opctx.context.tokens import Estimator
 
+    count = rule_for(client, version)[0].count if client == "claude-code" else "last-response"
     rng = random.Random(seed)
     model = model or ("claude-opus-4-5-20251101" if client == "claude-code" else "gpt-5.2-codex")
     sid = session_id or f"sim-{client}-{seed}"
     estimator = Estimator()
-    words = ("alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "lambda")
-    vocabulary = [f"{words[i % 8]}{rng.randrange(1000)}" for i in range(2 * result_tokens[1] // 3 + 2)]
+    vocabulary = [f"{('alpha', 'beta', 'gamma', 'delta', 'omega', 'sigma', 'kappa', 'lambda')[i % 8]}"
+                  f"{rng.randrange(1000)}" for i in range(2 * result_tokens[1] // 3 + 2)]
     messages: list[dict] = []
     compactions: list[Any] = []
     context_tokens = 0
@@ -518,10 +662,10 @@ def simulated_recording(
         start = rng.randrange(len(vocabulary) // 2)
         text = " ".join(vocabulary[start:start + size // 3])
         add({"role": "tool", "content": text, "tool_call_id": call_id, "name": "run"})
-        total = prompt + output
+        total = prompt + output + (js_round(len(text) / 4) if count == "last-response+after" else 0)
         if r in manual_at:
             compact("manual", total)
-        elif total >= trigger_tokens:
+        elif auto_compact and total >= trigger_tokens:
             compact("auto", total)
     meta = ({"claude_code": {"version": version, "sessionId": sid}} if client == "claude-code"
             else {"codex": {"cli_version": version, "id": sid}})

@@ -70,6 +70,7 @@ __all__ = [
     "recorded_stream",
     "load_history",
     "as_history",
+    "recorded_branches",
     "provider_prompt_tokens",
     "parse_version",
     "shared_key_roots",
@@ -142,6 +143,9 @@ class RecordedHistory:
     # how many messages (protected head + summary) precede it
     stream_start: int = 0
     prefix_len: int = 0
+    # compactions another history of the same session already holds (a branch that shares
+    # them with the main one): they stay in the stream but are not scored twice
+    scored_elsewhere: frozenset = frozenset()
 
     def __post_init__(self) -> None:
         if self.context_window is None:
@@ -282,6 +286,7 @@ class RecordedHistory:
             meta=self.meta,
             stream_start=self.original_index(start) or 0,
             prefix_len=len(prefix),
+            scored_elsewhere=self.scored_elsewhere,
         )
         return segment
 
@@ -334,19 +339,40 @@ def recorded_stream(nodes: dict[str, Call], head: str) -> tuple[list[dict], list
         node = nodes.get(node_id)
         return original(node).id if node is not None else node_id
 
-    def emit(call: Call) -> None:
+    # the originals a later summary protects (Codex keeps the user messages around its
+    # summary): the summary emits them in their place among what it folded, not before it
+    position = {nid: k for k, nid in enumerate(nodes)}  # creation order (dict order, or seq from a database)
+    first_seen: dict[str, int] = {}
+
+    def first_position(call: Call) -> int:
+        """Where the earliest message a node stands for was created (a summary: what it folded)."""
         call = original(call)
-        if call.id in emitted:
+        if call.id not in first_seen:
+            first_seen[call.id] = position.get(call.id, 0)  # a cycle stops here
+            comp = call.metadata.get("compaction")
+            if isinstance(comp, dict):
+                inner = [nodes[i] for i in (*(comp.get("folded_ids") or ()), *(comp.get("protected_ids") or ()))
+                         if i in nodes]
+                first_seen[call.id] = min((first_position(c) for c in inner), default=first_seen[call.id])
+        return first_seen[call.id]
+    protected_later = {
+        original_id(pid) for node in branch if isinstance(node.metadata.get("compaction"), dict)
+        for pid in node.metadata["compaction"].get("protected_ids") or ()
+    }
+
+    def emit(call: Call, *, from_summary: bool = False) -> None:
+        call = original(call)
+        if call.id in emitted or (call.id in protected_later and not from_summary):
             return
         comp = call.metadata.get("compaction")
         if isinstance(comp, dict):
             if call.id in expanding:
                 return
             expanding.add(call.id)
-            for fid in comp.get("folded_ids") or ():
-                folded = nodes.get(fid)
-                if folded is not None:
-                    emit(folded)
+            inner = [nodes[i] for i in (*(comp.get("folded_ids") or ()), *(comp.get("protected_ids") or ()))
+                     if i in nodes]
+            for folded in sorted(inner, key=first_position):
+                emit(folded, from_summary=True)
             emitted.add(call.id)
             source_ids = call.metadata.get("source_ids")
             compactions.append(
@@ -386,8 +412,8 @@ def _summary_text(call: Call) -> str:
     return text[len(prefix):] if text.startswith(prefix) else text
 
 
-def load_history(db_path: str | os.PathLike, session_id: str) -> RecordedHistory:
-    """The expanded stream of ``session_id`` in the database at ``db_path`` (read-only)."""
+def _load_nodes(db_path: str | os.PathLike, session_id: str) -> tuple[dict[str, Call], str | None, dict, tuple]:
+    """The nodes of a session (creation order), its head, its metadata and its row."""
     conn = open_readonly(db_path)
     try:
         row = conn.execute(
@@ -395,7 +421,6 @@ def load_history(db_path: str | os.PathLike, session_id: str) -> RecordedHistory
         ).fetchone()
         if row is None:
             raise KeyError(f"{db_path}: no session {session_id!r}")
-        _, title, model, source, head, extra_json = row
         rows = conn.execute(
             "SELECT id, type, predecessor, caller, created_at, seq, data_json FROM nodes "
             "WHERE session_id = ? ORDER BY seq",
@@ -411,20 +436,91 @@ def load_history(db_path: str | os.PathLike, session_id: str) -> RecordedHistory
             input=data.get("input"), output=data.get("output"), caller=caller, predecessor=pred,
             reads=data.get("reads") or [], metadata=data.get("metadata") or {},
         )
-    fmt = source[len("import:"):] if source and source.startswith("import:") else (source or "")
+    head = row[4]
     if head is None and nodes:
         head = max(nodes.values(), key=lambda c: c.seq).id
     try:
-        meta = json.loads(extra_json or "{}")
+        meta = json.loads(row[5] or "{}")
     except ValueError:
         meta = {}
+    return nodes, head, meta if isinstance(meta, dict) else {}, row
+
+
+def load_history(db_path: str | os.PathLike, session_id: str, head: str | None = None) -> RecordedHistory:
+    """The expanded stream of ``session_id`` in the database at ``db_path`` (read-only);
+    ``head``: another leaf than the session's HEAD (``recorded_branches``)."""
+    nodes, main_head, meta, row = _load_nodes(db_path, session_id)
+    _, title, model, source, _, _ = row
+    fmt = source[len("import:"):] if source and source.startswith("import:") else (source or "")
     hist = RecordedHistory.from_calls(
-        nodes.values(), head, model="", session_id=session_id, fmt=fmt, title=title or "",
-        meta=meta if isinstance(meta, dict) else {},
+        nodes.values(), head or main_head, model="", session_id=session_id, fmt=fmt, title=title or "", meta=meta,
     )
     hist.model = model or hist.model
     hist.source = str(db_path)
     return hist
+
+
+def _branch_leaves(nodes: dict[str, Call], head: str, known: set[str]) -> list[str]:
+    """Leaves other than ``head`` whose branch holds a recorded compaction ``known`` (the ones the
+    main history holds, expanded) does not: the folded originals a summary left behind end in
+    leaves too, but what they hold the main history already holds."""
+    def chain(leaf: str) -> list[str]:
+        out, seen, node = [], set(), nodes.get(leaf)
+        while node is not None and node.id not in seen:
+            seen.add(node.id)
+            out.append(node.id)
+            node = nodes.get(node.predecessor) if node.predecessor else None
+        return out
+
+    def compactions(ids: Iterable[str]) -> set[str]:
+        return {i for i in ids if isinstance(nodes[i].metadata.get("compaction"), dict)
+                and nodes[i].metadata["compaction"].get("recorded")}
+
+    parents = {n.predecessor for n in nodes.values() if n.predecessor}
+    leaves = [nid for nid in nodes if nid not in parents and nid != head]
+    return [leaf for leaf in leaves if compactions(chain(leaf)) - known]
+
+
+def recorded_branches(obj: Any) -> list[RecordedHistory]:
+    """The history to HEAD, then one per other branch that holds a recorded compaction of its own.
+
+    A user who resumes a session from a point before a compaction leaves the branch that
+    compacted behind and starts another from the earlier point (the importer builds each
+    from its real parent); both are what the client did. Each extra branch is named
+    ``<session>#branch-<n>``; compactions it shares with an earlier history are in its
+    ``scored_elsewhere`` (scored once). A ``RecordedHistory`` or a message list is its own
+    only branch.
+    """
+    if isinstance(obj, SessionSpec) or (isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[1], str)):
+        db_path, session_id = (obj.db_path, obj.session_id) if isinstance(obj, SessionSpec) else obj
+        nodes, head, _, _ = _load_nodes(db_path, session_id)
+        main = load_history(db_path, session_id)
+
+        def make(leaf: str) -> RecordedHistory:
+            return load_history(db_path, session_id, head=leaf)
+    elif hasattr(obj, "calls") and hasattr(obj, "head") and not isinstance(obj, RecordedHistory):
+        nodes = {c.id: c for c in obj.calls}
+        head = obj.head if obj.head in nodes else (max(nodes.values(), key=lambda c: c.seq).id if nodes else None)
+        main = as_history(obj)
+
+        def make(leaf: str) -> RecordedHistory:
+            return RecordedHistory.from_calls(
+                obj.calls, leaf, model=getattr(obj, "model", "") or "", session_id=getattr(obj, "session_id", "") or "",
+                fmt=getattr(obj, "format", "") or "", title=getattr(obj, "title", "") or "",
+                meta=getattr(obj, "meta", None))
+    else:
+        return [as_history(obj)]
+    out = [main]
+    if head is None:
+        return out
+    seen = {c.node_id for c in main.compactions}
+    for n, leaf in enumerate(_branch_leaves(nodes, head, set(seen)), start=1):
+        branch = make(leaf)
+        branch.session_id = f"{branch.session_id}#branch-{n}"
+        branch.scored_elsewhere = frozenset(c.node_id for c in branch.compactions if c.node_id in seen)
+        seen.update(c.node_id for c in branch.compactions)
+        out.append(branch)
+    return out
 
 
 def as_history(obj: Any) -> RecordedHistory:

@@ -135,7 +135,6 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -192,167 +191,14 @@ _CLIENT_SETTINGS = {pf.legacy[0]: pf.name for pf in policy_fields()
                     if pf.legacy and pf.legacy[0] in CLIENT_PARAMETERS and pf.name != "client.version"}
 
 # -- client versions: the trigger table ---------------------------------------------------------
-
-# Claude Code constants (tokens), each with its source in TRIGGER_RULES / the claude-code preset
-CLAUDE_CODE_BUFFER = 13_000
-CLAUDE_CODE_DEFAULT_MAX_OUTPUT = 32_000
-CLAUDE_CODE_WARNING_BUFFER = 20_000
-CLAUDE_CODE_BLOCKING_BUFFER = 3_000
-# Codex: the context window of a model family (codex-rs model_family.rs), longest prefix wins;
-# rollouts report 95% of it (effective_context_window_percent) as model_context_window
-CODEX_MODEL_WINDOWS = {
-    "gpt-5": 272_000,
-    "codex-": 272_000,
-    "codex-mini-latest": 200_000,
-    "o3": 200_000,
-    "o4-mini": 200_000,
-    "gpt-4.1": 1_047_576,
-    "gpt-4o": 128_000,
-    "gpt-oss": 96_000,
-    "gpt-3.5": 16_385,
-}
-CODEX_EFFECTIVE_WINDOW_PERCENT = 95
-
-@dataclass(frozen=True)
-class TriggerRule:
-    """One row of a client's trigger table: the versions it covers, the rule, its source.
-
-    Claude Code rows: trigger = window - reserve - ``buffer`` with reserve = the
-    model's max output (``reserve_cap`` None) or ``min(max output, reserve_cap)``.
-    Codex rows: trigger = ``window_fraction`` x the model's context window.
-    """
-
-    client: str
-    first: str | None  # first version covered (inclusive); None: every earlier one
-    last: str | None  # last version covered (inclusive); None: every later one
-    rule: str
-    source: str
-    reserve_cap: int | None = None
-    buffer: int = 0
-    window_fraction: float = 0.0
-
-    @property
-    def label(self) -> str:
-        if self.first is None and self.last is None:
-            return f"{self.client} (all versions)"
-        if self.last is None:
-            return f"{self.client} >={self.first}"
-        return f"{self.client} {self.first or '0'}-{self.last}"
-
-    def covers(self, version: tuple[int, int, int] | None) -> bool:
-        if version is None:
-            return False
-        first = parse_version(self.first) if self.first else None
-        last = parse_version(self.last) if self.last else None
-        return (first is None or version >= first) and (last is None or version <= last)
-
-
-TRIGGER_RULES: tuple[TriggerRule, ...] = (
-    TriggerRule(
-        "claude-code", "2.0.0", "2.1.20",
-        rule="window - max output (Claude Code's default 32,000) - 13,000: 155,000 at 200K",
-        source=(
-            "anthropics/claude-code#10266 and #15435 ('/context' Autocompact buffer 45k = 22.5% of 200K, 2.0.x), "
-            "#20760 ('Autocompact buffer: 45.0k tokens' on 2.1.19), #17660 and modu-ai/moai-adk#292 (77.0k with "
-            "CLAUDE_CODE_MAX_OUTPUT_TOKENS=64000: the reserve is the whole max output), #12004 (the 13000 constant); "
-            "ended by the 2.1.21 changelog ('Fixed auto-compact triggering too early on models with large output "
-            "token limits'); measured: the six default-configuration 2.0.74-2.0.76 automatic compactions of "
-            "../shared/corpus all lie in (154,906, 155,199] (calibrate, consensus)"
-        ),
-        reserve_cap=None, buffer=CLAUDE_CODE_BUFFER,
-    ),
-    TriggerRule(
-        "claude-code", "2.1.21", None,
-        rule="window - min(max output, 20,000) - 13,000: 167,000 at 200K",
-        source=(
-            "Claude Code 2.1.21 changelog; anthropics/claude-code#31806 (deobfuscated getAutoCompactThreshold: "
-            "effective window - 13000, CLAUDE_AUTOCOMPACT_PCT_OVERRIDE can only lower it), #23409 ('Autocompact "
-            "buffer: 33k' on claude-opus-4-6, 2026-02), jarrodwatts/claude-hud#184 (45k -> 33k); 2.1.173 compacts "
-            "near 167K (issue 14). Not modelled: 1M-window defaults and server-side auto windows of later versions "
-            "(pass auto_compact_window)"
-        ),
-        reserve_cap=20_000, buffer=CLAUDE_CODE_BUFFER,
-    ),
-    TriggerRule(
-        "codex", None, None,
-        rule="model_auto_compact_token_limit, else 90% of the model's context window (244,800 for gpt-5*)",
-        source=(
-            "openai/codex codex-rs/core/src/models_manager/model_family.rs (auto_compact_token_limit() = config "
-            "override or default_auto_compact_limit = context_window * 9 / 10; gpt-5.x and codex models: "
-            "CONTEXT_WINDOW_272K; effective_context_window_percent 95), codex-rs/protocol/src/openai_models.rs "
-            "('When omitted, core derives it from context_window (90%)'); config key model_auto_compact_token_limit"
-        ),
-        window_fraction=0.9,
-    ),
+# The rules live in opctx.lab.client_rules (one home: the microcompaction model and the fidelity
+# tables read them too); the presets resolve them for their own client.
+from .client_rules import (  # noqa: E402
+    TRIGGER_RULES,
+    TriggerResolution,
+    TriggerRule,
+    resolve_client_trigger,
 )
-# what a version the table does not cover gets (documented in the module docstring)
-DEFAULT_TRIGGER_RULES = {"claude-code": TRIGGER_RULES[1], "codex": TRIGGER_RULES[2]}
-
-_WARNED_VERSIONS: set[tuple[str, str]] = set()
-_WARNED_LOCK = threading.Lock()
-
-
-def _warn_unknown_version(client: str, version: str, rule: TriggerRule) -> None:
-    """One warning per process and (client, version): a sweep warns once, not per replay."""
-    with _WARNED_LOCK:
-        if (client, version) in _WARNED_VERSIONS:
-            return
-        _WARNED_VERSIONS.add((client, version))
-    logger.warning(
-        "%s version %r is not in opctx.lab.presets.TRIGGER_RULES: using the default rule (%s: %s); "
-        "pass the client's settings (max_output_tokens, auto_compact_window, ...) or calibrate "
-        "(opctx.lab.calibrate) if its recordings compact elsewhere",
-        client, version, rule.label, rule.rule,
-    )
-
-
-def rule_for(client: str, version: str | None) -> tuple[TriggerRule, bool]:
-    """The table row for ``client`` at ``version`` and whether the table covers it."""
-    parsed = parse_version(version)
-    for rule in TRIGGER_RULES:
-        if rule.client == client and rule.covers(parsed):
-            return rule, True
-    return DEFAULT_TRIGGER_RULES[client], False
-
-
-@dataclass(frozen=True)
-class TriggerResolution:
-    """A client preset's thresholds for one recording: absolute tokens of a request."""
-
-    client: str
-    version: str | None
-    known: bool  # the version is covered by a TRIGGER_RULES row
-    rule: TriggerRule
-    context_window: int
-    output_reserve: int
-    auto_tokens: int
-    recommend_tokens: int
-    emergency_tokens: int
-    overridden_by: tuple[str, ...] = ()
-
-    @property
-    def source(self) -> str:
-        return self.rule.source if not self.overridden_by else f"parameters {', '.join(self.overridden_by)}"
-
-
-def _codex_window(model: str | None, context_window: int) -> int:
-    """The window Codex computes its limit from: the model's own if the replay runs at it."""
-    name = (model or "").lower()
-    best = max((p for p in CODEX_MODEL_WINDOWS if name.startswith(p)), key=len, default=None)
-    family = CODEX_MODEL_WINDOWS.get(best) if best else None
-    # a rollout reports 95% of the model's window; a replay at it or above (opctx's model table
-    # gives the API's larger window) runs the model as Codex does; a smaller what-if window is its own
-    if family and context_window >= family * CODEX_EFFECTIVE_WINDOW_PERCENT // 100 - 1:
-        return family
-    return context_window
-
-
-def _claude_code_max_output(model: str | None) -> int:
-    from opctx.context.tokens import model_info
-
-    info = model_info(model) if model else None
-    known = info.max_output if info is not None and info.known and info.family == "anthropic" else None
-    return min(known, CLAUDE_CODE_DEFAULT_MAX_OUTPUT) if known else CLAUDE_CODE_DEFAULT_MAX_OUTPUT
 
 
 def resolve_trigger(
@@ -367,12 +213,18 @@ def resolve_trigger(
     auto_compact_token_limit: int | None = None,
     trigger_before_window: int | None = None,
     trigger_window_fraction: float | None = None,
+    auto_compact: bool | None = None,
 ) -> TriggerResolution:
     """The trigger of a client preset for a recording's client version, model and window.
 
+    The rule of the version (``opctx.lab.client_rules``, each row with its source) with
+    the client's settings given; ``auto_compact=False`` models a client whose automatic
+    compaction is off (it never fires; microcompaction then warns from the effective
+    window).
+
     >>> r = resolve_trigger("claude-code", context_window=200_000, client_version="2.0.76")
     >>> r.auto_tokens, r.rule.label
-    (155000, 'claude-code 2.0.0-2.1.20')
+    (155000, 'claude-code 1.0.71-2.1.1')
     >>> resolve_trigger("claude-code", context_window=200_000, client_version="2.1.30").auto_tokens
     167000
     >>> resolve_trigger("codex", context_window=258_400, model="gpt-5.2-codex").auto_tokens
@@ -381,62 +233,12 @@ def resolve_trigger(
     spec = PRESETS[preset] if isinstance(preset, str) else preset
     if spec.client is None:
         raise ValueError(f"preset {spec.name!r} has no client trigger table")
-    window = int(context_window)
-    if window <= 0:
-        raise ValueError(f"context_window must be positive, got {context_window!r}")
-    rule, known = rule_for(spec.client, client_version)
-    if not known and client_version is not None and sum(r.client == spec.client for r in TRIGGER_RULES) > 1:
-        _warn_unknown_version(spec.client, str(client_version), rule)
-    given = {k: v for k, v in {
-        "max_output_tokens": max_output_tokens, "auto_compact_window": auto_compact_window,
-        "autocompact_pct_override": autocompact_pct_override, "auto_compact_token_limit": auto_compact_token_limit,
-        "trigger_before_window": trigger_before_window, "trigger_window_fraction": trigger_window_fraction,
-    }.items() if v is not None}
-    for key, value in given.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise ValueError(f"{key} must be a positive number, got {value!r}")
-    if spec.client == "codex":
-        foreign = sorted(set(given) & {"max_output_tokens", "auto_compact_window", "autocompact_pct_override", "trigger_before_window"})
-        if foreign:
-            raise ValueError(f"{foreign} are Claude Code settings; the codex preset takes auto_compact_token_limit / trigger_window_fraction")
-        if trigger_window_fraction is not None and trigger_window_fraction > 1:
-            raise ValueError(f"trigger_window_fraction must be at most 1, got {trigger_window_fraction!r}")
-        base = _codex_window(model, window)
-        auto = int(auto_compact_token_limit) if auto_compact_token_limit is not None else int(
-            (trigger_window_fraction if trigger_window_fraction is not None else rule.window_fraction) * base)
-        reserve = int(spec.params.get("output_reserve", 1_024))
-        return TriggerResolution(
-            spec.client, client_version, known, rule, window, reserve,
-            auto_tokens=auto, recommend_tokens=auto, emergency_tokens=max(auto, window),
-            overridden_by=tuple(sorted(given)),
-        )
-    foreign = sorted(set(given) & {"auto_compact_token_limit", "trigger_window_fraction"})
-    if foreign:
-        raise ValueError(f"{foreign} are Codex settings; the claude-code preset takes trigger_before_window and Claude Code's own settings")
-    from opctx.context.tokens import real_context_window
-
-    if autocompact_pct_override is not None and autocompact_pct_override > 100:
-        raise ValueError(f"autocompact_pct_override is a percentage (1-100), got {autocompact_pct_override!r}")
-    max_output = int(max_output_tokens) if max_output_tokens is not None else _claude_code_max_output(model)
-    reserve = max_output if rule.reserve_cap is None else min(max_output, rule.reserve_cap)
-    if window < real_context_window(model or None):
-        # a what-if window smaller than the model's: cap the reserve as opctx's budget does (25%)
-        reserve = BudgetAllocator(output_reserve=reserve).reserve_for(window, model)
-    reserve = min(reserve, window // 2)
-    compact_window = min(window, int(auto_compact_window)) if auto_compact_window is not None else window
-    effective = compact_window - reserve
-    auto = effective - rule.buffer
-    if trigger_before_window is not None:
-        auto = compact_window - int(trigger_before_window)
-    if autocompact_pct_override is not None:
-        # the override is a share of the effective window and can only lower the trigger (#31806)
-        auto = min(math.floor(effective * autocompact_pct_override / 100), auto)
-    return TriggerResolution(
-        spec.client, client_version, known, rule, window, reserve,
-        auto_tokens=int(auto),
-        recommend_tokens=int(min(auto, effective - CLAUDE_CODE_WARNING_BUFFER)),
-        emergency_tokens=int(max(auto, window - reserve - CLAUDE_CODE_BLOCKING_BUFFER)),
-        overridden_by=tuple(sorted(given)),
+    return resolve_client_trigger(
+        spec.client, context_window=context_window, model=model, client_version=client_version,
+        output_reserve=int(spec.params.get("output_reserve", 1_024)), auto_compact=auto_compact,
+        max_output_tokens=max_output_tokens, auto_compact_window=auto_compact_window,
+        autocompact_pct_override=autocompact_pct_override, auto_compact_token_limit=auto_compact_token_limit,
+        trigger_before_window=trigger_before_window, trigger_window_fraction=trigger_window_fraction,
     )
 
 
@@ -588,14 +390,14 @@ def _resolve(
     ager = None
     kind = policy.aging.kind
     if kind == FROM_CLIENT:
-        # Claude Code's clearing for the recording's version: microcompaction from 2.1.0; a
-        # known client from before (< 2.1.0) never ran the spec's turn-based aging, and where
-        # the 2.1.x rule would clear, 2.0.74's provider counts show nothing cleared (docs/lab.md,
-        # "Recorded aging"); no version: the spec's aging
-        ager = microcompactor_for(client.version, None, window)
+        # Claude Code's clearing for the recording's version: microcompaction as its cli.js
+        # does it (1.0.59-2.1.62, opctx.lab.microcompact); a known client outside those versions
+        # never ran the spec's turn-based aging; no version: the spec's aging
+        ager = microcompactor_for(client.version, None, window, auto_compact=client.auto_compact)
         kind = "microcompact" if ager is not None else ("none" if client.version is not None else "turns")
     elif kind == "microcompact":
-        ager = microcompactor_for(client.version, microcompact if microcompact is not None else True, window)
+        ager = microcompactor_for(client.version, microcompact if microcompact is not None else True, window,
+                                  auto_compact=client.auto_compact)
     if kind != policy.aging.kind:
         changes["aging.kind"] = kind
     return _Resolved(policy.replace(**changes), budget, ager, resolution)

@@ -86,8 +86,7 @@ def test_every_declared_field_survives_every_other_type(tmp_path):
     names file, line and field; lenient mode imports the rest of the session, names file,
     line and field of what it skipped or kept as text, and stores what it parsed."""
     from opctx.dag.store import connect
-    from opctx.importers.fields import tables
-    from opctx.importers.fuzz import check_field, field_cases
+    from opctx.importers.fuzz import check_field, field_cases, tables
 
     samples = sample_files(SAMPLES, export_to=tmp_path)
     conn = connect(":memory:")

@@ -44,12 +44,16 @@ def test_a_known_trigger_is_recovered_within_one_percent(recordings, method):
     cal = calibrate(recordings, "claude-code", method=method)
     assert isinstance(cal, CalibratedPreset) and cal.unit == "tokens_before_window"
     [(group, before)] = cal.fits.items()
-    assert group == "claude-code 2.0.0-2.1.20"
+    assert group == "claude-code 1.0.71-2.1.1"
     assert abs((WINDOW - before) - 155_000) <= 0.01 * 155_000
     report = cal.report
     assert list(report.columns) == REPORT_COLUMNS
-    assert len(report) == sum(len(h.compactions) for h in recordings) and not report["discounted"].any()
-    assert set(report["source"]) == {"preTokens"} and set(report["version"]) == {"2.0.76"}
+    compactions = report[report["kind"] == "compaction"]
+    assert len(compactions) == sum(len(h.compactions) for h in recordings) and not report["discounted"].any()
+    assert set(compactions["source"]) == {"preTokens"} and set(report["version"]) == {"2.0.76"}
+    # the stretches after the last compaction, which never compacted, are evidence too: all agree
+    stretches = report[report["kind"] == "no compaction"]
+    assert len(stretches) == len(recordings) and (stretches["previous_tokens"] < 155_000).all()
 
 
 @pytest.mark.parametrize("method", ["consensus", "median"])
@@ -57,7 +61,7 @@ def test_the_fit_survives_an_outlier_and_says_which_rows_it_discounts(recordings
     cal = calibrate([*recordings, outlier], "claude-code", method=method)
     [before] = cal.fits.values()
     assert abs((WINDOW - before) - 155_000) <= 0.01 * 155_000
-    report = cal.report
+    report = cal.report[cal.report["kind"] == "compaction"]
     discounted = report[report["discounted"]]
     assert set(discounted["session"]) == {"sim-outlier"}
     assert discounted["reason"].str.startswith("discounted").all()
@@ -76,7 +80,7 @@ def test_codex_fits_a_fraction_of_the_model_window():
 
 def test_leave_one_session_out_never_scores_a_fit_on_itself(recordings, outlier):
     cal = calibrate([*recordings, outlier], "claude-code")
-    report = cal.report
+    report = cal.report[cal.report["kind"] == "compaction"]
     for _, row in report.iterrows():
         others = [h for h in [*recordings, outlier] if h.session_id != row["session"]]
         alone = calibrate(others, "claude-code")
@@ -90,7 +94,8 @@ def test_leave_one_session_out_never_scores_a_fit_on_itself(recordings, outlier)
     assert kept["within_interval"].mean() >= 0.5
     # a group alone in its version group falls back to the table's rule
     lonely = simulated_recording(167_000, requests=60, seed=5, version="2.1.30", session_id="sim-new")
-    row = calibrate([*recordings, lonely], "claude-code").report.query("session == 'sim-new'").iloc[0]
+    row = calibrate([*recordings, lonely], "claude-code").report.query(
+        "session == 'sim-new' and kind == 'compaction'").iloc[0]
     assert row["loso_from"] == "table" and row["fitted_loso"] == row["prior"] == 33_000
 
 
@@ -102,7 +107,7 @@ def test_sessions_sharing_a_compaction_or_a_recording_id_are_one_group():
     b.compactions[0].source_ids.append(a.compactions[0].source_ids[0])  # one boundary in two files
     d.meta["claude_code"]["sessionId"] = "c"  # the same session saved twice
     assert session_groups([a, b, c, d]) == [0, 0, 1, 1]
-    report = calibrate([a, b, c, d], "claude-code").report
+    report = calibrate([a, b, c, d], "claude-code").report.query("kind == 'compaction'")
     for _, row in report.iterrows():
         partners = {"a": "b", "b": "a", "c": "d", "d": "c"}
         others = [h for h in (a, b, c, d) if h.session_id not in (row["session"], partners[row["session"]])]
@@ -177,15 +182,19 @@ def test_corpus_claude_code_2_0_compacted_at_155k(corpus_dir):
         if entry["format"] in ("claude_code_jsonl", "claude_code_hook_chat_json") and entry.get("stats", {}).get("compact_boundary"):
             hists += [as_history(s) for s in importers.parse_path(corpus_dir / entry["file"], on_error="skip")]
     cal = calibrate([h for h in hists if h.compactions], "claude-code")
-    before = cal.fits["claude-code 2.0.0-2.1.20"]
+    before = cal.fits["claude-code 1.0.71-2.1.1"]
     assert abs((WINDOW - before) - 155_000) <= 1_550
-    report = cal.report
+    report = cal.report[cal.report["kind"] == "compaction"]
     # one automatic compaction of the same client and model at ~123K (a 64K max output): discounted
     discounted = report[report["discounted"]]
     assert len(report) >= 7 and len(discounted) == 1
     assert 120_000 < discounted["observed_tokens"].iloc[0] < 126_000
     # the table's 2.0.x rule is what the recordings did
     assert (report["prior"] == 45_000).all()
+    # stretches without a compaction: sessions whose client had it off are listed, not used
+    stretches = cal.report[cal.report["kind"] == "no compaction"]
+    off = stretches[stretches["reason"].str.startswith("not used: auto-compaction off")]
+    assert len(off) and (stretches.loc[~stretches.index.isin(off.index), "previous_tokens"] < 155_000).all()
 
 
 @pytest.mark.corpus
@@ -195,5 +204,5 @@ def test_corpus_loso_fidelity_runs(corpus_dir):
     other = next(p for p in (corpus_dir / "claude_code_jsonl").rglob("0f199565-*.jsonl"))
     hists = [as_history(s) for p in (path, other) for s in importers.parse_path(p, on_error="skip")]
     table = loso_fidelity_table([h for h in hists if h.compactions], "claude-code", aging=False)
-    assert len(table) == 3 and table["fit"].str.contains("claude-code 2.0.0-2.1.20").all()
+    assert len(table) == 3 and table["fit"].str.contains("claude-code 1.0.71-2.1.1").all()
     assert table["claude-code+calibrated_delta_requests"].abs().max() <= 1

@@ -42,10 +42,13 @@ def test_every_variant_in_both_modes_per_client_version(report):
             assert {(mode, variant, "2.0.76"), (mode, variant, "2.0.74")} <= seen
     for r in report["results"]:
         assert r["client"] == "claude-code" and 0 <= r["within_one"] <= r["replayable"] <= r["automatic"]
-    aging_off = {(r["mode"], r["version"]): r for r in report["results"] if r["variant"] == "default, aging off"}
-    # 2.0.76 recordings compact at the 2.0.x rule: the trigger alone predicts each one at the same request
-    assert aging_off[("resync", "2.0.76")]["share"] == 1.0
-    assert len(report["rows"]) == sum(r["automatic"] for r in report["results"])
+        assert r["false_positives"] >= 0
+    default = {(r["mode"], r["version"]): r for r in report["results"] if r["variant"] == "default"}
+    # 2.0.76 recordings compact at the 2.0.x rule: the client's check predicts each one at the same request
+    assert default[("resync", "2.0.76")]["share"] == 1.0 and default[("resync", "2.0.76")]["precision"] == 1.0
+    assert "cli.js" in default[("resync", "2.0.76")]["rule_source"]
+    per_version = [r for r in report["results"] if r["version"] != "all"]
+    assert len(report["rows"]) == sum(r["automatic"] for r in per_version)
 
 
 def test_calibration_is_reported_leave_one_session_out(report):
@@ -56,13 +59,19 @@ def test_calibration_is_reported_leave_one_session_out(report):
     assert report["check"] and all(c["pre_tokens"] == c["last_total"] for c in report["check"])
 
 
+def test_the_unknown_version_warning_is_not_hidden():
+    source = (ROOT / "benchmarks" / "fidelity.py").read_text(encoding="utf-8")
+    assert "logging.ERROR" not in source and "level=logging.WARNING" in source
+
+
 def test_any_folder_of_transcripts_and_json(tmp_path, capsys):
     if not SAMPLES.is_dir():
         pytest.fail("data/samples is missing")
     corpus = tmp_path / "corpus"
     shutil.copytree(SAMPLES, corpus)
-    assert fb.main(["--corpus", str(corpus), "--json"]) == 0
+    assert fb.main(["--corpus", str(corpus), "--json", "--variants", "default"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["sessions"] >= 1 and out["corpus"] == str(corpus)
     assert {"results", "rows", "calibration", "check", "errors", "revision"} <= set(out)
     assert fb.main(["--corpus", str(tmp_path / "absent")]) == 2
+    assert fb.main(["--corpus", str(corpus), "--variants", "nonsense"]) == 2

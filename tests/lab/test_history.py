@@ -154,3 +154,37 @@ def test_resume_after_is_what_the_agent_continued_with():
     seg2 = seg.resume_after(0)
     assert seg2.messages[0]["content"] == "second summary" and seg2.messages[0]["role"] == "user"
     assert [seg2.original_index(j) for j in range(len(seg2.messages))] == [None, *range(9, 12)]
+
+
+def test_protected_messages_keep_their_place_among_what_the_summary_folded():
+    """Codex keeps the user messages around its summary: they stay where they were said."""
+    from opctx.importers.base import SessionBuilder
+    from opctx.lab.history import RecordedHistory
+
+    b = SessionBuilder("codex", "made-up")
+    u1 = b.add("user", output="first request")
+    b.add("llm", output="working on it")
+    u2 = b.add("user", output="second request")
+    b.add("llm", output="done with that")
+    b.record_compaction("summary", protected_ids=[u1.id, u2.id], trigger=None)
+    b.add("user", output="third request")
+    hist = RecordedHistory.from_calls(b.calls, b.head, fmt="codex")
+    assert [m["content"] for m in hist.messages] == ["first request", "working on it", "second request",
+                                                      "done with that", "third request"]
+    (comp,) = hist.compactions
+    assert comp.stream_index == 4 and hist.resume_after(0).messages[1]["content"] == "second request"
+
+
+def test_each_branch_with_a_compaction_of_its_own_is_a_history(tmp_path):
+    from _resumed_sample import write_resumed
+
+    from opctx.importers.claude_code import parse_claude_code_jsonl
+    from opctx.lab.history import recorded_branches
+
+    session = parse_claude_code_jsonl(str(write_resumed(tmp_path)))[0]
+    main, branch = recorded_branches(session)
+    assert main.session_id == session.session_id and branch.session_id == f"{session.session_id}#branch-1"
+    # the resumed branch holds the lines before the fork, then its own: not the abandoned summary
+    assert "Summary one" not in " ".join(str(m.get("content")) for m in main.messages)
+    assert "Summary one" in branch.compactions[0].summary_text
+    assert not branch.scored_elsewhere and recorded_branches(main) == [main]

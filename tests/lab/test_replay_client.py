@@ -96,11 +96,11 @@ def test_segments_take_the_version_where_they_start():
 
 def test_unknown_versions_use_the_default_rule_and_say_so_once(caplog):
     hist = simulated_recording(10**9, requests=90, seed=11, version="0.9.4242")
-    with caplog.at_level(logging.WARNING, logger="opctx.lab.presets"):
+    with caplog.at_level(logging.WARNING, logger="opctx.lab.client_rules"):
         first = replay(hist, "claude-code", feed_usage=True, aging=False, keep_contexts=False)
         replay(hist, "claude-code", feed_usage=True, aging=False, keep_contexts=False)
     said = [r for r in caplog.records if "0.9.4242" in r.getMessage()]
-    assert len(said) == 1 and "default rule" in said[0].getMessage()
+    assert len(said) == 1 and "no sourced rule" in said[0].getMessage()
     assert _first_auto_check(first) >= 167_000  # the documented default: the >=2.1.21 rule
 
 
