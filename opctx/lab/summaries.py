@@ -296,10 +296,10 @@ class LLMSummaries:
         note = {"role": "user", "content": f"({start} earlier message(s) left out to fit the summary call)"}
         return self.prompt.render([note, *msgs[start:]], previous)
 
-    def key(self, system: str | None, user: str) -> tuple[str, str]:
-        """``(cache key, request sha256)`` of a request."""
+    def key(self, system: str | None, user: str, purpose: str | None = None) -> tuple[str, str]:
+        """``(cache key, request sha256)`` of a request (``purpose``: the prompt name by default)."""
         request_sha = _sha256(json.dumps([system, user], ensure_ascii=False))
-        body = {"v": _KEY_VERSION, "model": self.model, "prompt": self.prompt.name, "request": request_sha,
+        body = {"v": _KEY_VERSION, "model": self.model, "prompt": purpose or self.prompt.name, "request": request_sha,
                 "params": self.settings.params()}
         return _sha256(json.dumps(body, sort_keys=True, ensure_ascii=False, default=str)), request_sha
 
@@ -323,10 +323,15 @@ class LLMSummaries:
             done = dict(zip(unique, pool.map(lambda r: self.complete(*r), unique), strict=True))
         return [done[r] for r in requests]
 
-    def complete(self, system: str | None, user: str, *, postprocess: bool = True) -> SummaryRecord:
-        """One request through the cache, then the endpoint (with retries); recorded."""
-        key, request_sha = self.key(system, user)
-        base = SummaryRecord(key=key, model=self.model, endpoint=self.endpoint, prompt=self.prompt.name)
+    def complete(self, system: str | None, user: str, *, purpose: str | None = None) -> SummaryRecord:
+        """One request through the cache, then the endpoint (with retries); recorded.
+
+        ``purpose`` names a request that is not a summary (``"judge"``): it keys the cache
+        and the record instead of the prompt name, and the answer is kept as it came.
+        """
+        key, request_sha = self.key(system, user, purpose)
+        base = SummaryRecord(key=key, model=self.model, endpoint=self.endpoint, prompt=purpose or self.prompt.name)
+        postprocess = purpose is None
         hit = self.cache.get(key) if self.cache is not None else None
         if hit is not None:
             record = replace(base, ok=True, cached=True, **{**hit, "estimated": bool(hit["estimated"])})
@@ -396,6 +401,19 @@ class LLMSummaries:
             raise ProviderError(record.error or "the summary failed")
         usage = Usage(record.input_tokens, record.output_tokens, record.cache_read_tokens, record.cache_write_tokens)
         return Reply(text=record.text, tool_calls=[], usage=usage, model=self.model, raw=record)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a worker process needs: the endpoint, model, prompt, settings and the cache's path.
+
+        Records stay with the instance they were made by; an in-memory cache does not travel.
+        """
+        path = self.cache.path if self.cache is not None and self.cache.path != ":memory:" else False
+        return {"endpoint": self._call if self._call is not None else (self.endpoint or None), "model": self.model,
+                "prompt": self.prompt, "cache": path, "settings": self.settings, "api_key": self._api_key}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["endpoint"], state["model"], state["prompt"], cache=state["cache"],  # type: ignore[misc]
+                      settings=state["settings"], api_key=state["api_key"])
 
     # -- accounting ----------------------------------------------------------------------------
 
