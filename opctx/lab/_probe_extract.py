@@ -315,7 +315,7 @@ def error_line(text: str) -> str:
 
 _IDENTIFIERS = [
     re.compile(r"https?://[^\s<>\"'`)\]}，。]+"),
-    re.compile(r"(?<![\w.])v?\d+\.\d+\.\d+(?:[-+][\w.]+)?(?![\w.])"),
+    re.compile(r"(?<![\w.])v?\d+(?:\.\d+){2,}(?:[-+][\w.]*\w)?(?!\w)"),
     re.compile(r"(?<![\w.])v\d+\.\d+(?![\w.])"),
     re.compile(r"(?<![A-Za-z0-9_/.])(?:~|\.{1,2})?/[A-Za-z0-9_.\-@]+(?:/[A-Za-z0-9_.\-@]+)+"),
     re.compile(r"(?<![A-Za-z0-9_/.])[A-Za-z0-9_\-]+(?:/[A-Za-z0-9_.\-]+)+\.[A-Za-z0-9]{1,8}(?![A-Za-z0-9_/])"),
@@ -504,7 +504,8 @@ class _Extractor:
                 for key in [k for k, v in self.tasks.items() if v[0] == subject]:
                     self.tasks[m.group(1)] = self.tasks.pop(key)
         command = tf.shell_command(name, call.arguments) if call else ""
-        failed = tf.result_failed(msg, text) or ("Traceback (most recent call last)" in text)
+        text, code = tf.tool_output(msg, text)
+        failed = msg.get("is_error") is True or (code is not None and code != 0) or "Traceback (most recent call last)" in text
         evidence = tuple(e for e in (call_mid, mid) if e)
         if failed and not text.lstrip().startswith(_TOOL_PROTOCOL_ERRORS):
             line = error_line(text)

@@ -35,6 +35,7 @@ call's name and arguments, so each one is tested on hand-written calls of its fo
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Iterator
@@ -54,7 +55,7 @@ __all__ = [
     "patch_touches",
     "aider_edit_touches",
     "plan_items",
-    "result_failed",
+    "tool_output",
     "is_test_command",
 ]
 
@@ -110,6 +111,7 @@ def iter_tool_calls(messages: list[dict]) -> Iterator[ToolCallView]:
 _PATH_KEYS = ("file_path", "path", "notebook_path", "filename", "file", "target_file", "file_name")
 _READ_TOOLS = {"read", "read_file", "view", "open", "cat", "view_file", "readfile"}
 _WRITE_TOOLS = {"write", "write_file", "create", "create_file", "writefile"}
+_EDITOR_TOOLS = {"str_replace_editor", "str_replace_based_edit_tool", "text_editor"}
 _EDIT_TOOLS = {"edit", "multiedit", "notebookedit", "patch", "edit_file", "str_replace", "replace",
                "insert", "apply_diff", "search_replace"}
 _SHELL_TOOLS = {"bash", "shell", "shell_command", "exec_command", "execute_bash", "run", "terminal",
@@ -149,7 +151,7 @@ def _editor_touch(args: dict) -> list[FileTouch]:
 def file_touches(name: str, args: dict, open_file: str | None = None) -> list[FileTouch]:
     """The files one tool call read or changed (``open_file``: SWE-agent's open file, for ``edit``)."""
     low = name.lower()
-    if low == "str_replace_editor" or (low == "edit" and "command" in args and _path_arg(args)):
+    if low in _EDITOR_TOOLS or (low == "edit" and "command" in args and _path_arg(args)):
         return _editor_touch(args)
     if low == "apply_patch":
         text = args.get("input") or args.get("patch") or args.get("_raw") or ""
@@ -330,16 +332,46 @@ def is_open(item: PlanItem) -> bool:
 _EXIT_CODE = re.compile(r"(?:Exit code:?|exit code|returncode>)\s*(-?\d+)", re.I)
 
 
-def result_failed(msg: dict, text: str) -> bool:
-    """A tool result that reports a failure: flagged as an error, or a non-zero exit code."""
-    if msg.get("is_error") is True:
-        return True
-    extras = msg.get("extras")
-    meta = extras.get("metadata") if isinstance(extras, dict) else None
-    if isinstance(meta, dict) and isinstance(meta.get("exit_code"), int):
-        return meta["exit_code"] not in (0, -1)
-    m = _EXIT_CODE.search(text[:400])
-    return bool(m) and m.group(1) != "0"
+def _extras_code(msg: dict) -> int | None:
+    event = msg.get("event") if isinstance(msg.get("event"), dict) else {}
+    for extras in (msg.get("extras"), event.get("extras")):
+        if not isinstance(extras, dict):
+            continue
+        meta = extras.get("metadata") if isinstance(extras.get("metadata"), dict) else {}
+        for value in (meta.get("exit_code"), extras.get("exit_code")):
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+    return None
+
+
+def tool_output(msg: dict, text: str) -> tuple[str, int | None]:
+    """A tool result's text and exit code, read the way each client writes them.
+
+    OpenHands keeps the code in the observation's ``extras`` (``metadata.exit_code``);
+    Hermes and Codex custom tools answer with JSON (``{"output", "exit_code"}``,
+    ``{"output", "metadata": {"exit_code"}}``); Codex shells, mini-swe-agent and
+    Claude Code write it into the text (``Exit code: 1``, ``<returncode>1</returncode>``).
+    ``-1`` (OpenHands: still running) counts as no code.
+    """
+    code = _extras_code(msg)
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        try:
+            data = json.loads(stripped)
+        except ValueError:
+            data = None
+        if isinstance(data, dict):
+            meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+            value = data.get("exit_code", meta.get("exit_code"))
+            if code is None and isinstance(value, int) and not isinstance(value, bool):
+                code = value
+            parts = [data.get(k) for k in ("output", "stdout", "stderr", "error", "content")]
+            body = "\n".join(p for p in parts if isinstance(p, str) and p)
+            text = body or text
+    if code is None:
+        m = _EXIT_CODE.search(text[:400])
+        code = int(m.group(1)) if m else None
+    return text, (None if code == -1 else code)
 
 
 _TEST_RUNNER = re.compile(
