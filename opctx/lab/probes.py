@@ -339,12 +339,14 @@ def weak_families(table: Any, threshold: float = WEAK_SHARE) -> list[str]:
     return out
 
 
-def _histories(sessions: Any) -> list[RecordedHistory]:
-    """Histories from a database path (every session), or anything ``as_history`` accepts."""
+def _histories(sessions: Any, recorded_only: bool = True) -> list[RecordedHistory]:
+    """Histories from a database path (its sessions that compacted, or all of them with
+    ``recorded_only=False``), or anything ``as_history`` accepts, one or a list."""
     if isinstance(sessions, (str, os.PathLike)):
         from .frames import sessions_df
 
-        ids = sessions_df(sessions)["session_id"].tolist()
+        df = sessions_df(sessions)
+        ids = df[df["n_compactions"] > 0]["session_id"].tolist() if recorded_only else df["session_id"].tolist()
         return [as_history((str(sessions), sid)) for sid in ids]
     if isinstance(sessions, RecordedHistory) or (isinstance(sessions, tuple) and len(sessions) == 2):
         return [as_history(sessions)]
@@ -388,7 +390,7 @@ def evaluate(
     from opctx.context.tokens import Estimator
 
     names = list(dict.fromkeys([*strategies, *(["llm"] if summaries is not None else [])]))
-    all_cuts = [c for h in _histories(sessions) for c in cuts_of(h, cuts)]
+    all_cuts = [c for h in _histories(sessions, recorded_only=cuts is None) for c in cuts_of(h, cuts)]
     llm = summaries.summarise_many([c.folded for c in all_cuts]) if summaries is not None and "llm" in names else []
     estimator = Estimator()
     rows: list[dict] = []
