@@ -13,7 +13,8 @@ By default the recorded compactions whose client summary is visible (Claude Code
 ``compact_boundary`` + ``isCompactSummary``, ``metadata.compaction`` on the summary node;
 Codex stores its summaries encrypted, so its compactions are left out) and that have a
 history before them. ``cuts=[i, ...]`` puts cuts at stream indices of every session
-instead. The history before the cut is ``messages[:i]`` of the expanded stream
+instead (or ``cuts=f`` with ``f(history)`` giving them per history). The history before
+the cut is ``messages[:i]`` of the expanded stream
 (``opctx.lab.history``): the protected head and what the recording folded. The
 recording's kept tail (``kept_ids``) is emitted right after the cut, so it belongs to
 what follows. The *next request* is the first assistant message after the kept tail;
@@ -84,7 +85,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -187,10 +188,13 @@ def _visible_summary(history: RecordedHistory, comp: RecordedCompaction) -> bool
     return history.client != "codex" and bool((comp.summary_text or "").strip())
 
 
-def cuts_of(history: RecordedHistory, cuts: Sequence[int] | None = None) -> list[Cut]:
-    """The cuts of a history: its recorded compactions with a visible summary, or ``cuts``."""
+def cuts_of(history: RecordedHistory, cuts: Sequence[int] | Callable[[RecordedHistory], Sequence[int]] | None = None) -> list[Cut]:
+    """The cuts of a history: its recorded compactions with a visible summary, or ``cuts``
+    (stream indices, or a function of the history giving them)."""
     msgs = history.messages
     out = []
+    if callable(cuts):
+        cuts = list(cuts(history))
     if cuts is None:
         points = [(c.stream_index, c) for c in history.compactions if c.stream_index > 0 and _visible_summary(history, c)]
     else:
@@ -375,7 +379,7 @@ def evaluate(
     *,
     summaries: Any = None,
     judge: Any = None,
-    cuts: Sequence[int] | None = None,
+    cuts: Sequence[int] | Callable[[RecordedHistory], Sequence[int]] | None = None,
     context_window: int | None = None,
     params: dict | None = None,
 ) -> ProbeEvaluation:
@@ -422,7 +426,7 @@ def probe_table(
     *,
     summaries: Any = None,
     judge: Any = None,
-    cuts: Sequence[int] | None = None,
+    cuts: Sequence[int] | Callable[[RecordedHistory], Sequence[int]] | None = None,
     context_window: int | None = None,
     params: dict | None = None,
 ) -> Any:
