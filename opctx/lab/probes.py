@@ -53,8 +53,8 @@ The table and the figures
 ``probe_table`` has one row per (session, cut, strategy, family): ``probes``,
 ``retained``, ``retention`` (a share; ``NaN`` with no probe), ``context_tokens`` (opctx's
 estimate of the context scored, display-only lines excluded), ``summary`` (what made the
-summary), ``fell_back`` / ``error``, ``summary_tokens`` (what the summariser read and
-wrote, for the cost model). ``evaluate`` returns a ``ProbeEvaluation`` with the table, one
+summary), ``fell_back`` / ``error``, ``summary_input_tokens`` / ``summary_output_tokens``
+(what the summariser read and wrote, for the cost model). ``evaluate`` returns a ``ProbeEvaluation`` with the table, one
 row per probe and strategy (``scores``: the probe, its evidence, the matched text and
 where), the probes per cut and the summary records. ``retention_pct`` pools each
 strategy's probes over the cuts (retained / probes); ``report()`` is the JSON of
@@ -361,8 +361,10 @@ def _strategy_rows(cut: Cut, strategy: str, ctx: StrategyContext, probes: list[P
     scores = score_probes(probes, ctx.messages)
     base = {"session": cut.session, "cut": cut.index, "format": cut.history.format, "strategy": strategy,
             "summary": ctx.summary or "-", "context_tokens": tokens, "fell_back": ctx.fell_back, "error": ctx.error}
-    record = ctx.record
-    base["summary_tokens"] = (record.input_tokens + record.output_tokens) if record is not None and record.ok else 0
+    record = ctx.record if ctx.record is not None and ctx.record.ok else None
+    # what the summariser read and wrote (opctx.lab.prices.request_cost prices them)
+    base["summary_input_tokens"] = record.input_tokens if record else 0
+    base["summary_output_tokens"] = record.output_tokens if record else 0
     rows = []
     for family in FAMILIES:
         fam = [s for s in scores if s.probe.family == family]

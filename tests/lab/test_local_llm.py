@@ -62,5 +62,5 @@ def test_probe_table_with_the_real_models_summaries(server, tmp_path):
     ev = evaluate([history], ["recorded", "keep-all"], summaries=llm)
     rows = ev.table[ev.table.strategy == "llm"]
     assert len(rows) == 4 and not rows["fell_back"].any()
-    assert rows["summary"].iloc[0] == f"llm:claude-code:{MODEL_LABEL}" and rows["summary_tokens"].iloc[0] > 0
+    assert rows["summary"].iloc[0] == f"llm:claude-code:{MODEL_LABEL}" and rows["summary_input_tokens"].iloc[0] > 0
     assert ev.keep_all_ok

@@ -264,7 +264,7 @@ def test_llm_strategy_and_its_fallback():
     t = probe_table([recorded_history()], ["recorded"], summaries=ok)
     row = t[(t.strategy == "llm") & (t.family == "artifact")].iloc[0]
     assert row["summary"] == "llm:opctx:m" and not row["fell_back"] and row["retained"] == 1
-    assert row["summary_tokens"] > 0
+    assert row["summary_input_tokens"] > 0 and row["summary_output_tokens"] > 0
     failing = LLMSummaries(lambda *a: (_ for _ in ()).throw(RuntimeError("down")), "m", cache=False,
                            settings=CallSettings(retries=0))
     t = probe_table([recorded_history()], ["keep-all"], summaries=failing)
