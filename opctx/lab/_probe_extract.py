@@ -405,12 +405,6 @@ class _Collector:
             merged = old.evidence + tuple(i for i in ids if i not in old.evidence)
             self.probes[key] = Probe(family, kind, old.text, rule, merged, detail or old.detail)
 
-    def replace_kind(self, family: str, kind: str, items: list[tuple[str, tuple[str, ...]]], rule: str) -> None:
-        for key in [k for k in self.probes if k[:2] == (family, kind)]:
-            del self.probes[key]
-        for text, evidence in items:
-            self.add(family, kind, text, rule, evidence)
-
 
 class _Extractor:
     """One pass over the history before the cut (``extract_probes``)."""
