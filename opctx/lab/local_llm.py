@@ -77,6 +77,18 @@ def local_model_status() -> tuple[bool, str]:
     return True, str(path)
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the parent dies (Linux ``PR_SET_PDEATHSIG``),
+    so a killed notebook or test run does not leave a model server behind."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -120,7 +132,8 @@ class LocalModelServer:
                    "--n_threads_batch", str(self.n_threads),
                    "--model_alias", MODEL_LABEL]
         with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         self._wait_ready()
         return self
 
@@ -165,11 +178,18 @@ class LocalModelServer:
 
 
 def local_summaries(server: LocalModelServer, prompt: str = "opctx", **kwargs: Any) -> Any:
-    """``LLMSummaries`` on the local server, sized for the model's window unless told otherwise."""
+    """``LLMSummaries`` on the local server, sized for the model's window unless told otherwise.
+
+    The request is fitted to half of what the window leaves after the answer: the fit uses
+    opctx's token estimate, and SmolLM2's tokenizer counts Chinese text at up to twice it
+    (requests fitted to the whole window were refused with HTTP 400 on the corpus).
+    """
     from .summaries import CallSettings, LLMSummaries
 
+    answer = 128
     settings = kwargs.pop("settings", None) or CallSettings(
-        max_tokens=128, max_input_tokens=max(256, server.n_ctx - 128 - 256), timeout=600.0, retries=0, concurrency=1)
+        max_tokens=answer, max_input_tokens=max(256, (server.n_ctx - answer) // 2), timeout=600.0, retries=0,
+        concurrency=1)
     return LLMSummaries(server.url, MODEL_LABEL, prompt, settings=settings, **kwargs)
 
 
