@@ -16,6 +16,12 @@
 ``aging_fidelity`` recorded microcompactions vs where the model clears, which results
 ``sweep``          many sessions x many configurations, any executor
 ``scenarios``      seeded synthetic coding sessions with planted identifiers
+``probes``         which facts a continuation needs survive a compaction:
+                   retention probes per family, ``probe_table`` over strategies
+``summaries``      real LLM summaries through an OpenAI-compatible endpoint,
+                   cached in SQLite; ``summary_prompts`` the clients' prompts
+``judge``          an optional LLM judge (Factory's six dimensions)
+``local_llm``      the embedded SmolLM2-135M model on llama.cpp's server
 =================  ==========================================================
 
 Names resolve lazily (``replay`` imports the engine, ``frames`` imports
@@ -81,6 +87,15 @@ _EXPORTS = {
     "make_history": "synthetic_history",
     "open_database": "sources",
     "default_database": "sources",
+    "probe_table": "probes",
+    "extract_probes": "probes",
+    "score_probes": "probes",
+    "ProbeEvaluation": "probes",
+    "LLMSummaries": "summaries",
+    "SummaryCache": "summaries",
+    "SummaryRecord": "summaries",
+    "LLMJudge": "judge",
+    "LocalModelServer": "local_llm",
 }
 
 __all__ = sorted(_EXPORTS)

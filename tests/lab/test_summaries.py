@@ -1,0 +1,182 @@
+"""LLMSummaries: the cache (a second identical sweep makes no call), bounded concurrency,
+retries and timeouts, failures recorded per summary, and the engine's structural fallback."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+
+import pytest
+from _llm_endpoint import fake_endpoint
+
+from opctx.dag.providers import ProviderError, ScriptedProvider
+from opctx.lab.replay import replay
+from opctx.lab.scenarios import generate_session
+from opctx.lab.summaries import CallSettings, LLMSummaries, SummaryCache, default_cache_path
+from opctx.lab.sweep import sweep
+
+pytest.importorskip("openai")
+
+FOLDED = [
+    {"role": "user", "content": "Fix divide() in calc.py; do not touch the tests."},
+    {"role": "assistant", "content": "", "tool_calls": [{"id": "t1", "name": "Read", "arguments": {"file_path": "calc.py"}}]},
+    {"role": "tool", "tool_call_id": "t1", "name": "Read", "content": "def divide(a, b): return a // b"},
+]
+FAST = CallSettings(retries=0, timeout=10.0)
+
+
+def test_the_second_identical_request_is_answered_by_the_cache(tmp_path):
+    path = tmp_path / "summaries.sqlite"
+    with fake_endpoint() as ep:
+        first = LLMSummaries(ep.url, "fake-model", cache=path, settings=FAST)
+        a = first.summarise(FOLDED)
+        again = LLMSummaries(ep.url, "fake-model", cache=path, settings=FAST).summarise(FOLDED)
+        assert ep.requests == 1
+    assert a.ok and not a.cached and again.ok and again.cached
+    assert again.text == a.text and again.input_tokens == a.input_tokens > 0 and again.attempts == 0
+    assert a.endpoint == ep.url and a.model == "fake-model" and a.prompt == "opctx" and a.latency_s > 0
+    # what a request depends on changes the key: another prompt, model or parameter is another entry
+    with fake_endpoint() as ep:
+        LLMSummaries(ep.url, "fake-model", "openhands", cache=path, settings=FAST).summarise(FOLDED)
+        LLMSummaries(ep.url, "other-model", cache=path, settings=FAST).summarise(FOLDED)
+        LLMSummaries(ep.url, "fake-model", cache=path, settings=CallSettings(retries=0, max_tokens=99)).summarise(FOLDED)
+        assert ep.requests == 3
+    assert len(SummaryCache(path)) == 4
+    assert {(e["model"], e["prompt"]) for e in SummaryCache(path).entries()} == {
+        ("fake-model", "opctx"), ("fake-model", "openhands"), ("other-model", "opctx")}
+
+
+def test_a_sweep_run_twice_makes_no_endpoint_call_the_second_time(tmp_path):
+    specs = [generate_session(21, n_turns=25).messages]
+    cache = tmp_path / "summaries.sqlite"
+    grid = {"preset": ["default"], "context_window": [40_000], "aging": [False]}
+
+    def run(ep) -> object:
+        llm = LLMSummaries(ep.url, "fake-model", "claude-code", cache=cache, settings=FAST)
+        return sweep(specs, {**grid, "summaries": [llm]}, progress=False, errors="raise"), llm
+
+    with fake_endpoint("<summary>the user asked to fix the tests</summary>") as ep:
+        df1, llm1 = run(ep)
+        calls_first = ep.requests
+        df2, llm2 = run(ep)
+        assert ep.requests == calls_first  # nothing asked the second time
+    assert calls_first > 0 and df1["compactions"].iloc[0] == calls_first
+    assert llm1.usage()["endpoint_calls"] == calls_first and llm2.usage()["endpoint_calls"] == 0
+    assert llm2.usage()["cached"] == calls_first
+    assert df1["input_tokens_total"].tolist() == df2["input_tokens_total"].tolist()
+
+
+def test_replay_uses_the_named_prompt_and_the_clients_post_processing():
+    seen = []
+
+    def provider(messages, model, system, tools):
+        seen.append((system, messages[0]["content"]))
+        return "<analysis>a</analysis>\n<summary>keep calc.py</summary>"
+
+    llm = LLMSummaries(provider, "local", "claude-code", cache=False)
+    session = generate_session(21, n_turns=25)
+    r = replay(session.messages, "default", context_window=40_000, summaries=llm, aging=False)
+    assert r.compactions and not any(c.fell_back_to_structural for c in r.compactions)
+    assert all("Summary:\nkeep calc.py" in c.summary_text for c in r.compactions)
+    system, user = seen[0]
+    assert system == "You are a helpful AI assistant tasked with summarizing conversations."
+    assert "Your task is to create a detailed summary" in user and "<conversation>" not in user
+
+
+def test_a_failed_summary_falls_back_to_the_structural_one_and_says_so():
+    with fake_endpoint(fail_first=10**6, fail_status=400) as ep:
+        llm = LLMSummaries(ep.url, "m", cache=False, settings=FAST)
+        r = replay(generate_session(21, n_turns=25).messages, "default", context_window=40_000, summaries=llm, aging=False)
+    assert r.compactions and all(c.fell_back_to_structural for c in r.compactions)
+    assert all("ProviderHTTPError" in (c.error or "") for c in r.compactions)
+    assert llm.records and not any(rec.ok for rec in llm.records)
+    assert all("400" in rec.error for rec in llm.records)
+    with pytest.raises(ProviderError):
+        llm([{"role": "user", "content": "x"}], "m", "sys", None)
+
+
+def test_retries_then_success_and_failures_are_not_cached(tmp_path):
+    cache = tmp_path / "c.sqlite"
+    settings = CallSettings(retries=2, backoff=0.01, timeout=10.0)
+    with fake_endpoint(fail_first=2) as ep:
+        rec = LLMSummaries(ep.url, "m", cache=cache, settings=settings).summarise(FOLDED)
+        assert ep.requests == 3
+    assert rec.ok and rec.attempts == 3
+    with fake_endpoint(fail_first=5) as ep:
+        rec = LLMSummaries(ep.url, "m", "openhands", cache=cache, settings=settings).summarise(FOLDED)
+        assert ep.requests == 3 and not rec.ok and rec.attempts == 3 and "500" in rec.error
+    assert len(SummaryCache(cache)) == 1  # the failure was not stored: the next run asks again
+
+
+def test_a_timeout_is_a_recorded_failure():
+    with fake_endpoint(delay=2.0) as ep:
+        rec = LLMSummaries(ep.url, "m", cache=False, settings=CallSettings(retries=0, timeout=0.3)).summarise(FOLDED)
+    assert not rec.ok and rec.error.startswith("ProviderTimeoutError")
+
+
+def test_summarise_many_keeps_to_its_concurrency_and_asks_each_request_once():
+    batches = [FOLDED[:1] + [{"role": "user", "content": f"variant {i}"}] for i in range(6)] + [FOLDED] * 3
+    with fake_endpoint(delay=0.2) as ep:
+        llm = LLMSummaries(ep.url, "m", cache=False, settings=CallSettings(retries=0, concurrency=2))
+        out = llm.summarise_many(batches)
+        assert ep.requests == 7 and ep.max_in_flight == 2
+    assert [r.ok for r in out] == [True] * 9 and out[-1] is out[-2]
+
+
+def test_offline_summaries_answer_from_the_cache_only(tmp_path):
+    cache = tmp_path / "c.sqlite"
+    LLMSummaries(ScriptedProvider(["cached text"]), "m", cache=cache).summarise(FOLDED)
+    offline = LLMSummaries.from_cache("m", cache=cache)
+    assert offline.summarise(FOLDED).text == "cached text"
+    miss = offline.summarise(FOLDED[:1])
+    assert not miss.ok and miss.error.startswith("OfflineMiss")
+    assert offline.usage()["endpoint_calls"] == 0
+    with pytest.raises(ValueError, match="endpoint"):
+        LLMSummaries(None, "m")
+
+
+def test_usage_and_records_for_the_cost_model():
+    llm = LLMSummaries(ScriptedProvider(["one", "two"]), "m", cache=False)
+    llm.summarise(FOLDED)
+    llm.summarise(FOLDED[:1])
+    usage = llm.usage()
+    assert usage["summaries"] == 2 and usage["failed"] == 0 and usage["input_tokens"] > 0
+    df = llm.records_df()
+    assert {"model", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "latency_s",
+            "ok", "error", "cached", "estimated"} <= set(df.columns)
+    assert df["estimated"].all()  # a bare str reply reports no usage: opctx's estimate
+
+
+def test_a_small_window_leaves_out_the_oldest_messages():
+    many = [{"role": "user", "content": f"message {i} " + "word " * 50} for i in range(40)]
+    llm = LLMSummaries(ScriptedProvider(["s"]), "m", cache=False, settings=CallSettings(max_input_tokens=800))
+    system, user = llm.request(many)
+    assert "earlier message(s) left out to fit the summary call" in user
+    assert "message 39" in user and "message 0 " not in user
+
+
+def test_the_cache_is_shared_safely_between_threads(tmp_path):
+    cache = SummaryCache(tmp_path / "c.sqlite")
+    llm = LLMSummaries(lambda *a: "same", "m", cache=cache)
+    threads = [threading.Thread(target=llm.summarise, args=(FOLDED,)) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(cache) == 1 and all(r.ok for r in llm.records)
+
+
+def test_default_cache_path_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("OPCTX_SUMMARY_CACHE", str(tmp_path / "x.sqlite"))
+    assert default_cache_path() == tmp_path / "x.sqlite"
+    monkeypatch.delenv("OPCTX_SUMMARY_CACHE")
+    monkeypatch.setenv("OPCTX_CACHE_DIR", str(tmp_path))
+    assert default_cache_path() == tmp_path / "summaries.sqlite"
+
+
+def test_summaries_travel_to_worker_processes(tmp_path):
+    with fake_endpoint() as ep:
+        llm = LLMSummaries(ep.url, "m", cache=tmp_path / "c.sqlite", settings=FAST)
+        llm.summarise(FOLDED)
+        copy = pickle.loads(pickle.dumps(llm))
+        assert copy.summarise(FOLDED).cached and ep.requests == 1
