@@ -29,9 +29,10 @@ CHROMIUM_ARGS = [
 ]
 
 
-def unavailable(reason: str) -> None:
+def unavailable(reason: str, what: str = "browser test") -> None:
+    """Skip for ``reason``; under ``CI`` fail instead (CI must not silently lose a test)."""
     if os.environ.get("CI"):
-        pytest.fail(f"browser test cannot run in CI: {reason}")
+        pytest.fail(f"{what} cannot run in CI: {reason}")
     pytest.skip(reason)
 
 

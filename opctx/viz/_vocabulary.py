@@ -300,11 +300,13 @@ def text_cell(text: str, *, css: str = "text", attrs: str = "") -> str:
     return f'<td class="{css}" title="{escaped}"{attrs}><div class="clip">{escaped}</div></td>'
 
 
-def number_cell(value: object, *, prefix: str = "", css: str = "num", attrs: str = "") -> str:
-    """A right-aligned ``<td>`` of a count (thousands separated; empty for a missing value)."""
+def number_cell(value: object, *, prefix: str = "", css: str = "num", attrs: str = "",
+                separators: bool = True) -> str:
+    """A right-aligned ``<td>`` of a count (thousands separated unless ``separators=False``;
+    empty for a missing value)."""
     if value is None or (isinstance(value, float) and value != value):
         shown = ""
-    elif isinstance(value, bool) or not isinstance(value, int | float):
+    elif isinstance(value, bool) or not isinstance(value, int | float) or not separators:
         shown = prefix + str(value)
     elif float(value).is_integer():
         shown = prefix + f"{int(value):,}"
