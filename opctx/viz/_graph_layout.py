@@ -334,13 +334,20 @@ def _vis_edges(
 
 
 def _compaction_focus(graph: Graph, units: _Units) -> list[dict]:
-    """Per compaction (summary node, in ``seq`` order): a label and the units around its
-    cut - the summary, the kept originals, the copies and the last folded messages.
+    """Per compaction (summary node, in ``seq`` order): a label, the units around its cut -
+    the summary, the kept originals, the copies and the last folded messages - and what
+    *this* compaction did to each unit it touched (``membership``: status -> index ranges).
 
-    The protected head is left out: it sits at the start of the session, and zooming
-    to hold it would show the whole session again.
+    The drawing shows each node's latest fate (a later compaction may fold what an earlier
+    one kept); focused on one compaction, the page draws that compaction's own memberships.
+    The protected head is left out of the zoom: it sits at the start of the session, and
+    zooming to hold it would show the whole session again.
     """
     index = {key: i for i, key in enumerate(units.keys)}
+
+    def drawn(ids: Iterable[str]) -> list[int]:
+        return sorted({index[u] for u in map(units.unit_of, ids) if u in index})
+
     out = []
     for node in graph:
         comp = node.metadata.get("compaction")
@@ -351,12 +358,15 @@ def _compaction_focus(graph: Graph, units: _Units) -> list[dict]:
         if not folded and isinstance(span, list | tuple) and len(span) == 2 and all(span):
             folded = _range_ids(graph, span[0], span[1])
         kept = {i for i in comp.get("kept_ids") or () if isinstance(i, str)}
-        originals = kept | {i for i in comp.get("protected_ids") or () if isinstance(i, str)}
-        copies = {n.id for n in graph if n.metadata.get("copied_from") in originals}
+        protected = {i for i in comp.get("protected_ids") or () if isinstance(i, str)}
+        copies = {n.id for n in graph if n.metadata.get("copied_from") in kept | protected}
         around = {node.id} | kept | copies | set(folded[-_FOCUS_FOLDED:])
-        drawn = sorted({index[u] for u in map(units.unit_of, around) if u in index})
+        membership = {status: _index_ranges(drawn(ids)) for status, ids in (
+            ("protected", protected), ("folded", folded), ("kept", kept), ("copy", copies),
+            ("summary", [node.id]))}
         out.append({"id": node.id, "label": f"compaction {len(out) + 1} (seq {node.seq})",
-                    "summary": index.get(units.unit_of(node.id)), "nodes": drawn})
+                    "summary": index.get(units.unit_of(node.id)), "nodes": drawn(around),
+                    "membership": {k: v for k, v in membership.items() if v}})
     return out
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ._graph_labels import COMPACTION_COLORS, EDGE_COLORS
 from ._graph_layout import _COLUMN, _LANE, _LINE_GAP, _MAX_ZOOM, _Layout
-from ._vocabulary import ROLES, legend_html
+from ._vocabulary import FADED_OPACITY, MEMBERSHIP, ROLES, legend_html
 from .html import escape_text, json_for_script
 
 # How the page draws labels (see _PAGE_JS, ``relabel``): font, the smallest and largest
@@ -213,7 +213,7 @@ _PAGE_JS = """
     var nodeList = visibleNodes(), edgeList = visibleEdges();
     place(nodeList, edgeList);
     clearReads();
-    nodes.clear(); edges.clear(); labelled = {};
+    nodes.clear(); edges.clear(); labelled = {}; restyled = false;
     nodes.add(nodeList); edges.add(edgeList);
     order = nodeList.slice().sort(function(a, b){
       var d = importance(a) - importance(b);
@@ -224,10 +224,40 @@ _PAGE_JS = """
     if (network) focusOn(focusBox ? Number(focusBox.value) : -1);
   }
 
+  // focused on a compaction, the drawing shows what that compaction did: the nodes it
+  // touched in its own memberships, every other node plain (the whole session shows each
+  // node's latest fate instead: a later compaction may fold what an earlier one kept)
+  var plain = {color: "", width: 1, dashes: [], faded: false};
+  function styleOf(n, mark){  // vis options of a payload node: its own, or under a membership
+    if (!mark) return {color: keepColors(n.color), borderWidth: n.borderWidth,
+                       borderWidthSelected: n.borderWidth + 2, opacity: n.opacity || 1,
+                       shapeProperties: {borderDashes: (n.shapeProperties || {}).borderDashes || false}};
+    return {color: keepColors({background: n.color.background, border: mark.color || n.color.background}),
+            borderWidth: mark.width, borderWidthSelected: mark.width + 2,
+            opacity: mark.faded && n.role !== "collapsed" ? data.fadedOpacity : 1,
+            shapeProperties: {borderDashes: mark.dashes.length ? mark.dashes : false}};
+  }
+  var restyled = false;
+  function restyle(i){
+    var marks = {}, c = i >= 0 ? data.compactions[i] : null, updates = [];
+    if (!c && !restyled) return;
+    if (c) Object.keys(c.membership).forEach(function(status){
+      c.membership[status].forEach(function(r){ for (var j = r[0]; j <= r[1]; j++) marks[j] = status; });
+    });
+    data.nodes.forEach(function(n, j){
+      if (!nodes.get(j)) return;  // drawn inside a folded turn
+      var mark = c ? (marks[j] ? data.marks[marks[j]] : plain) : null;
+      updates.push(Object.assign({id: j}, styleOf(n, mark)));
+    });
+    restyled = Boolean(c);
+    if (updates.length) nodes.update(updates);
+  }
+
   // fit the whole session (a small one may grow up to MAX_ZOOM), or where one compaction cut
-  function fitAll(){ network.fit({animation: false, maxZoomLevel: geo.maxZoom}); relabel(); }
+  function fitAll(){ restyle(-1); network.fit({animation: false, maxZoomLevel: geo.maxZoom}); relabel(); }
   function focusOn(i){
     var compaction = i >= 0 ? data.compactions[i] : null;
+    if (compaction) restyle(i);
     if (!compaction || !compaction.nodes.length) { fitAll(); return; }
     var ids = compaction.nodes.map(shownAs).filter(function(id, k, all){ return all.indexOf(id) === k; });
     // centre on the summary, zoomed so that about as many time steps as the cut holds fill
@@ -335,6 +365,9 @@ def graph_html(
         "turn": {"shape": ROLES["turn"].shape},
         "geometry": {"column": _COLUMN, "lane": _LANE, "lineGap": _LINE_GAP, "maxZoom": _MAX_ZOOM},
         "labels": LABELS,
+        "marks": {name: {"color": m.color, "width": m.width, "dashes": list(m.dashes),
+                         "faded": m.faded} for name, m in MEMBERSHIP.items()},
+        "fadedOpacity": FADED_OPACITY,
         "compactions": layout.compactions,
         "focus": focus,
         "collapseTurns": bool(collapse_turns and turns),
@@ -348,7 +381,8 @@ def graph_html(
     controls = ('<label class="k"><input type="checkbox" id="opctx-turns">turns folded</label>'
                 if turns else "")
     if layout.compactions:
-        controls += ('<label class="k">focus <select id="opctx-focus">'
+        controls += ('<label class="k" title="focused on a compaction, the borders show what '
+                     'that compaction did">focus <select id="opctx-focus">'
                      '<option value="-1">whole session</option></select></label>')
     controls += '<button id="opctx-fit" type="button">fit</button>'
     hint = "click a node: its reads" + ("; double-click a turn: open it" if turns else "")
@@ -361,6 +395,7 @@ def _legend(layout: _Layout, turns: bool) -> str:
     """The vocabulary's legend for what this drawing holds, and the key of its numbers."""
     roles = {n["role"] for n in layout.nodes} | ({"turn"} if turns else set())
     membership = {n["membership"] for n in layout.nodes if n.get("membership")}
+    membership |= {status for c in layout.compactions for status in c.get("membership", ())}
     edges = {e["kind"] for e in layout.edges} | ({"reads"} if layout.reads else set())
     return legend_html(sorted(roles), sorted(membership), sorted(edges), numbers=True)
 

@@ -377,3 +377,20 @@ def test_diff_graph_puts_each_copy_under_its_original():
     columns = sorted(node_of[i]["c"] for i in folded)
     assert columns[0] <= node_of[d.summary.id]["c"] <= columns[-1]
     assert 'id="opctx-turns"' not in diff_graph(graph, diff=d).html  # a diff keeps its columns
+
+
+def test_each_compaction_ships_its_own_memberships_for_the_focus():
+    graph, head = synthetic_session(400, compact_every=150, seed=5)
+    data = _data(render_graph(graph, head=head).html)
+    by_label = {n["label"].split()[0]: i for i, n in enumerate(data["nodes"])}
+    summaries = [n for n in graph if isinstance(n.metadata.get("compaction"), dict)
+                 and not n.metadata.get("copied_from")]
+    assert len(data["compactions"]) == len(summaries) >= 2
+    for focus, summary in zip(data["compactions"], summaries, strict=True):
+        comp = summary.metadata["compaction"]
+        shipped = {status: {j for a, b in ranges for j in range(a, b + 1)}
+                   for status, ranges in focus["membership"].items()}
+        assert shipped["summary"] == {by_label[f"#{summary.seq}"]}
+        for status in ("protected", "folded", "kept"):
+            expected = {by_label[f"#{graph[i].seq}"] for i in comp.get(f"{status}_ids") or ()}
+            assert shipped.get(status, set()) == expected, status
