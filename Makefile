@@ -20,12 +20,19 @@ $(STAMP): pyproject.toml setup.py opctx/context/_refscan.c
 
 install: $(STAMP)
 
-# Debian's chromium for the browser test (playwright drives it; it never downloads a browser).
+# Debian's chromium for the browser tests (playwright drives it; it never downloads a
+# browser), and Debian's fonts-noto-cjk: transcripts are often Chinese, Japanese or Korean,
+# and without a CJK font both Chromium and matplotlib draw their characters as empty boxes.
+# Each is installed only when missing (chromium on the PATH; a CJK font fontconfig knows),
+# and only as root with apt-get; elsewhere one line says what is missing.
 system-deps:
-	@command -v chromium >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
-	  else echo "chromium is not installed and cannot be installed here (not root)"; fi; }
+	@missing=""; \
+	command -v chromium >/dev/null 2>&1 || missing="chromium"; \
+	fc-list :lang=zh 2>/dev/null | grep -q . || missing="$$missing fonts-noto-cjk"; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+	else echo "not installed, and cannot be installed here (needs root and apt-get):$$missing"; fi
 
 $(SAMPLE_DB): $(STAMP) $(wildcard data/samples/*) opctx/lab/scenarios.py
 	$(BIN)/opctx build-samples --db $(SAMPLE_DB)

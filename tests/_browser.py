@@ -29,9 +29,10 @@ CHROMIUM_ARGS = [
 ]
 
 
-def unavailable(reason: str) -> None:
+def unavailable(reason: str, what: str = "browser test") -> None:
+    """Skip for ``reason``; under ``CI`` fail instead (CI must not silently lose a test)."""
     if os.environ.get("CI"):
-        pytest.fail(f"browser test cannot run in CI: {reason}")
+        pytest.fail(f"{what} cannot run in CI: {reason}")
     pytest.skip(reason)
 
 
@@ -86,3 +87,45 @@ def node_position_js(node_id: Any) -> str:
       const p = net.canvasToDOM(net.getPositions([{node_id!r}])[{node_id!r}]);
       return {{x: frame.left + p.x, y: frame.top + p.y}};
     }}"""
+
+
+# every label vis-network draws, as the box it drew it in (page pixels): nodes whose centre
+# is in the frame (vis draws those, so their label sizes are current) and whose label is
+# not empty and not below vis-network's drawThreshold at this zoom
+LABEL_BOXES_JS = """() => {
+  const net = window.opctxNetwork, scale = net.getScale();
+  const frame = net.body.container.getBoundingClientRect();
+  const out = [];
+  for (const id of net.body.nodeIndices) {
+    const node = net.body.nodes[id], text = node.options.label;
+    if (!text) continue;
+    const c = net.canvasToDOM({x: node.x, y: node.y});
+    if (c.x < 0 || c.x > frame.width || c.y < -60 || c.y > frame.height) continue;
+    if (node.options.font.size * scale < node.options.scaling.label.drawThreshold - 1) continue;
+    const s = node.labelModule.size;
+    const a = net.canvasToDOM({x: s.left, y: s.top});
+    const z = net.canvasToDOM({x: s.left + s.width, y: s.top + s.height});
+    out.push({id: id, text: text, x0: a.x, y0: a.y, x1: z.x, y1: z.y});
+  }
+  return out;
+}"""
+
+# resolves once vis-network has drawn the current state (label sizes are set when drawn)
+REDRAWN_JS = """() => new Promise(done => {
+  const net = window.opctxNetwork;
+  net.once("afterDrawing", () => done(true));
+  net.redraw();
+})"""
+
+
+def overlapping(boxes: list[dict]) -> list[tuple[str, str]]:
+    """Pairs of boxes that overlap (touching edges do not)."""
+    out = []
+    ordered = sorted(boxes, key=lambda b: b["x0"])
+    for i, a in enumerate(ordered):
+        for b in ordered[i + 1:]:
+            if b["x0"] >= a["x1"]:
+                break
+            if a["y0"] < b["y1"] and b["y0"] < a["y1"]:
+                out.append((a["text"], b["text"]))
+    return out

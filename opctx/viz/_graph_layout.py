@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..dag.nodes import Graph
-from ._graph_labels import COMPACTION_COLORS, EDGE_COLORS, ROLE_COLORS, _group_node, _tooltip
+from ._graph_labels import EDGE_COLORS, _group_node, _node_labels, _tooltip
 from ._graph_nodes import NodeInfo, _is_summary, _range_ids
-from .html import preview
+from ._vocabulary import EDGES, vis_style
 
 # a slot's geometry, in vis-network canvas units (also used by the page's script)
 _COLUMN = 40.0  # one time step
@@ -241,18 +241,19 @@ def _vis_nodes(
     *,
     max_nodes: int,
 ) -> list[dict]:
-    """One vis-network node per unit. Tooltips are plain text (see the module docstring)."""
+    """One vis-network node per unit: position, slot, size, the vocabulary's style for its
+    role and membership, a full and a short label (the page shows whichever fits).
+    Tooltips are plain text (see the module docstring)."""
     nodes: list[dict] = []
     for i, key in enumerate(units.keys):
         group = units.groups.get(key)
         if group is not None:
-            label, title, _branch, comp = _group_node(group, max_nodes)
-            role, radius = "collapsed", 14.0
+            label, short, title, _branch, comp = _group_node(group, max_nodes)
+            role, radius = "collapsed", 12.0
         else:
             info = by_id[key]
             inner = units.inner.get(key, 0)
-            label = preview(f"{info.seq} {info.name or info.display_role}", 28) + (
-                f" (+{inner})" if inner else "")
+            label, short = _node_labels(info, inner)
             title = _tooltip(info, inner)
             role, comp = info.display_role, info.compaction
             base, per_doubling, largest = _RADIUS
@@ -270,18 +271,15 @@ def _vis_nodes(
             "o": slots[i].offset,
             "turn": turns[i],
             "size": round(radius, 1),
-            "color": {
-                "background": ROLE_COLORS[role],
-                "border": COMPACTION_COLORS.get(comp or "", ROLE_COLORS[role]),
-            },
-            "borderWidth": 3 if comp else 1,
-            "shape": "box" if role == "collapsed" else ("diamond" if role == "summary" else "dot"),
-            "group": role,
+            **vis_style(role, comp),
+            "role": role,  # not vis-network's "group": a group's colours would override these on update
         }
+        if comp:
+            node["membership"] = comp
+        if short != label.split(" ")[0]:
+            node["short"] = short  # else the page takes the label's first word
         if role in ("user", "summary", "collapsed"):
-            node["font"] = {"size": 13}  # landmarks: their labels appear first when zooming in
-        if comp == "folded" and role != "collapsed":
-            node["opacity"] = 0.45
+            node["font"] = {"size": 13}  # landmarks: their labels win a place first
         nodes.append(node)
     return nodes
 
@@ -326,7 +324,7 @@ def _vis_edges(
             "to": t,
             "kind": k,
             "color": EDGE_COLORS[k],
-            "dashes": k == "caller",
+            "dashes": EDGES[k].dashes,
             "width": 1 + min(4.0, math.log2(c)) if c > 1 else 1,
             "title": f"{k}" + (f" \u00d7{c}" if c > 1 else ""),
         }
@@ -336,13 +334,20 @@ def _vis_edges(
 
 
 def _compaction_focus(graph: Graph, units: _Units) -> list[dict]:
-    """Per compaction (summary node, in ``seq`` order): a label and the units around its
-    cut - the summary, the kept originals, the copies and the last folded messages.
+    """Per compaction (summary node, in ``seq`` order): a label, the units around its cut -
+    the summary, the kept originals, the copies and the last folded messages - and what
+    *this* compaction did to each unit it touched (``membership``: status -> index ranges).
 
-    The protected head is left out: it sits at the start of the session, and zooming
-    to hold it would show the whole session again.
+    The drawing shows each node's latest fate (a later compaction may fold what an earlier
+    one kept); focused on one compaction, the page draws that compaction's own memberships.
+    The protected head is left out of the zoom: it sits at the start of the session, and
+    zooming to hold it would show the whole session again.
     """
     index = {key: i for i, key in enumerate(units.keys)}
+
+    def drawn(ids: Iterable[str]) -> list[int]:
+        return sorted({index[u] for u in map(units.unit_of, ids) if u in index})
+
     out = []
     for node in graph:
         comp = node.metadata.get("compaction")
@@ -353,12 +358,15 @@ def _compaction_focus(graph: Graph, units: _Units) -> list[dict]:
         if not folded and isinstance(span, list | tuple) and len(span) == 2 and all(span):
             folded = _range_ids(graph, span[0], span[1])
         kept = {i for i in comp.get("kept_ids") or () if isinstance(i, str)}
-        originals = kept | {i for i in comp.get("protected_ids") or () if isinstance(i, str)}
-        copies = {n.id for n in graph if n.metadata.get("copied_from") in originals}
+        protected = {i for i in comp.get("protected_ids") or () if isinstance(i, str)}
+        copies = {n.id for n in graph if n.metadata.get("copied_from") in kept | protected}
         around = {node.id} | kept | copies | set(folded[-_FOCUS_FOLDED:])
-        drawn = sorted({index[u] for u in map(units.unit_of, around) if u in index})
+        membership = {status: _index_ranges(drawn(ids)) for status, ids in (
+            ("protected", protected), ("folded", folded), ("kept", kept), ("copy", copies),
+            ("summary", [node.id]))}
         out.append({"id": node.id, "label": f"compaction {len(out) + 1} (seq {node.seq})",
-                    "summary": index.get(units.unit_of(node.id)), "nodes": drawn})
+                    "summary": index.get(units.unit_of(node.id)), "nodes": drawn(around),
+                    "membership": {k: v for k, v in membership.items() if v}})
     return out
 
 

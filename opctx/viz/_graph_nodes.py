@@ -129,7 +129,8 @@ def _estimate_tokens(text: str) -> int:
 
 
 def _display_role(call: Call, membership: str | None) -> str:
-    if membership == "summary":
+    # a summary stays a summary when a later compaction folds it (its role is who wrote it)
+    if membership == "summary" or _is_summary(call):
         return "summary"
     if call.role == "user":
         return "user"
@@ -261,6 +262,10 @@ def node_infos(
         depth = depth_of.get(node.caller, -1) + 1 if node.caller in graph else 0
         depth_of[node.id] = depth
         status, summary_id = membership.get(node.id, (None, None))
+        cleared_by = node.metadata.get("cleared_by")
+        if status is None and isinstance(cleared_by, str):
+            # a tool result a recorded aging step cleared in place (no new branch)
+            status, summary_id = "cleared", cleared_by
         text = call_text(node)
         infos.append(
             NodeInfo(

@@ -36,7 +36,10 @@ Choices:
   given are expanded by walking ``predecessor`` (as in ``viz.graph``).
 * ``diff_html`` lays the two sides out as one table aligned by original: a
   protected or kept original sits next to its copy, and the folded run sits
-  next to the summary (one cell spanning the run). All text is escaped.
+  next to the summary (its cells spanning the run). Five columns a side (status,
+  message, seq, tokens, text): text left, numbers right, a long text cut to three
+  lines with the whole of it on hover, the vocabulary's legend above
+  (``_diff_html``; docs/viz.md "Visual vocabulary"). All text is escaped.
 * A tool result that a recorded microcompaction cleared (``metadata.cleared_by``,
   see below) carries that mark in the diff rows (``cleared_by``) and a
   ``cleared`` tag in the HTML.
@@ -56,15 +59,15 @@ figures in the caption, every transcript text escaped.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..dag.nodes import Call, Graph
+from ._diff_html import DiffLine, aging_html, diff_html, diff_lines
 from ._graph_layout import _Slot, _Units, slot_offset
 from ._graph_nodes import _estimate_tokens, _range_ids
 from .graph import (
-    COMPACTION_COLORS,
     GraphView,
     NodeInfo,
     _render,
@@ -72,7 +75,7 @@ from .graph import (
     load_session,
     node_infos,
 )
-from .html import escape_text, preview
+from .html import preview
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -201,9 +204,13 @@ def compare_compaction(
     session_id: str | None = None,
     compaction: str | int | None = None,
     *,
-    preview_chars: int = 160,
+    preview_chars: int = 400,
 ) -> BranchDiff:
-    """The diff of one compaction as a :class:`BranchDiff` (rows, summary node, graph)."""
+    """The diff of one compaction as a :class:`BranchDiff` (rows, summary node, graph).
+
+    ``preview_chars``: the length of each row's ``preview``; the table shows three lines
+    of it and the whole preview on hover, so it is longer than a line.
+    """
     import pandas as pd
 
     graph, _ = load_session(source, session_id)
@@ -286,197 +293,12 @@ def branch_diff(
     session_id: str | None = None,
     compaction: str | int | None = None,
     *,
-    preview_chars: int = 160,
+    preview_chars: int = 400,
 ) -> pd.DataFrame:
     """One row per message before and after a compaction (see the module docstring)."""
     return compare_compaction(
         session_db_or_path, session_id, compaction, preview_chars=preview_chars
     ).rows
-
-
-_DIFF_CSS = """
-.opctx-diff{border-collapse:collapse;font:12px/1.35 system-ui,sans-serif;width:100%;table-layout:fixed}
-.opctx-diff th,.opctx-diff td{border:1px solid #e3e3e3;padding:3px 6px;vertical-align:top;text-align:left;
-overflow-wrap:anywhere}
-.opctx-diff th{background:#f6f6f6}
-.opctx-diff .tag{display:inline-block;min-width:62px;padding:0 4px;border-radius:3px;color:#fff;
-font-size:11px;margin-right:4px;text-align:center}
-.opctx-diff .meta{color:#777;font-size:11px}
-.opctx-diff td.folded{background:#f1f1f1;color:#777}
-.opctx-diff td.empty{background:#fafafa}
-.opctx-diff td.gap{background:#fbfbfb;color:#666;text-align:center}
-.opctx-diff td.gap summary{cursor:pointer}
-.opctx-diff td.gap .opctx-diff{margin-top:4px;text-align:left}
-.opctx-diff .cleared{background:#b2182b}
-.opctx-diff .cleared-earlier{background:#f4a582;color:#222}
-.opctx-diff tr.cleared-row td{background:#fdf0ee}
-"""
-
-
-def _cell(r: Any) -> str:
-    color = COMPACTION_COLORS.get(str(r["status"]), "#999")
-    ident = r["copy_id"] if r["side"] == "after" else r["original_id"]
-    cleared = r.get("cleared_by") if hasattr(r, "get") else None
-    mark = (f'<span class="tag cleared" title="cleared by {escape_text(cleared)}">cleared</span>'
-            if isinstance(cleared, str) else "")
-    return (
-        f'<span class="tag" style="background:{color}">{escape_text(r["status"])}</span>{mark}'
-        f'<b>{escape_text(r["role"])}</b> <span class="meta">{escape_text(ident)} '
-        f"\u00b7 seq {escape_text(r['seq'])} \u00b7 \u2248{escape_text(r['tokens'])} tok</span><br>"
-        f"{escape_text(r['preview'])}"
-    )
-
-
-@dataclass
-class DiffLine:
-    """One line of the side-by-side view.
-
-    ``kind`` is ``unchanged`` (an original and its identical copy), ``folded`` (a
-    folded original; the summary spans these lines on the right), ``changed`` (an
-    original with no copy, or the summary alone), or a collapsed run:
-    ``gap-unchanged`` / ``gap-folded`` with ``hidden`` lines inside.
-    """
-
-    kind: str
-    left: str = ""
-    right: str = ""
-    hidden: list[DiffLine] = field(default_factory=list)
-
-
-def diff_lines(
-    rows: pd.DataFrame,
-    *,
-    context: int | None = 3,
-    folded_context: int | None = 10,
-) -> list[DiffLine]:
-    """The aligned lines of a diff, long runs collapsed.
-
-    A run of unchanged lines longer than ``2 * context + 1`` keeps ``context``
-    lines at each end and becomes one ``gap-unchanged`` line in between ("… 37
-    unchanged messages …"); folded runs likewise with ``folded_context``. ``None``
-    collapses nothing of that kind. Every message stays in exactly one line or one
-    gap's ``hidden`` list.
-    """
-    before = rows[rows["side"] == "before"].sort_values("position")
-    after = rows[rows["side"] == "after"].sort_values("position")
-    copies = {r["original_id"]: r for _, r in after.iterrows() if r["original_id"] is not None}
-    summaries = [r for _, r in after.iterrows() if r["status"] == "summary"]
-    summary_cell = _cell(summaries[0]) if summaries else ""
-    lines: list[DiffLine] = []
-    for _, r in before.iterrows():
-        if r["status"] == "folded":
-            lines.append(DiffLine("folded", _cell(r), summary_cell))
-            continue
-        copy = copies.get(r["original_id"])
-        lines.append(DiffLine("unchanged" if copy is not None else "changed", _cell(r),
-                              _cell(copy) if copy is not None else ""))
-    if summaries and not any(line.kind == "folded" for line in lines):
-        # nothing folded (a recorded compaction may list no ids): still show the summary
-        lines.append(DiffLine("changed", "", summary_cell))
-    return _collapse_runs(lines, {"unchanged": context, "folded": folded_context})
-
-
-def _collapse_runs(lines: list[DiffLine], keep: dict[str, int | None]) -> list[DiffLine]:
-    out: list[DiffLine] = []
-    start = 0
-    while start < len(lines):
-        kind = lines[start].kind
-        end = start
-        while end < len(lines) and lines[end].kind == kind:
-            end += 1
-        run = lines[start:end]
-        ends = keep.get(kind)
-        if ends is None or len(run) <= 2 * ends + 1:
-            out.extend(run)
-        else:
-            hidden = run[ends : len(run) - ends]
-            out.extend(run[:ends])
-            # a folded gap keeps the summary on its right, like the lines it stands for
-            out.append(DiffLine(f"gap-{kind}", "", run[0].right if kind == "folded" else "",
-                                hidden))
-            out.extend(run[len(run) - ends :])
-        start = end
-    return out
-
-
-def _gap_label(line: DiffLine) -> str:
-    what = "unchanged" if line.kind == "gap-unchanged" else "more folded"
-    return f"\u2026 {len(line.hidden)} {what} messages \u2026"
-
-
-def _render_lines(lines: Sequence[DiffLine]) -> list[str]:
-    """``<tr>`` elements; the summary spans each run of folded lines on the page."""
-    out: list[str] = []
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        if line.kind in ("folded", "gap-folded"):
-            j = i
-            while j < len(lines) and lines[j].kind in ("folded", "gap-folded"):
-                j += 1
-            for k in range(i, j):
-                left = _folded_left(lines[k])
-                right = f'<td rowspan="{j - i}">{line.right}</td>' if k == i else ""
-                out.append(f"<tr>{left}{right}</tr>")
-            i = j
-            continue
-        if line.kind == "gap-unchanged":
-            inner = "".join(_render_lines(line.hidden))
-            out.append(
-                f'<tr><td colspan="2" class="gap"><details><summary>{_gap_label(line)}'
-                f'</summary><table class="opctx-diff">{inner}</table></details></td></tr>'
-            )
-        else:
-            left = f"<td>{line.left}</td>" if line.left else '<td class="empty"></td>'
-            right = f"<td>{line.right}</td>" if line.right else '<td class="empty"></td>'
-            out.append(f"<tr>{left}{right}</tr>")
-        i += 1
-    return out
-
-
-def _folded_left(line: DiffLine) -> str:
-    if line.kind == "folded":
-        return f'<td class="folded">{line.left}</td>'
-    cells = "".join(f"<div>{h.left}</div>" for h in line.hidden)
-    return (f'<td class="folded gap"><details><summary>{_gap_label(line)}</summary>'
-            f"{cells}</details></td>")
-
-
-def diff_html(
-    rows: pd.DataFrame,
-    *,
-    summary: Call | None = None,
-    title: str | None = None,
-    context: int | None = 3,
-    folded_context: int | None = 10,
-    page: int | None = None,
-    page_size: int = 40,
-) -> str:
-    """The diff as an HTML fragment: originals left, new branch right, aligned, escaped.
-
-    Long runs are collapsed into expandable ``<details>`` lines (see
-    ``diff_lines``); with ``page`` given, only that page of ``page_size`` lines is
-    drawn (the summary is repeated on every page its folded run reaches).
-    """
-    before = rows[rows["side"] == "before"]
-    n_folded = int((before["status"] == "folded").sum())
-    folded_tokens = int(before.loc[before["status"] == "folded", "tokens"].sum())
-    heading = title or (
-        f"Compaction {summary.id}: {n_folded} folded (\u2248{folded_tokens} tokens), "
-        f"{int((before['status'] == 'protected').sum())} protected, "
-        f"{int((before['status'] == 'kept').sum())} kept"
-        if summary is not None
-        else "Compaction diff"
-    )
-    lines = diff_lines(rows, context=context, folded_context=folded_context)
-    if page is not None:
-        first = max(0, page) * page_size
-        lines = lines[first : first + page_size]
-    out = [f"<style>{_DIFF_CSS}</style>", '<table class="opctx-diff">',
-           f'<caption style="text-align:left;padding:4px 0"><b>{escape_text(heading)}</b></caption>',
-           "<tr><th>before (original branch)</th><th>after (new branch)</th></tr>",
-           *_render_lines(lines), "</table>"]
-    return "".join(out)
 
 
 def _diff_slots(d: BranchDiff, infos: list[NodeInfo]) -> Callable[[_Units], list[_Slot]]:
@@ -589,7 +411,7 @@ def compare_aging(
     session_id: str | None = None,
     event: str | int = -1,
     *,
-    preview_chars: int = 160,
+    preview_chars: int = 400,
 ) -> AgingDiff:
     """The tool results on the branch before a recorded microcompaction (module docstring)."""
     import pandas as pd
@@ -634,29 +456,3 @@ def compare_aging(
     df["status"] = df["status"].astype(pd.CategoricalDtype(AGING_STATUSES))
     df["cleared_by"] = df["cleared_by"].astype(object).where(df["cleared_by"].notna(), None)
     return AgingDiff(df, node, graph)
-
-
-def aging_html(diff: AgingDiff, *, title: str | None = None) -> str:
-    """An ``AgingDiff`` as an HTML table: cleared results marked, the event's figures on top."""
-    mc = diff.event.metadata["microcompaction"]
-    rows = diff.rows
-    cleared = rows[rows["status"] == "cleared"]
-    heading = title or (
-        f"Recorded microcompaction {mc.get('uuid') or diff.event.id} ({mc.get('trigger') or '?'}): "
-        f"{len(cleared)} of {len(rows)} tool results cleared; the client counted "
-        f"{mc.get('pre_tokens')} tokens of clearable results and saved {mc.get('tokens_saved')}"
-    )
-    out = [f"<style>{_DIFF_CSS}</style>", '<table class="opctx-diff">',
-           f'<caption style="text-align:left;padding:4px 0"><b>{escape_text(heading)}</b></caption>',
-           "<tr><th style=\"width:9em\">status</th><th>tool result (before the event)</th></tr>"]
-    for _, r in rows.iterrows():
-        status = str(r["status"])
-        css = {"cleared": "cleared", "cleared earlier": "cleared-earlier"}.get(status, "")
-        color = "" if css else ' style="background:#1b7837"'
-        tag = f'<span class="tag {css}"{color}>{escape_text(status)}</span>'
-        meta = (f'<b>{escape_text(r["name"])}</b> <span class="meta">{escape_text(r["tool_call_id"])} '
-                f"\u00b7 seq {escape_text(r['seq'])} \u00b7 \u2248{escape_text(r['tokens'])} tok</span><br>")
-        row_css = ' class="cleared-row"' if status == "cleared" else ""
-        out.append(f"<tr{row_css}><td>{tag}</td><td>{meta}{escape_text(r['preview'])}</td></tr>")
-    out.append("</table>")
-    return "".join(out)

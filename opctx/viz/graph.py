@@ -12,8 +12,10 @@ Two products from one walk over a session's ``Graph``:
     assistant, system, tool, function, summary), ``name``, ``seq``,
     ``created_at``, ``tokens``, ``status``, ``branch``, ``on_head_branch``,
     ``depth`` (caller nesting), ``compaction`` (``protected`` / ``folded`` /
-    ``summary`` / ``kept`` / ``copy`` or ``None``), ``compaction_summary`` (the
-    summary node that gave that membership), ``copied_from`` and ``preview``.
+    ``summary`` / ``kept`` / ``copy``, ``cleared`` for a tool result a recorded
+    aging step cleared, or ``None``), ``compaction_summary`` (the summary node, or
+    the aging boundary, that gave that membership), ``copied_from`` and ``preview``.
+    A summary keeps ``display_role`` "summary" when a later compaction folds it.
 
 ``render_graph(source, ...) -> GraphView``
     a self-contained HTML page drawing the graph with vis-network, and a notebook
@@ -63,14 +65,26 @@ Choices, and why:
   width), fits the view, and wraps again when resized; an edge from the end of one
   line to the start of the next is drawn faintly. Physics and vis's "improved
   layout" are off: positions are final, which keeps a large graph responsive.
-  Labels appear as one zooms in (landmarks first: user messages, summaries).
   ``_layout`` is that sequence of named steps (units, slots, wrap, turns, nodes,
   edges, compaction focus), each testable alone.
+* **Looks: one vocabulary.** Fill and shape say the role, the border (ink, dash,
+  fade) the membership, from ``_vocabulary`` (the same as the diff tables, the
+  widgets and the plots; docs/viz.md "Visual vocabulary"); the page's legend names
+  what it draws and the key of its numbers.
+* **Labels never overlap.** Each node has a full label (``#seq name``) and a short
+  one (``#seq``); every number says what it counts (``#n`` a sequence number,
+  ``turn n`` a user turn, "12 folded", "+3 inside"). The page decides at every zoom
+  and focus which to draw: in order of importance (summaries, groups and folded
+  turns, user messages, then larger nodes), each node takes its full label, else its
+  short one, else none, whichever does not overlap a label already placed, measured
+  with the label's font where vis-network draws it.
 * **Turns and compactions.** ``collapse="turns"`` (or the "turns folded" box on
   the page) folds each user turn - a top-level user message and everything up to
   the next one - into one node with vis-network's clustering; double-click one to
   open it. ``focus=`` (or the page's "focus" list) zooms onto one compaction: its
-  protected, folded and kept originals, the summary and the copies.
+  protected, folded and kept originals, the summary and the copies; while focused,
+  the borders show what *that* compaction did (the whole session shows each node's
+  latest fate, and a later compaction may fold what an earlier one kept).
 * **Size.** ``collapse="auto"`` folds each top-level agentic frame's internals
   into the frame node and each compaction's folded range into one node, but only
   when the graph has more than ``max_nodes`` nodes; ``True``/``False`` force it.

@@ -38,6 +38,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..lab.prices import COST_UNIT
+from ._fonts import apply_fonts, font_families
+from ._vocabulary import BUDGET_PARTS, EVENTS, SERIES, THRESHOLD_STYLE
+
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     from matplotlib.axes import Axes
@@ -51,13 +55,14 @@ __all__ = [
     "sweep_tradeoff",
     "estimator_error_plot",
     "new_figure",
+    "font_families",
 ]
 
 THRESHOLDS: dict[str, float] = {"recommend": 0.70, "trigger": 0.80, "emergency": 0.95}
-PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1",
-           "#ff9da7", "#9c755f", "#bab0ac"]
-_THRESHOLD_STYLE = {"recommend": ("#59a14f", ":"), "trigger": ("#f28e2b", "--"),
-                    "emergency": ("#e15759", "-.")}
+# colours come from the toolkit's one vocabulary (docs/viz.md "Visual vocabulary")
+PALETTE = SERIES
+_THRESHOLD_STYLE = THRESHOLD_STYLE
+_COMPACTION = EVENTS["compaction"]
 
 
 def _png(fig: Figure) -> bytes:
@@ -126,17 +131,20 @@ def _frame(data: Any) -> pd.DataFrame:
 
 
 def _literal_text(*artists: Any) -> None:
-    """Draw every text of ``artists`` (Axes, Figures, Text) literally: no mathtext.
+    """Draw every text of ``artists`` (Axes, Figures, Text) literally (no mathtext) and
+    in the toolkit's fonts (CJK falls back to a CJK font: ``_fonts``).
 
     Called last by every plot on what it drew, so legends, annotations and titles
     made from data are covered; texts a caller adds afterwards are left alone.
     """
     from matplotlib.text import Text
 
+    texts = []
     for artist in artists:
-        texts = [artist] if isinstance(artist, Text) else artist.findobj(Text)
-        for text in texts:
-            text.set_parse_math(False)
+        texts += [artist] if isinstance(artist, Text) else artist.findobj(Text)
+    for text in texts:
+        text.set_parse_math(False)
+    apply_fonts(texts)
 
 
 def _outside_legend(ax: Axes, **kwargs: Any) -> None:
@@ -216,20 +224,20 @@ def budget_timeline(
     else:
         marks = []
     for i, m in enumerate(marks):
-        ax.axvline(m, color=PALETTE[3], alpha=0.5, linewidth=1, label="compaction" if i == 0 else None)
+        ax.axvline(m, color=_COMPACTION, alpha=0.5, linewidth=1, label="compaction" if i == 0 else None)
     peak = float(ys.max()) if len(ys) else 0.0
     if marks:
         lookup = dict(zip(list(xs), list(ys), strict=False))
         ax.scatter(marks, [lookup.get(m, float("nan")) for m in marks], marker="v",
-                   color=PALETTE[3], zorder=3)
+                   color=_COMPACTION, zorder=3)
         if tokens_before in df and scale is not None and scale == scale:
             # where the request stood before it was compacted: the crossing of the trigger
             before = dict(zip(list(xs), list(df[tokens_before].astype(float) * scale),
                               strict=False))
             tops = [before.get(m, float("nan")) for m in marks]
             ax.vlines(marks, [lookup.get(m, float("nan")) for m in marks], tops,
-                      color=PALETTE[3], linewidth=1.6)
-            ax.scatter(marks, tops, marker="o", facecolors="white", edgecolors=PALETTE[3],
+                      color=_COMPACTION, linewidth=1.6)
+            ax.scatter(marks, tops, marker="o", facecolors="white", edgecolors=_COMPACTION,
                        zorder=3, label="before compaction")
             peak = max([peak, *(t for t in tops if t == t)])
     top = max(1.05, peak * 1.05)
@@ -289,7 +297,7 @@ def token_composition(
         )
     xs = df[x] if x and x in df else range(len(df))
     parts = [p for p in _COMPOSITION_ALIASES if p in chosen]
-    colors = {"system": PALETTE[8], "history": PALETTE[0], "tools": PALETTE[1], "reserve": "#cccccc"}
+    colors = BUDGET_PARTS
     ax.stackplot(list(xs), *[df[chosen[p]].fillna(0).astype(float) for p in parts],
                  labels=parts, colors=[colors[p] for p in parts], alpha=0.9)
     window = context_window
@@ -325,14 +333,15 @@ def sweep_tradeoff(
     One point per configuration (a row of a sweep DataFrame, as written by
     ``opctx.lab.sweep``), annotated with its ``preset``/``config``/``name``.
     Points on the lower-right (many tokens saved, few losses) and lower-left
-    (cheap, few losses) are the good ones.
+    (cheap, few losses) are the good ones. The ``cost`` axis is in US dollars
+    (``opctx.lab.prices.COST_NOTE``).
     """
     fig, (left, right) = new_figure(11, 4, ncols=2)
     fig.suptitle(title, parse_math=False)
     df = _frame(sweep)
     left.set_xlabel(saved.replace("_", " "))
     left.set_ylabel(loss.replace("_", " "))
-    right.set_xlabel(cost)
+    right.set_xlabel(f"{cost} ({COST_UNIT})" if cost == "cost" else cost)
     right.set_ylabel(loss.replace("_", " "))
     if df.empty:
         _empty(left, "no configurations")

@@ -6,9 +6,11 @@
   every other widget update (no locking, no interleaved comm messages). Where no
   loop is running (a plain script, a unit test) it runs at once, synchronously,
   which keeps the widgets testable without an event loop.
-* ``html_table`` renders rows as an HTML table with every cell escaped; the
-  widgets put it in ``widgets.HTML`` (whose value is inserted as markup, so
-  escaping is what keeps transcript text from becoming markup).
+* ``html_table`` renders rows as an HTML table with every cell escaped, in the
+  toolkit's table style (numbers right, text left, long text on hover; membership
+  rows in the vocabulary's inks, with a legend); the widgets put it in
+  ``widgets.HTML`` (whose value is inserted as markup, so escaping is what keeps
+  transcript text from becoming markup).
 * ``figure_html`` turns a matplotlib Figure into an ``<img>`` with a base64 PNG
   ``data:`` URI, so that a plot can live inside a ``widgets.HTML`` (an image in a
   data URI cannot run anything and needs no request).
@@ -22,7 +24,8 @@ import io
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from ..viz.html import escape_text
+from ..viz._vocabulary import MEMBERSHIP, legend_html, number_cell, table_css, text_cell
+from ..viz.html import escape_text, text_of
 
 __all__ = ["Debouncer", "html_table", "figure_html", "load_messages"]
 
@@ -61,16 +64,12 @@ class Debouncer:
             self._run()
 
 
-_TABLE_CSS = (
-    "<style>.opctx-t{border-collapse:collapse;font:12px/1.3 system-ui,sans-serif}"
-    ".opctx-t th,.opctx-t td{border:1px solid #e3e3e3;padding:2px 6px;text-align:left;"
-    "vertical-align:top;max-width:560px;overflow-wrap:anywhere}"
-    ".opctx-t th{background:#f6f6f6}.opctx-t tr.folded td{background:#f1f1f1;color:#777}"
-    ".opctx-t tr.protected td:first-child{border-left:3px solid #1b7837}"
-    ".opctx-t tr.kept td:first-child{border-left:3px solid #2166ac}"
-    ".opctx-t tr.pinned td{background:#fdf3dc}.opctx-t tr.pinned td:first-child{border-left:3px solid #b8860b}"
-    ".opctx-t tr.gap td{text-align:center;color:#999}</style>"
-)
+_TABLE_CSS = f"<style>{table_css('opctx-t')}table.opctx-t td{{max-width:560px}}" + (
+    "table.opctx-t tr.gap td{text-align:center;color:#999}</style>")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def html_table(
@@ -81,16 +80,33 @@ def html_table(
     caption: str | None = None,
     css_class: str = "opctx-t",
 ) -> str:
-    """An HTML table with every header and cell escaped. ``row_classes`` are our own tokens."""
+    """An HTML table with every header and cell escaped, in the toolkit's table style.
+
+    A column whose cells are all numbers (or empty) is right-aligned, header included
+    (values written as given);
+    other cells are text, left-aligned, a long one cut to three lines with the whole of
+    it on hover. ``row_classes`` are our own tokens: a membership (``folded``, ``kept``,
+    ...) marks the row in the vocabulary's ink, and the table gets a legend of those used.
+    """
+    rows = [list(r) for r in rows]
     classes = list(row_classes) if row_classes is not None else None
-    out = [_TABLE_CSS, f'<table class="{css_class}">']
+    numeric = [all(_is_number(r[i]) or r[i] is None or r[i] == "" for r in rows if i < len(r))
+               and any(i < len(r) and _is_number(r[i]) for r in rows) for i in range(len(columns))]
+    used = sorted({c for cls in classes or () for c in cls.split() if c in MEMBERSHIP})
+    out = [_TABLE_CSS, legend_html(membership=used) if used else "", f'<table class="{css_class}">']
     if caption:
-        out.append(f'<caption style="text-align:left">{escape_text(caption)}</caption>')
-    out.append("<tr>" + "".join(f"<th>{escape_text(c)}</th>" for c in columns) + "</tr>")
+        out.append(f"<caption>{escape_text(caption)}</caption>")
+    out.append("<tr>" + "".join(
+        f'<th class="num">{escape_text(c)}</th>' if numeric[i] else f"<th>{escape_text(c)}</th>"
+        for i, c in enumerate(columns)) + "</tr>")
     for i, row in enumerate(rows):
         cls = classes[i] if classes is not None and i < len(classes) else ""
         attr = f' class="{escape_text(cls)}"' if cls else ""
-        out.append(f"<tr{attr}>" + "".join(f"<td>{escape_text(v)}</td>" for v in row) + "</tr>")
+        cells = "".join(
+            number_cell(v, separators=False) if numeric[k] and (_is_number(v) or v is None or v == "")
+            else text_cell(text_of(v)) if len(text_of(v)) > 40 else f"<td>{escape_text(v)}</td>"
+            for k, v in enumerate(row))
+        out.append(f"<tr{attr}>{cells}</tr>")
     out.append("</table>")
     return "".join(out)
 

@@ -43,7 +43,8 @@ def test_list_and_compare(tmp_path):
 def test_aging_html_marks_and_escapes(tmp_path):
     diff = compare_aging(_calls(tmp_path))
     page = aging_html(diff)
-    assert page.count('class="cleared-row"') == 3
+    assert page.count('<tr class="cleared">') == 3
+    assert page.count('<tr class="kept">') == len(diff.rows) - 3
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert "saved 30000" in page
     assert diff._repr_html_() == page
@@ -65,5 +66,6 @@ def test_compaction_diff_marks_cleared_results():
     hit = marked[(marked.side == "before") & (marked.original_id == target.original_id)]
     assert hit["cleared_by"].item() == "<b>boundary</b>"
     page = diff_html(marked, folded_context=None)
-    assert 'class="tag cleared"' in page and "<b>boundary</b>" not in page
+    assert 'title="cleared by &lt;b&gt;boundary&lt;/b&gt;">cleared</span>' in page
+    assert "<b>boundary</b>" not in page
     assert "&lt;b&gt;boundary&lt;/b&gt;" in page

@@ -90,7 +90,7 @@ def test_html_aligns_copies_and_spans_the_folded_run():
     html = diff_html(d.rows, summary=d.summary, context=None, folded_context=None)
     n_before = int((d.rows.side == "before").sum())
     n_folded = int(((d.rows.side == "before") & (d.rows.status == "folded")).sum())
-    assert html.count("<tr>") == 1 + n_before
+    assert html.count("<tr>") == n_before  # body rows; the two header rows have a class
     assert f'rowspan="{n_folded}"' in html
     assert diff_html(d.rows, summary=d.summary) == d._repr_html_()
 
@@ -208,7 +208,7 @@ def test_pages_cover_the_lines_and_repeat_the_summary_where_its_run_continues():
     lines = diff_lines(d.rows, folded_context=None)
     pages = [diff_html(d.rows, summary=d.summary, folded_context=None, page=i, page_size=20)
              for i in range(-(-len(lines) // 20))]
-    assert sum(_top_level_rows(p) - 1 for p in pages) == len(lines)  # minus each header row
-    assert all(_top_level_rows(p) - 1 <= 20 for p in pages)
-    folded_pages = [p for p in pages if 'class="folded"' in p]
+    assert sum(_top_level_rows(p) for p in pages) == len(lines)
+    assert all(_top_level_rows(p) <= 20 for p in pages)
+    folded_pages = [p for p in pages if 'class="m-folded' in p]
     assert len(folded_pages) >= 2 and all("rowspan=" in p for p in folded_pages)

@@ -141,10 +141,10 @@ def test_render_is_offline_and_self_contained(tmp_path):
 def test_reads_are_shipped_as_index_ranges_for_the_selected_node():
     data = _data(render_graph(_small_graph()).html)
     labels = {n["id"]: n["label"] for n in data["nodes"]}
-    m3 = next(i for i, label in labels.items() if label.startswith("5 "))
+    m3 = next(i for i, label in labels.items() if label.startswith("#5 "))
     ranges = data["reads"][str(m3)]
     read = {j for a, b in ranges for j in range(a, b + 1)}
-    assert {labels[j].split()[0] for j in read} == {"0", "1", "2", "3"}
+    assert {labels[j].split()[0] for j in read} == {"#0", "#1", "#2", "#3"}
 
 
 def test_notebook_display_is_an_escaped_sandboxed_srcdoc_iframe():
@@ -162,7 +162,8 @@ def test_large_session_is_capped_and_collapsed():
     assert full.stats["drawn_nodes"] == 500
     assert full.stats["truncated"] == len(graph) - 499
     data = _data(full.html)
-    assert data["nodes"][0]["label"].startswith("\u2026")  # the "older nodes" group comes first
+    # the "older nodes" group comes first, its number saying what it counts
+    assert data["nodes"][0]["label"] == f"{len(graph) - 499} earlier nodes"
     collapsed = render_graph(graph, head=head, max_nodes=500)  # auto-collapse kicks in
     assert collapsed.stats["collapsed"] > 0
     assert collapsed.stats["drawn_nodes"] <= 500
@@ -176,7 +177,7 @@ def test_collapse_true_folds_frames_into_their_node():
     view = render_graph(_small_graph(), collapse=True)
     data = _data(view.html)
     assert len(data["nodes"]) == 5  # m2 is inside the frame f1
-    assert any("(+1)" in n["label"] for n in data["nodes"])
+    assert any(n["label"].endswith(" +1 inside") for n in data["nodes"])
 
 
 def test_bad_arguments_are_named():
@@ -320,13 +321,13 @@ def test_a_fork_that_runs_beside_its_origin_gets_its_own_lane():
     g.add(UserMessage("d", predecessor="b", id="d"))  # the first branch goes on after the fork
     data = _data(render_graph(g).html)
     lanes = {n["label"].split()[0]: n["l"] for n in data["nodes"]}
-    assert lanes["0"] == lanes["1"] == lanes["3"] != lanes["2"]
+    assert lanes["#0"] == lanes["#1"] == lanes["#3"] != lanes["#2"]
 
 
 def test_turns_start_at_each_top_level_user_message():
     graph, head = synthetic_session(200, seed=3)
     data = _data(render_graph(graph, head=head).html)
-    users = [n for n in data["nodes"] if n["group"] == "user"]
+    users = [n for n in data["nodes"] if n["role"] == "user"]
     assert max(n["turn"] for n in data["nodes"]) == len(users) - 1
     for n in users:
         # a turn's first node is its user message: the previous node is in the turn before
@@ -376,3 +377,20 @@ def test_diff_graph_puts_each_copy_under_its_original():
     columns = sorted(node_of[i]["c"] for i in folded)
     assert columns[0] <= node_of[d.summary.id]["c"] <= columns[-1]
     assert 'id="opctx-turns"' not in diff_graph(graph, diff=d).html  # a diff keeps its columns
+
+
+def test_each_compaction_ships_its_own_memberships_for_the_focus():
+    graph, head = synthetic_session(400, compact_every=150, seed=5)
+    data = _data(render_graph(graph, head=head).html)
+    by_label = {n["label"].split()[0]: i for i, n in enumerate(data["nodes"])}
+    summaries = [n for n in graph if isinstance(n.metadata.get("compaction"), dict)
+                 and not n.metadata.get("copied_from")]
+    assert len(data["compactions"]) == len(summaries) >= 2
+    for focus, summary in zip(data["compactions"], summaries, strict=True):
+        comp = summary.metadata["compaction"]
+        shipped = {status: {j for a, b in ranges for j in range(a, b + 1)}
+                   for status, ranges in focus["membership"].items()}
+        assert shipped["summary"] == {by_label[f"#{summary.seq}"]}
+        for status in ("protected", "folded", "kept"):
+            expected = {by_label[f"#{graph[i].seq}"] for i in comp.get(f"{status}_ids") or ()}
+            assert shipped.get(status, set()) == expected, status
