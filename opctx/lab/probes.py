@@ -253,7 +253,8 @@ def _preset_context(cut: Cut, preset: str, summaries: Any, window: int | None, p
     from opctx.context.tokens import real_context_window
     from opctx.dag.session_db import DagSessionDB
 
-    from .presets import PRESETS, EngineDriver, build_engine
+    from ._engine_driver import EngineDriver
+    from .presets import PRESETS, build_engine
     from .replay import ReplayClock, with_client_version
 
     if preset not in PRESETS:

@@ -230,6 +230,32 @@ def write_openhands(path: Path) -> Path:
     return path
 
 
+def write_openhands_completions(path: Path) -> Path:
+    """OpenHands' ``log_completions`` file of the last call: its prompt (function-calling form)
+    is the story; its reply opens the file again, which answers nothing yet."""
+    msgs = [{"role": "system", "content": "You are OpenHands agent."},
+            {"role": "user", "content": ASK},
+            _openai_call("c1", "str_replace_editor", {"command": "str_replace", "path": "/workspace/calc/ops.py",
+                                                      "old_str": "a // b", "new_str": "a / b"}),
+            {"role": "tool", "tool_call_id": "c1", "name": "str_replace_editor", "content": "edited"},
+            _openai_call("c2", "task_tracker", {"command": "plan", "task_list": [
+                {"id": str(i), "title": c, "status": "done" if s == "completed" else s} for i, (c, s) in enumerate(PLAN)]}),
+            {"role": "tool", "tool_call_id": "c2", "name": "task_tracker", "content": "Task list updated"},
+            _openai_call("c3", "execute_bash", {"command": TEST_CMD}),
+            {"role": "tool", "tool_call_id": "c3", "name": "execute_bash",
+             "content": FAIL_OUT + "\n[Command finished with exit code 1]"},
+            {"role": "user", "content": LATER}]
+    reply = _openai_call("c4", "str_replace_editor", {"command": "view", "path": "/workspace/calc/ops.py"})
+    doc = {"messages": msgs, "fncall_messages": msgs, "response": {
+        "id": "resp-4", "model": "openai/gpt-4o", "object": "chat.completion",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": reply}],
+        "usage": {"prompt_tokens": 900, "completion_tokens": 30, "total_tokens": 930}},
+        "fncall_response": {"choices": [{"index": 0, "finish_reason": "tool_calls", "message": reply}]},
+        "args": [], "kwargs": {}, "timestamp": 1772359259.0, "cost": 0.0}
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return path
+
+
 def write_aider(path: Path) -> Path:
     path.write_text(
         "\n# aider chat started at 2026-03-01 10:00:00\n\n> aider --model gpt-4o\n\n"
@@ -252,6 +278,7 @@ WRITERS = {
     "swe_agent": ("fix.traj", write_swe_agent),
     "mini_swe_agent": ("fix.traj.json", write_mini_swe_agent),
     "openhands": ("events.json", write_openhands),
+    "openhands_completions": ("openai__gpt-4o-1772359259.0.json", write_openhands_completions),
     "aider": (".aider.chat.history.md", write_aider),
 }
 
