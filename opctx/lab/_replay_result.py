@@ -43,6 +43,19 @@ class ReplayCompaction:
     folded_indices: list[int | None] = field(default_factory=list)
     kept_indices: list[int | None] = field(default_factory=list)
     protected_indices: list[int | None] = field(default_factory=list)
+    # what the summariser read and wrote for this compaction (opctx.lab._summary_meter): the
+    # model that made the summary, its whole prompt (cached part included: opctx's Usage
+    # convention) and its reply; 0 calls for a structural or recorded summary. A summary
+    # served by the summary cache keeps the counts measured when it was made
+    # (summary_cached); summary_tokens_estimated when the provider reported no usage.
+    summary_model: str | None = None
+    summary_input_tokens: int = 0
+    summary_output_tokens: int = 0
+    summary_cache_read_tokens: int = 0
+    summary_cache_write_tokens: int = 0
+    summary_calls: int = 0
+    summary_cached: bool = False
+    summary_tokens_estimated: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -108,7 +121,8 @@ class ReplayResult:
 
         cols = [
             "step", "stream_index", "turn", "reason", "tokens_before", "tokens_after", "folded",
-            "kept", "protected", "fell_back_to_structural", "ok", "cut_index", "summary_chars",
+            "kept", "protected", "fell_back_to_structural", "ok", "error", "cut_index", "summary_chars",
+            "summary_model", "summary_input_tokens", "summary_output_tokens", "summary_calls", "summary_cached",
             "policy",
         ]
         policy = self.policy_json
@@ -124,6 +138,21 @@ class ReplayResult:
             for c in self.compactions
         ]
         return pd.DataFrame(rows, columns=cols)
+
+    def summary_requests(self) -> list[dict[str, Any]]:
+        """The summariser's calls, one per compaction that made any: ``model``, the token
+        counts under ``opctx.lab.prices.request_cost``'s names, ``step``, ``time`` (the
+        request's recorded time), ``cached``, ``estimated``. ``opctx.lab.costs.requests_from_summaries``
+        prices them directly (``kind="summary"``, apart from the agent's requests)."""
+        times = self.steps_df["timestamp"].tolist() if len(self.steps_df) else []
+        return [
+            {"model": c.summary_model or self.model, "input_tokens": c.summary_input_tokens,
+             "output_tokens": c.summary_output_tokens, "cache_read_tokens": c.summary_cache_read_tokens,
+             "cache_write_tokens": c.summary_cache_write_tokens, "step": c.step,
+             "time": times[c.step] if c.step < len(times) else None, "calls": c.summary_calls,
+             "cached": c.summary_cached, "estimated": c.summary_tokens_estimated}
+            for c in self.compactions if c.summary_calls
+        ]
 
     @property
     def policy_json(self) -> str | None:

@@ -639,6 +639,10 @@ def summarize(
         "compactions": len(result.compactions),
         "compression_ratio_mean": float(sum(ratios) / len(ratios)) if ratios else math.nan,
         "structural_fallbacks": sum(1 for c in result.compactions if c.fell_back_to_structural),
+        # the summariser's own calls (ReplayCompaction.summary_*; 0 for structural summaries)
+        "summary_calls": sum(getattr(c, "summary_calls", 0) for c in result.compactions),
+        "summary_input_tokens": sum(getattr(c, "summary_input_tokens", 0) for c in result.compactions),
+        "summary_output_tokens": sum(getattr(c, "summary_output_tokens", 0) for c in result.compactions),
         "redacted_total": int(df["redacted"].sum()) if n else 0,
         "max_budget_pct": float(df["budget_pct"].max()) if n else 0.0,
         "over_window_steps": int((tokens > result.context_window).sum()),

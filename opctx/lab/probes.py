@@ -181,7 +181,7 @@ class StrategyContext:
     summary: str = ""
     fell_back: bool = False
     error: str | None = None
-    record: Any = None  # the SummaryRecord of an LLM summary
+    record: Any = None  # the SummaryRecord of an LLM summary (a preset's: its SummaryUsage)
 
 
 def _visible_summary(history: RecordedHistory, comp: RecordedCompaction) -> bool:
@@ -254,6 +254,7 @@ def _preset_context(cut: Cut, preset: str, summaries: Any, window: int | None, p
     from opctx.dag.session_db import DagSessionDB
 
     from ._engine_driver import EngineDriver
+    from ._summary_meter import SummaryMeter
     from .presets import PRESETS, build_engine
     from .replay import ReplayClock, with_client_version
 
@@ -267,13 +268,15 @@ def _preset_context(cut: Cut, preset: str, summaries: Any, window: int | None, p
     db = DagSessionDB(":memory:", clock=clock)
     session_id = db.create_session(title="probes", model=model, source="probes")
     kw = with_client_version(history, preset, dict(params))
+    meter = SummaryMeter(summaries) if summaries is not None else None  # what the summariser cost
     engine = build_engine(preset, session_db=db, clock=clock, context_window=window, model=model,
-                          summarizer_provider=summaries, **kw)
+                          summarizer_provider=meter, **kw)
     driver = EngineDriver(engine, db, session_id, model, window)
     try:
         parent = None
         for i, msg in enumerate(cut.before):
             parent = driver.append(msg, parent, clock.now, i)["id"]
+        slot = meter.begin() if meter is not None else 0
         comp = driver.compact(reason="recorded")
         branch = driver.branch()
         context = driver.context(driver.prepare(branch))
@@ -283,7 +286,8 @@ def _preset_context(cut: Cut, preset: str, summaries: Any, window: int | None, p
     fell_back = bool(getattr(comp, "fell_back_to_structural", False)) and summaries is not None
     label = (getattr(summaries, "label", "provider") if summaries is not None else "structural") if ok else "none"
     error = getattr(comp, "error", None) if comp is not None and (not ok or fell_back) else None
-    return StrategyContext(list(context) + cut.after, summary=label, fell_back=fell_back, error=error)
+    return StrategyContext(list(context) + cut.after, summary=label, fell_back=fell_back, error=error,
+                           record=meter.usage(slot) if meter is not None else None)
 
 
 def _tokens(messages: Sequence[dict], model: str, estimator: Any) -> int:

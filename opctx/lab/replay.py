@@ -69,7 +69,14 @@ Choices
   nothing in the engine's budget.
 * **Summaries.** ``summaries="structural"`` (default): no LLM, the Summarizer's
   deterministic structural fallback. ``summaries=<provider call>``: a real (or
-  scripted) provider. ``summaries="recorded"``: compactions are *forced* where
+  scripted) provider, such as ``opctx.lab.summaries.LLMSummaries`` (any endpoint,
+  through its cache; named by its ``label``); a failed call falls back to the
+  structural summary, and the compaction says so (``fell_back_to_structural``,
+  ``error``); what each compaction's summariser read and wrote is on its record
+  (``summary_input_tokens`` ... , ``ReplayResult.summary_requests()``). The
+  summariser is an argument of the replay, not a field of the policy: it is a
+  resource (an endpoint, a cache file), the policy a value compared and stored with
+  every row. ``summaries="recorded"``: compactions are *forced* where
   the recording compacted, with the recording's own summary text (the
   recording's choice of moment and text, laid out by the engine's cut and
   persister); compactions the engine triggers elsewhere fall back to
@@ -113,6 +120,7 @@ from opctx.context.provider_messages import is_display_only
 from opctx.dag.messages import is_tool_result
 
 from ._replay_result import ReplayCompaction, ReplayResult
+from ._summary_meter import SummaryMeter
 from .history import RecordedCompaction, RecordedHistory, as_history, provider_prompt_tokens
 from .metrics import common_prefix_length, guard_counts
 
@@ -452,6 +460,16 @@ class _Setup:
     provider: Any  # the summariser's provider call, None for structural summaries
     recorded_provider: _RecordedSummaryProvider | None  # set for summaries="recorded"
     summaries_label: str
+    meter: SummaryMeter | None = None  # what a real summariser's calls cost, per compaction
+
+    def begin_summary(self) -> int:
+        """Before a compaction: the summariser's calls from now on are this compaction's."""
+        return self.meter.begin() if self.meter is not None else 0
+
+    def count_summary(self, slot: int, record: ReplayCompaction) -> None:
+        """After it: the summariser's tokens on the compaction's record."""
+        if self.meter is not None:
+            self.meter.apply(slot, record)
 
 
 def _load(
@@ -471,9 +489,11 @@ def _load(
     if isinstance(summaries, str) and summaries not in ("structural", "recorded"):
         raise ValueError(f"summaries must be 'structural', 'recorded' or a provider call, got {summaries!r}")
     recorded_provider = _RecordedSummaryProvider() if summaries == "recorded" else None
-    provider = recorded_provider if recorded_provider is not None else (None if summaries == "structural" else summaries)
-    summaries_label = summaries if isinstance(summaries, str) else "provider"
-    return history, _Setup(model_name, window, provider, recorded_provider, summaries_label)
+    meter = None if isinstance(summaries, str) else SummaryMeter(summaries)
+    provider = recorded_provider if recorded_provider is not None else meter
+    # a summariser with a label (LLMSummaries: "llm:<prompt>:<model>") is named by it
+    summaries_label = summaries if isinstance(summaries, str) else str(getattr(summaries, "label", "provider"))
+    return history, _Setup(model_name, window, provider, recorded_provider, summaries_label, meter)
 
 
 class _Replay:
@@ -633,6 +653,7 @@ class _Replay:
             tokens_before = self.compactions[-1].tokens_before
             prep = self._with_overhead(prep)
         elif decision in ("auto", "emergency"):
+            slot = self.setup.begin_summary()
             comp = driver.compact(reason=decision, force_structural=decision == "emergency")
             if comp is not None and comp.ok:
                 compacted = True
@@ -644,6 +665,7 @@ class _Replay:
                 record = _compaction_record(comp, driver, len(self.rows), index, self.turn, decision, self.origin_ids)
                 record.tokens_before = tokens_before
                 record.tokens_after = driver.tokens(prep)
+                self.setup.count_summary(slot, record)
                 self.compactions.append(record)
             elif comp is not None:
                 self.events.append({"step": len(self.rows), "event": "compaction_failed", "error": comp.error})

@@ -15,6 +15,11 @@
   (``{"cut.keep_ratio": [0.05, 0.1, 0.2]}``; the older flat names, ``keep_ratio``,
   ``trigger_pct`` ..., work too: ``opctx.lab.presets``, "Parameters"); an optional
   ``label`` names it in the output (default: ``preset`` plus the other keys, sorted).
+  ``summaries`` takes what ``replay`` does: ``"structural"``, ``"recorded"`` or a
+  summariser such as ``LLMSummaries(endpoint, model, prompt=...)``, shown in the output
+  by its ``label``; with its cache, a second identical sweep makes no endpoint call, and
+  every row counts the summariser's calls and tokens (``summary_calls``,
+  ``summary_input_tokens``, ``summary_output_tokens``).
 * ``executor``: ``None`` runs serially in this process; otherwise any
   ``concurrent.futures.Executor`` (``ThreadPoolExecutor``,
   ``ProcessPoolExecutor``, a dask ``Client(...).get_executor()``). Work is cut
@@ -93,11 +98,18 @@ def _preset_label(preset: Any) -> str:
     return str(preset)
 
 
+def _grid_value(value: Any) -> Any:
+    """A grid value as the output shows it: an object with a ``label`` (a summariser:
+    ``LLMSummaries`` is ``llm:<prompt>:<model>``) by its label, anything else as it is."""
+    label = getattr(value, "label", None)
+    return label if isinstance(label, str) and not isinstance(value, str) else value
+
+
 def _config_label(config: Mapping[str, Any]) -> str:
     if config.get("label"):
         return str(config["label"])
     preset = _preset_label(config.get("preset", "default"))
-    rest = [f"{k}={config[k]!r}" for k in sorted(config) if k not in ("preset", "label")]
+    rest = [f"{k}={_grid_value(config[k])!r}" for k in sorted(config) if k not in ("preset", "label")]
     return preset + (f"({', '.join(rest)})" if rest else "")
 
 
@@ -268,7 +280,7 @@ class _Records:
     def param_columns(self) -> dict[str, list[Any]]:
         """Each grid column with the values the configurations give it."""
         return {
-            (f"param_{key}" if key in ("context_window", "model") else key): [c.get(key) for c in self.configs]
+            (f"param_{key}" if key in ("context_window", "model") else key): [_grid_value(c.get(key)) for c in self.configs]
             for key in self.grid_keys if key != "preset"
         }
 
@@ -283,7 +295,7 @@ class _Records:
         }
         for key in self.grid_keys:
             if key != "preset":
-                out[f"param_{key}" if key in ("context_window", "model") else key] = config.get(key)
+                out[f"param_{key}" if key in ("context_window", "model") else key] = _grid_value(config.get(key))
         out.update({k: v for k, v in row.items() if k != "config_index"})
         self.total += 1
         if (out.get("auto_compaction_disabled") or 0) > 0:

@@ -25,6 +25,7 @@ from opctx.lab.probes import (
     strategy_context,
     weak_families,
 )
+from opctx.lab.scenarios import generate_session
 from opctx.lab.summaries import CallSettings, LLMSummaries
 
 
@@ -265,6 +266,12 @@ def test_llm_strategy_and_its_fallback():
     row = t[(t.strategy == "llm") & (t.family == "artifact")].iloc[0]
     assert row["summary"] == "llm:opctx:m" and not row["fell_back"] and row["retained"] == 1
     assert row["summary_input_tokens"] > 0 and row["summary_output_tokens"] > 0
+    # a preset given the summariser counts what its own summary call cost too
+    session = generate_session(21, n_turns=25).messages
+    ok = LLMSummaries(ScriptedProvider(["Wrote calc.py."] * 3), "m", cache=False)
+    t = probe_table([session], ["default"], summaries=ok, cuts=[60], context_window=40_000)
+    row = t[(t.strategy == "default") & (t.family == "artifact")].iloc[0]
+    assert row["summary"] == "llm:opctx:m" and not row["fell_back"] and row["summary_input_tokens"] > 0
     failing = LLMSummaries(lambda *a: (_ for _ in ()).throw(RuntimeError("down")), "m", cache=False,
                            settings=CallSettings(retries=0))
     t = probe_table([recorded_history()], ["keep-all"], summaries=failing)

@@ -64,6 +64,43 @@ def test_a_sweep_run_twice_makes_no_endpoint_call_the_second_time(tmp_path):
     assert llm1.usage()["endpoint_calls"] == calls_first and llm2.usage()["endpoint_calls"] == 0
     assert llm2.usage()["cached"] == calls_first
     assert df1["input_tokens_total"].tolist() == df2["input_tokens_total"].tolist()
+    # the summariser is named by its label, and every row counts its calls and tokens: the
+    # cached run costs what the first one measured (the strategy's cost, not this run's bill)
+    assert df1["summaries"].tolist() == ["llm:claude-code:fake-model"] and "fake-model" in df1["config"].iloc[0]
+    prompt_words = sum(len(str(m.get("content") or "").split()) for b in ep.bodies for m in b["messages"])
+    for df in (df1, df2):
+        assert df["summary_calls"].iloc[0] == calls_first
+        assert df["summary_input_tokens"].iloc[0] == prompt_words > 0 and df["summary_output_tokens"].iloc[0] > 0
+
+
+def test_replay_records_the_summarisers_tokens_on_each_compaction(tmp_path):
+    from opctx.lab.costs import price_requests, requests_from_summaries
+    from opctx.lab.prices import ModelPrice
+
+    messages = generate_session(21, n_turns=25).messages
+    cache = tmp_path / "summaries.sqlite"
+    with fake_endpoint("<summary>fix calc.py, keep the tests</summary>") as ep:
+        first = replay(messages, "default", context_window=40_000, aging=False,
+                       summaries=LLMSummaries(ep.url, "fake-model", "claude-code", cache=cache, settings=FAST))
+        bodies = list(ep.bodies)
+        again = replay(messages, "default", context_window=40_000, aging=False,
+                       summaries=LLMSummaries(ep.url, "fake-model", "claude-code", cache=cache, settings=FAST))
+        assert ep.requests == len(bodies)  # the second replay was served by the cache
+    assert first.summaries == "llm:claude-code:fake-model" and first.compactions
+    for c, body in zip(first.compactions, bodies, strict=True):
+        words = sum(len(str(m.get("content") or "").split()) for m in body["messages"])
+        assert (c.summary_model, c.summary_calls, c.summary_input_tokens) == ("fake-model", 1, words)
+        assert c.summary_output_tokens == 5 and not c.summary_cached and not c.fell_back_to_structural
+    assert all(c.summary_cached for c in again.compactions)
+    assert [c.summary_input_tokens for c in again.compactions] == [c.summary_input_tokens for c in first.compactions]
+    df = first.compactions_df()
+    assert df["summary_input_tokens"].sum() == first.metrics()["summary_input_tokens"] > 0
+    # priced as the summariser's own requests, apart from the agent's
+    requests = requests_from_summaries(first.summary_requests())
+    assert [r.kind for r in requests] == ["summary"] * len(first.compactions)
+    priced = price_requests(requests, ModelPrice(1.0, 2.0))
+    assert priced.total("summary") == pytest.approx(sum(
+        c.summary_input_tokens * 1e-6 + c.summary_output_tokens * 2e-6 for c in first.compactions))
 
 
 def test_replay_uses_the_named_prompt_and_the_clients_post_processing():
@@ -89,6 +126,9 @@ def test_a_failed_summary_falls_back_to_the_structural_one_and_says_so():
         r = replay(generate_session(21, n_turns=25).messages, "default", context_window=40_000, summaries=llm, aging=False)
     assert r.compactions and all(c.fell_back_to_structural for c in r.compactions)
     assert all("ProviderHTTPError" in (c.error or "") for c in r.compactions)
+    # the failed call is counted, and cost nothing the endpoint reported
+    assert all((c.summary_calls, c.summary_input_tokens, c.summary_output_tokens) == (1, 0, 0) for c in r.compactions)
+    assert r.compactions_df()["error"].str.contains("ProviderHTTPError").all()
     assert llm.records and not any(rec.ok for rec in llm.records)
     assert all("400" in rec.error for rec in llm.records)
     with pytest.raises(ProviderError):
