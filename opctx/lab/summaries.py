@@ -36,7 +36,8 @@ Calls
 seconds, ``Retry-After`` honoured: the provider's loop), ``concurrency`` (4 calls at a
 time in ``summarise_many``), ``max_input_tokens`` (``None``; else the oldest folded
 messages are left out, with a note, until the request fits a small model's window),
-``offline``. Each summary is a ``SummaryRecord`` (``opctx.lab.summaries.SummaryRecord``)
+``offline``. As the engine's summariser, the transcript the engine rendered is cut the
+same way, from its oldest line. Each summary is a ``SummaryRecord`` (``opctx.lab.summaries.SummaryRecord``)
 with the model, the token counts (input = the whole prompt, cached part included:
 opctx's ``Usage`` convention, which ``opctx.lab.prices.request_cost`` prices directly),
 latency, ok / error, attempts and whether the cache answered. A server that reports no
@@ -296,6 +297,30 @@ class LLMSummaries:
         note = {"role": "user", "content": f"({start} earlier message(s) left out to fit the summary call)"}
         return self.prompt.render([note, *msgs[start:]], previous)
 
+    def fit_block(self, transcript: str, previous_summary: str | None = None) -> tuple[str | None, str]:
+        """``(system, user_text)`` around an already rendered transcript (the engine's), its
+        oldest part left out, at a line start, until the request fits ``settings.max_input_tokens``."""
+        system, user = self.prompt.render_block(transcript, previous_summary)
+        limit = self.settings.max_input_tokens
+        if limit is None or _estimate((system or "") + user) <= limit:
+            return system, user
+
+        def from_offset(offset: int) -> tuple[str | None, str]:
+            newline = transcript.find("\n", offset)
+            start = newline + 1 if offset and newline >= 0 else offset
+            note = f"({start} earlier characters of the conversation left out to fit the summary call)\n"
+            return self.prompt.render_block(note + transcript[start:], previous_summary)
+
+        lo, hi = 1, len(transcript)  # the smallest offset whose rest fits
+        while lo < hi:
+            mid = (lo + hi) // 2
+            s, u = from_offset(mid)
+            if _estimate((s or "") + u) <= limit:
+                hi = mid
+            else:
+                lo = mid + 1
+        return from_offset(lo)
+
     def key(self, system: str | None, user: str, purpose: str | None = None) -> tuple[str, str]:
         """``(cache key, request sha256)`` of a request (``purpose``: the prompt name by default)."""
         request_sha = _sha256(json.dumps([system, user], ensure_ascii=False))
@@ -393,9 +418,9 @@ class LLMSummaries:
         """
         user = str(messages[-1].get("content") or "") if messages else ""
         sys_text, user_text = system, user
-        if self.prompt.name != "opctx" and system == ENGINE_SYSTEM:
+        if system == ENGINE_SYSTEM and (self.prompt.name != "opctx" or self.settings.max_input_tokens is not None):
             transcript, previous = _engine_parts(user)
-            sys_text, user_text = self.prompt.render_block(transcript, previous)
+            sys_text, user_text = self.fit_block(transcript, previous)
         record = self.complete(sys_text, user_text)
         if not record.ok:
             raise ProviderError(record.error or "the summary failed")

@@ -14,6 +14,8 @@ import pytest
 from opctx.lab.history import RecordedCompaction, RecordedHistory
 from opctx.lab.local_llm import MODEL_LABEL, LocalModelServer, local_model_status, local_summaries
 from opctx.lab.probes import evaluate
+from opctx.lab.replay import replay
+from opctx.lab.scenarios import generate_session
 from opctx.lab.summaries import CallSettings
 
 # small answers: the model proves the path, its summaries are not a result (keeps the test short)
@@ -68,6 +70,25 @@ def test_probe_table_with_the_real_models_summaries(server, tmp_path):
     assert len(rows) == 4 and not rows["fell_back"].any()
     assert rows["summary"].iloc[0] == f"llm:openhands:{MODEL_LABEL}" and rows["summary_input_tokens"].iloc[0] > 0
     assert ev.keep_all_ok
+
+
+@pytest.mark.slow
+def test_a_replay_compacts_with_the_real_models_summaries(server, tmp_path):
+    """The engine's summariser is the real model: its tokens on each compaction, the cache after."""
+    messages = generate_session(21, n_turns=12).messages
+    cache = tmp_path / "summaries.sqlite"
+    # no engine timeout: a loaded machine must not turn the real path into the structural fallback
+    kw = {"context_window": 40_000, "aging": False, "summary.timeout": None}
+    first = replay(messages, "default", summaries=local_summaries(server, cache=cache, settings=SETTINGS), **kw)
+    assert first.summaries == f"llm:opctx:{MODEL_LABEL}" and first.compactions
+    for c in first.compactions:
+        assert not c.fell_back_to_structural, c.error
+        assert c.summary_model == MODEL_LABEL and c.summary_calls == 1 and not c.summary_tokens_estimated
+        assert 0 < c.summary_input_tokens <= 2048 and 0 < c.summary_output_tokens <= SETTINGS.max_tokens
+    again_llm = local_summaries(server, cache=cache, settings=SETTINGS)
+    again = replay(messages, "default", summaries=again_llm, **kw)
+    assert again_llm.usage()["endpoint_calls"] == 0 and all(c.summary_cached for c in again.compactions)
+    assert [c.summary_text for c in again.compactions] == [c.summary_text for c in first.compactions]
 
 
 @pytest.mark.slow

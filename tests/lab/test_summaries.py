@@ -9,6 +9,7 @@ import threading
 import pytest
 from _llm_endpoint import fake_endpoint
 
+from opctx.context.tokens import estimate_text_tokens
 from opctx.dag.providers import ProviderError, ScriptedProvider
 from opctx.lab.replay import replay
 from opctx.lab.scenarios import generate_session
@@ -193,6 +194,21 @@ def test_a_small_window_leaves_out_the_oldest_messages():
     system, user = llm.request(many)
     assert "earlier message(s) left out to fit the summary call" in user
     assert "message 39" in user and "message 0 " not in user
+
+
+def test_as_the_engines_summariser_a_small_window_cuts_the_oldest_lines():
+    seen = []
+
+    def provider(messages, model, system, tools):
+        seen.append(messages[0]["content"])
+        return "short"
+
+    for prompt in ("opctx", "claude-code"):
+        llm = LLMSummaries(provider, "m", prompt, cache=False, settings=CallSettings(max_input_tokens=1200))
+        r = replay(generate_session(21, n_turns=25).messages, "default", context_window=40_000, summaries=llm, aging=False)
+        assert r.compactions and not any(c.fell_back_to_structural for c in r.compactions)
+    assert seen and all("left out to fit the summary call" in text for text in seen)
+    assert max(estimate_text_tokens(t) for t in seen) <= 1200
 
 
 def test_the_cache_is_shared_safely_between_threads(tmp_path):
