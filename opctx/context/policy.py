@@ -54,8 +54,10 @@ Conventions
   shares of the input budget); conditions by token count, message count or agent turns
   join it as further optional fields (``None`` = off, the first that fires decides). The
   cut's "keep" fields likewise take keep-by-messages / turns / tool uses beside the token
-  figures; ``aging.kind`` names the ager, whose settings are fields of ``aging``; the
-  summary part takes a summary source beside its call settings.
+  figures; ``aging.kind`` names the ager, whose settings are fields of ``aging``. The
+  summary part holds the call's settings only: *who* summarises (a provider call, an
+  endpoint with its cache) is a resource, not a value to compare and store as JSON, so it
+  stays the engine's ``summarizer_provider`` (a replay's ``summaries``).
 """
 
 from __future__ import annotations
