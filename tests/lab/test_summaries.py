@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pickle
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from _llm_endpoint import fake_endpoint
@@ -102,6 +103,23 @@ def test_replay_records_the_summarisers_tokens_on_each_compaction(tmp_path):
     priced = price_requests(requests, ModelPrice(1.0, 2.0))
     assert priced.total("summary") == pytest.approx(sum(
         c.summary_input_tokens * 1e-6 + c.summary_output_tokens * 2e-6 for c in first.compactions))
+
+
+def test_a_sweep_to_parquet_in_threads_names_the_summariser_and_counts_its_tokens(tmp_path):
+    import pandas as pd
+
+    specs = [generate_session(21, n_turns=12).messages, generate_session(22, n_turns=12).messages]
+    grid = {"preset": ["default"], "context_window": [40_000], "aging": [False]}
+    with fake_endpoint() as ep, ThreadPoolExecutor(2) as pool:
+        llm = LLMSummaries(ep.url, "fake-model", cache=tmp_path / "c.sqlite", settings=FAST)
+        out = sweep(specs, {**grid, "summaries": ["structural", llm]}, executor=pool, progress=False,
+                    out=tmp_path / "s.parquet", errors="raise")
+        asked = ep.requests
+    df = pd.read_parquet(out).sort_values(["session_index", "config_index"])
+    assert df["summaries"].tolist() == ["structural", "llm:opctx:fake-model"] * 2
+    llm_rows, structural = df[df["summaries"] != "structural"], df[df["summaries"] == "structural"]
+    assert llm_rows["summary_calls"].sum() == asked > 0 and (llm_rows["summary_input_tokens"] > 0).all()
+    assert (structural[["summary_calls", "summary_input_tokens"]] == 0).all().all()
 
 
 def test_replay_uses_the_named_prompt_and_the_clients_post_processing():
