@@ -105,6 +105,16 @@ def _grid_value(value: Any) -> Any:
     return label if isinstance(label, str) and not isinstance(value, str) else value
 
 
+def _identity_value(value: Any) -> Any:
+    """A grid value as a resumed sweep recognises it: a summariser by its label and call
+    settings, not by its endpoint's address (a local model server gets a new port each start,
+    and the summary cache does not key on the address either)."""
+    label = _grid_value(value)
+    if label is value:
+        return value
+    return {"label": label, "settings": repr(getattr(value, "settings", None))}
+
+
 def _config_label(config: Mapping[str, Any]) -> str:
     if config.get("label"):
         return str(config["label"])
@@ -394,7 +404,8 @@ def _output(out: str | os.PathLike, sessions: list[Any], records: _Records, timi
         f"{label}#{hashlib.sha256(json.dumps(s, default=repr).encode()).hexdigest()[:16]}"
         if isinstance(s, list) else label for s, label in zip(sessions, records.labels, strict=True)
     ]
-    identity = {"sessions": names, "configs": configs, "timings": timings}
+    identity = {"sessions": names, "configs": [{k: _identity_value(v) for k, v in c.items()} for c in configs],
+                "timings": timings}
     return SweepParts(out, records, timings, flush_rows, identity)
 
 

@@ -7,6 +7,7 @@ import pickle
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+import pandas as pd
 import pytest
 from _llm_endpoint import fake_endpoint
 
@@ -106,8 +107,6 @@ def test_replay_records_the_summarisers_tokens_on_each_compaction(tmp_path):
 
 
 def test_a_sweep_to_parquet_in_threads_names_the_summariser_and_counts_its_tokens(tmp_path):
-    import pandas as pd
-
     specs = [generate_session(21, n_turns=12).messages, generate_session(22, n_turns=12).messages]
     grid = {"preset": ["default"], "context_window": [40_000], "aging": [False]}
     with fake_endpoint() as ep, ThreadPoolExecutor(2) as pool:
@@ -120,6 +119,33 @@ def test_a_sweep_to_parquet_in_threads_names_the_summariser_and_counts_its_token
     llm_rows, structural = df[df["summaries"] != "structural"], df[df["summaries"] == "structural"]
     assert llm_rows["summary_calls"].sum() == asked > 0 and (llm_rows["summary_input_tokens"] > 0).all()
     assert (structural[["summary_calls", "summary_input_tokens"]] == 0).all().all()
+
+
+def test_an_interrupted_llm_sweep_resumes_with_the_server_on_another_port(tmp_path, monkeypatch):
+    pytest.importorskip("pyarrow")
+    from opctx.lab import sweep as sweep_module
+
+    specs = [generate_session(21, n_turns=12).messages, generate_session(22, n_turns=12).messages]
+    out, cache, real, calls = tmp_path / "s.parquet", tmp_path / "c.sqlite", sweep_module.run_task, []
+
+    def interrupted(session, configs, timings=False):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(session, configs, timings)
+
+    def grid(ep):
+        llm = LLMSummaries(ep.url, "fake-model", cache=cache, settings=FAST)
+        return {"preset": ["default"], "context_window": [40_000], "aging": [False], "summaries": [llm]}
+
+    monkeypatch.setattr(sweep_module, "run_task", interrupted)
+    with fake_endpoint() as ep, pytest.raises(KeyboardInterrupt):
+        sweep(specs, grid(ep), progress=False, configs_per_task=1, out=out, flush_rows=1)
+    monkeypatch.setattr(sweep_module, "run_task", real)
+    with fake_endpoint() as ep:  # a new server, a new port: the same sweep
+        sweep(specs, grid(ep), progress=False, configs_per_task=1, out=out, flush_rows=1)
+        assert ep.requests == 1  # only the second session's summary was asked
+    assert len(pd.read_parquet(out)) == 2
 
 
 def test_replay_uses_the_named_prompt_and_the_clients_post_processing():
