@@ -18,6 +18,8 @@ from .metrics import identifiers, summarize
 
 __all__ = ["ReplayResult", "ReplayCompaction"]
 
+_SUMMARY_TOKENS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+
 
 @dataclass
 class ReplayCompaction:
@@ -140,19 +142,28 @@ class ReplayResult:
         return pd.DataFrame(rows, columns=cols)
 
     def summary_requests(self) -> list[dict[str, Any]]:
-        """The summariser's calls, one per compaction that made any: ``model``, the token
-        counts under ``opctx.lab.prices.request_cost``'s names, ``step``, ``time`` (the
-        request's recorded time), ``cached``, ``estimated``. ``opctx.lab.costs.requests_from_summaries``
-        prices them directly (``kind="summary"``, apart from the agent's requests)."""
+        """The summariser's calls, one per compaction that made any (a compaction that
+        summarised and then made no progress included: its ``compaction_failed`` event),
+        in step order: ``model``, the token counts under ``opctx.lab.prices.request_cost``'s
+        names, ``step``, ``time`` (the request's recorded time), ``calls``, ``cached``,
+        ``estimated``, ``compacted``. ``opctx.lab.costs.requests_from_summaries`` prices them
+        directly (``kind="summary"``, apart from the agent's requests)."""
         times = self.steps_df["timestamp"].tolist() if len(self.steps_df) else []
-        return [
-            {"model": c.summary_model or self.model, "input_tokens": c.summary_input_tokens,
-             "output_tokens": c.summary_output_tokens, "cache_read_tokens": c.summary_cache_read_tokens,
-             "cache_write_tokens": c.summary_cache_write_tokens, "step": c.step,
-             "time": times[c.step] if c.step < len(times) else None, "calls": c.summary_calls,
-             "cached": c.summary_cached, "estimated": c.summary_tokens_estimated}
-            for c in self.compactions if c.summary_calls
-        ]
+        made = [(c.to_dict(), True) for c in self.compactions]
+        made += [(e, False) for e in self.events if e.get("event") == "compaction_failed"]
+        out = []
+        for d, compacted in sorted(made, key=lambda x: x[0].get("step", 0)):
+            if not d.get("summary_calls"):
+                continue
+            step = int(d.get("step", 0))
+            out.append({
+                "model": d.get("summary_model") or self.model,
+                **{k: int(d.get(f"summary_{k}", 0)) for k in _SUMMARY_TOKENS},
+                "step": step, "time": times[step] if step < len(times) else None, "calls": d["summary_calls"],
+                "cached": bool(d.get("summary_cached")), "estimated": bool(d.get("summary_tokens_estimated")),
+                "compacted": compacted,
+            })
+        return out
 
     @property
     def policy_json(self) -> str | None:

@@ -127,14 +127,16 @@ class SummaryMeter:
             estimated=any(e.get("estimated") for e in answered),
         )
 
-    def apply(self, slot: int, compaction: Any) -> None:
-        """Set a ``ReplayCompaction``'s ``summary_*`` fields from ``slot``."""
+    def fields(self, slot: int) -> dict[str, Any]:
+        """``slot`` under ``ReplayCompaction``'s ``summary_*`` names (empty: no call)."""
         usage = self.usage(slot)
         if usage is None:
-            return
-        compaction.summary_model = usage.model
-        for name in _TOKEN_FIELDS:
-            setattr(compaction, f"summary_{name}", getattr(usage, name))
-        compaction.summary_calls = usage.calls
-        compaction.summary_cached = usage.cached
-        compaction.summary_tokens_estimated = usage.estimated
+            return {}
+        return {"summary_model": usage.model, **{f"summary_{k}": getattr(usage, k) for k in _TOKEN_FIELDS},
+                "summary_calls": usage.calls, "summary_cached": usage.cached,
+                "summary_tokens_estimated": usage.estimated}
+
+    def apply(self, slot: int, compaction: Any) -> None:
+        """Set a ``ReplayCompaction``'s ``summary_*`` fields from ``slot``."""
+        for name, value in self.fields(slot).items():
+            setattr(compaction, name, value)

@@ -592,6 +592,13 @@ def turn_metrics(result: Replayed, prices: PriceTable | None = None) -> pd.DataF
     return out.reset_index()
 
 
+def _summariser_totals(result: Replayed) -> dict[str, int]:
+    made = [vars(c) if hasattr(c, "__dict__") else {} for c in result.compactions]
+    made += [e for e in result.events if e.get("event") == "compaction_failed"]
+    return {f"summary_{k}": sum(int(d.get(f"summary_{k}", 0) or 0) for d in made)
+            for k in ("calls", "input_tokens", "output_tokens")}
+
+
 def summarize(
     result: Replayed,
     prices: PriceTable | None = None,
@@ -639,10 +646,9 @@ def summarize(
         "compactions": len(result.compactions),
         "compression_ratio_mean": float(sum(ratios) / len(ratios)) if ratios else math.nan,
         "structural_fallbacks": sum(1 for c in result.compactions if c.fell_back_to_structural),
-        # the summariser's own calls (ReplayCompaction.summary_*; 0 for structural summaries)
-        "summary_calls": sum(getattr(c, "summary_calls", 0) for c in result.compactions),
-        "summary_input_tokens": sum(getattr(c, "summary_input_tokens", 0) for c in result.compactions),
-        "summary_output_tokens": sum(getattr(c, "summary_output_tokens", 0) for c in result.compactions),
+        # the summariser's own calls (ReplayCompaction.summary_*, and a compaction that
+        # summarised then made no progress: its compaction_failed event; 0 for structural)
+        **_summariser_totals(result),
         "redacted_total": int(df["redacted"].sum()) if n else 0,
         "max_budget_pct": float(df["budget_pct"].max()) if n else 0.0,
         "over_window_steps": int((tokens > result.context_window).sum()),

@@ -466,9 +466,14 @@ class _Setup:
         """Before a compaction: the summariser's calls from now on are this compaction's."""
         return self.meter.begin() if self.meter is not None else 0
 
-    def count_summary(self, slot: int, record: ReplayCompaction) -> None:
-        """After it: the summariser's tokens on the compaction's record."""
-        if self.meter is not None:
+    def count_summary(self, slot: int, record: ReplayCompaction | dict) -> None:
+        """After it: the summariser's tokens on the compaction's record (or on the
+        ``compaction_failed`` event of one that summarised, then made no progress)."""
+        if self.meter is None:
+            return
+        if isinstance(record, dict):
+            record.update(self.meter.fields(slot))
+        else:
             self.meter.apply(slot, record)
 
 
@@ -668,7 +673,9 @@ class _Replay:
                 self.setup.count_summary(slot, record)
                 self.compactions.append(record)
             elif comp is not None:
-                self.events.append({"step": len(self.rows), "event": "compaction_failed", "error": comp.error})
+                failed = {"step": len(self.rows), "event": "compaction_failed", "error": comp.error}
+                self.setup.count_summary(slot, failed)
+                self.events.append(failed)
         self._record_step(index, msg, prep, decision, tokens_before, compacted)
 
     # -- the client's trigger check and the unseen overhead (module docstring) -------------------

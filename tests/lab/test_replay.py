@@ -250,3 +250,27 @@ def test_every_result_carries_the_policy_it_ran_with(scenario, tmp_path):
     mine = PRESETS["hermes"].policy.replace(**{"cut.protect_last_n": 4})
     again = replay(scenario.messages, mine, context_window=30_000)
     assert again.policy == mine.replace(**{"budget.context_window": 30_000}) and again.preset == "custom"
+
+
+def test_the_summarisers_tokens_are_counted_even_when_its_summary_made_no_progress():
+    """A summary too long to shrink the request fails the compaction; its call still cost tokens."""
+    from opctx.dag.providers import Reply, Usage
+
+    def verbose(messages, model, system, tools):
+        return Reply(text="word " * 30_000, tool_calls=[], usage=Usage(500, 30_000), model="small")
+
+    def concise(messages, model, system, tools):
+        return "short summary"  # no usage reported: opctx's estimate
+
+    r = replay(generate_session(21, n_turns=12).messages, "default", context_window=40_000, aging=False,
+               summaries=verbose)
+    failed = [e for e in r.events if e.get("event") == "compaction_failed"]
+    assert failed and failed[0]["summary_calls"] == 1 and failed[0]["summary_input_tokens"] == 500
+    requests = r.summary_requests()
+    assert requests[0]["compacted"] is False and requests[0]["model"] == "small"
+    assert r.metrics()["summary_output_tokens"] == 30_000 * len(requests)
+    ok = replay(generate_session(21, n_turns=12).messages, "default", context_window=40_000, aging=False,
+                summaries=concise)
+    assert ok.compactions and all(c.summary_tokens_estimated and c.summary_input_tokens > 0 for c in ok.compactions)
+    assert all(c.summary_model == ok.model for c in ok.compactions)  # a bare call names no model: the replay's
+    assert ok.summaries == "provider"
