@@ -120,7 +120,7 @@ from opctx.context.provider_messages import is_display_only
 from opctx.dag.messages import is_tool_result
 
 from ._replay_result import ReplayCompaction, ReplayResult
-from ._summary_meter import SummaryMeter
+from ._summary_meter import SummaryMeter, SummaryUsage
 from .history import RecordedCompaction, RecordedHistory, as_history, provider_prompt_tokens
 from .metrics import common_prefix_length, guard_counts
 
@@ -128,6 +128,8 @@ __all__ = [
     "ReplayClock",
     "ReplayCompaction",
     "ReplayResult",
+    "SummaryMeter",
+    "SummaryUsage",
     "replay",
     "DECISIONS",
     "TRIGGER_CHECKS",
