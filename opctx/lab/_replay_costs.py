@@ -27,7 +27,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .costs import CachePolicy, CostResult, RequestTokens, has_request_times, price_requests, requests_from_steps
+from .costs import (
+    CachePolicy,
+    CostResult,
+    RequestTokens,
+    has_request_times,
+    price_requests,
+    requests_from_steps,
+)
 
 __all__ = ["ReplayCosts", "replay_costs", "default_cache_policy", "SUMMARY_CALLS_MODELLED"]
 

@@ -85,8 +85,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from opctx.context.provider_messages import is_display_only
 from opctx.dag.messages import is_tool_result, message_text, tool_result_ids, tool_use_ids
 
-from .history import RecordedHistory
 from ._replay_costs import replay_costs
+from .history import RecordedHistory
 from .prices import PriceTable
 
 if TYPE_CHECKING:  # pragma: no cover
