@@ -271,6 +271,8 @@ class _CompactionSteps:
         """Step 2: where to cut. The kept tail may use at most ``tail_budget_share`` of the
         input budget left after system and tools (unless ``keep_recent_tokens`` is given),
         so that on a small window the tail cannot eat the whole budget."""
+        if keep_recent_tokens is None:
+            keep_recent_tokens = _counted_keep(self.policy.cut.keep(), branch.history, branch.table)
         room = max(1, branch.budget.input_budget - branch.system_tokens - branch.tools_tokens)
         max_tail = (
             None
@@ -327,6 +329,14 @@ class _CompactionSteps:
             previous_summary = _latest_summary_text(folded)
         pct, window = branch.pct, branch.window
         force = None
+        source = self.policy.summary.source
+        if source == "forget":
+            return SummaryResult(
+                FORGOTTEN.format(n=len(folded)), summarised_count=len(folded),
+                summarised_tokens=sum(branch.facts.tokens(m) for m in folded),
+            )
+        if source == "structural":
+            force = "summary.source is 'structural'"
         if pct >= self.emergency_pct:
             force = (
                 f"Emergency: input at {pct:.0%} of the budget (>= {self.emergency_pct:.0%}); "
@@ -540,6 +550,37 @@ class _CompactionSteps:
         table = MessageFacts(lambda m: estimate(m, model)).table(layout)
         return table.counted_tokens(thinking_retention(model))
 
+
+
+#: the one line a compaction without a summary (``summary.source = "forget"``) leaves where
+#: the folded messages were: opctx's layout has a summary node after every compaction
+#: (OpenHands' forgetting condensers leave nothing; assumed wording)
+FORGOTTEN = "({n} earlier messages were forgotten)"
+
+
+def _counted_keep(keep: tuple[str, int] | None, history: Sequence[dict], table: Any) -> int | None:
+    """The "keep" of the cut (``CutPolicy.keep``) as tokens of tail: the tokens from where the
+    last N messages, agent turns or tool uses start (the cut then snaps that boundary so
+    that no tool pair or thinking unit is split); None when the token clamps decide."""
+    if keep is None:
+        return None
+    unit, n = keep
+    if unit == "tokens":
+        return n
+    facts, start = table.facts, len(table.facts)
+    if unit == "messages":
+        start = max(0, start - n)
+    else:
+        seen = 0
+        while start > 0 and seen < n:
+            start -= 1
+            if unit == "turns":
+                seen += history[start].get("role") == "assistant"
+            else:
+                seen += len(facts[start][3])  # the calls of (tokens, text, user, calls, ...)
+        if seen < n:
+            start = 0
+    return table.tail_tokens(start)
 
 
 def _latest_summary_text(messages: Sequence[dict]) -> str | None:

@@ -679,7 +679,9 @@ class _Replay:
         pct = self.last_response_total / budget
         own = getattr(prep, "decision", None)
         disabled = own is not None and own.kind is DecisionKind.DISABLED
-        decision = self.driver.engine.decide(pct, auto_disabled=disabled)
+        # a count trigger (turns, messages) fired on the request itself, whatever the figure
+        fired = getattr(own, "fired", None)
+        decision = self.driver.engine.decide(pct, auto_disabled=disabled, fired=fired)
         view = dataclasses.replace(prep, budget_pct=pct, decision=decision)
         return self.driver.decide(view)
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from opctx.context.policy import (
     AGING_KINDS,
     FROM_CLIENT,
+    KEEP_FIELDS,
     LEGACY_NAMES,
     PARTS,
     CompactionPolicy,
@@ -104,7 +105,8 @@ def test_never_is_none_and_the_client_marker_is_explicit():
         "trigger.recommend_pct": None, "trigger.auto_pct": None, "trigger.emergency_pct": None})
     assert never.trigger.thresholds() == (math.inf, math.inf, math.inf)
     assert json.loads(json.dumps(never.to_dict()))["trigger"] == {
-        "recommend_pct": None, "auto_pct": None, "emergency_pct": None}
+        "recommend_pct": None, "auto_pct": None, "emergency_pct": None,
+        "tokens": None, "messages": None, "turns": None}
     client = CompactionPolicy().replace(**{"client.name": "claude-code", "trigger.auto_pct": FROM_CLIENT,
                                            "budget.output_reserve": FROM_CLIENT})
     assert client.client_decides() == ["trigger.auto_pct", "budget.output_reserve"] and not client.resolved
@@ -160,7 +162,8 @@ def _values(f):
         low = 0.01 if f.name in ("cut.tail_budget_share", "client.trigger_window_fraction") else 0.0
         return st.floats(low, 1.0)
     if f.kind in ("tokens", "count", "chars"):
-        low = 1 if f.name.startswith(("budget.", "client.")) or f.name == "guard.low_saving_streak" else 0
+        low = 1 if f.name.startswith(("budget.", "client.", "trigger.")) or f.name in (
+            "guard.low_saving_streak", "aging.trigger_tokens") else 0
         return st.integers(low, 300_000)
     if f.kind == "seconds":
         return st.floats(0.5 if f.name == "summary.timeout" else 0.0, 1e6)
@@ -172,6 +175,8 @@ def _values(f):
         return st.sampled_from([c for c in f.choices if c not in ("client",)])
     if f.kind == "text":
         return st.text(min_size=1, max_size=12)
+    if f.kind == "names":
+        return st.lists(st.text(min_size=1, max_size=8), max_size=3).map(tuple)
     raise AssertionError(f.kind)
 
 
@@ -187,6 +192,8 @@ def valid_policies(draw):
         for name in [n for n in changes if n.startswith("client.") and n not in (
                 "client.version", "client.post_compaction_tokens")]:
             changes.pop(name)
+    for name in [n for n in KEEP_FIELDS if changes.get(n) is not None][1:]:
+        changes.pop(name)  # keep by one unit only
     low, high = sorted((changes.get("cut.keep_min_tokens", 8_000), changes.get("cut.keep_max_tokens", 40_000)))
     changes["cut.keep_min_tokens"], changes["cut.keep_max_tokens"] = low, high
     shares = sorted(draw(st.lists(st.one_of(st.none(), st.floats(0.05, 1.5)), min_size=3, max_size=3)),
@@ -205,7 +212,7 @@ def test_random_valid_policies_round_trip_through_json(p):
 
 
 def test_aging_kinds_are_named_once():
-    assert AGING_KINDS == ("turns", "masking", "microcompact", "client", "none")
+    assert AGING_KINDS == ("turns", "masking", "clear-tool-uses", "microcompact", "client", "none")
 
 
 def test_the_design_document_lists_every_field():
