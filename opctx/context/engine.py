@@ -199,7 +199,7 @@ from .aging import TurnAger
 from .anthropic_messages import thinking_retention
 from .budget import BudgetAllocator
 from .fit import ContextOverflowError, FittedRequest, fit_request
-from .masking import ObservationMasker
+from .masking import ObservationMasker, ToolUseClearer
 from .persistence import Persister
 from .policy import CompactionPolicy
 from .provider_messages import to_provider_messages
@@ -878,7 +878,14 @@ def _policy_ager(policy: CompactionPolicy, clock: Callable[[], float], estimator
             estimator=estimator,
         )
     if aging.kind == "masking":
-        return ObservationMasker(aging.keep_last, estimate=estimator.message_tokens)
+        return ObservationMasker(aging.keep_last, estimate=estimator.message_tokens,
+                                 placeholder=aging.placeholder, drop_demos=aging.drop_demos)
+    if aging.kind == "clear-tool-uses":
+        return ToolUseClearer(
+            aging.keep_last, trigger_tokens=aging.trigger_tokens, clear_at_least=aging.clear_at_least,
+            exclude_tools=aging.exclude_tools, clear_inputs=aging.clear_inputs,
+            estimate=estimator.message_tokens, placeholder=aging.placeholder, drop_demos=aging.drop_demos,
+        )
     if aging.kind == "none":
         return None
     raise ValueError(

@@ -816,6 +816,9 @@ class _Replay:
     def result(self, started: float, params: dict[str, Any]) -> ReplayResult:
         """Step 4: the ``ReplayResult`` (``steps_df`` built once, at the end); closes the driver."""
         policy = getattr(self.driver.engine, "policy", None)
+        idle = _idle_strategy(self.driver.engine)
+        if idle is not None:
+            self.events.append(idle)
         steps_df = _steps_frame(self.rows, policy.to_json() if policy is not None else None)
         elapsed = time.perf_counter() - started
         setup = self.setup
@@ -836,6 +839,24 @@ class _Replay:
         )
         self.driver.close()
         return result
+
+
+def _idle_strategy(engine: Any) -> dict | None:
+    """The ``strategy_idle`` event of a replay whose masking or clearing ager found nothing
+    to act on in the whole session (no observation, or never more than it keeps, or never
+    past its trigger): the strategy then equals no strategy on this history, which a
+    figure must not hide."""
+    ager = getattr(engine, "ager", None)
+    if getattr(ager, "acted", True):
+        return None
+    seen = int(getattr(ager, "observations_seen", 0))
+    kind = engine.policy.aging.kind if getattr(engine, "policy", None) is not None else type(ager).__name__
+    why = (
+        "no observation (tool result, or user message marked is_observation) in the session"
+        if not seen else f"{seen} observation(s), none past the last {ager.keep_last} kept"
+        + (f" once the history passed {ager.trigger_tokens:,} tokens" if getattr(ager, "trigger_tokens", None) else "")
+    )
+    return {"event": "strategy_idle", "ager": kind, "observations": seen, "message": f"{kind}: nothing masked: {why}"}
 
 
 def _register_copies(branch: list[dict], origin_ids: dict[str, int]) -> None:
