@@ -181,7 +181,6 @@ from itertools import compress
 from typing import Any
 
 from ._compaction import _CompactionSteps
-from ._structural import is_summary_message
 from ._engine_state import (
     COMPACT_ATTEMPTS,
     EngineError,
@@ -195,6 +194,7 @@ from ._engine_state import (
     emit,
     logger,
 )
+from ._structural import is_summary_message
 from .aging import TurnAger
 from .anthropic_messages import thinking_retention
 from .budget import BudgetAllocator
