@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ._cut import counted_cut
 from ._engine_state import (
     COMPACT_ATTEMPTS,
     EngineError,
@@ -271,8 +272,9 @@ class _CompactionSteps:
         """Step 2: where to cut. The kept tail may use at most ``tail_budget_share`` of the
         input budget left after system and tools (unless ``keep_recent_tokens`` is given),
         so that on a small window the tail cannot eat the whole budget."""
-        if keep_recent_tokens is None:
-            keep_recent_tokens = _counted_keep(self.policy.cut.keep(), branch.history, branch.table)
+        keep = self.policy.cut.keep()
+        if keep_recent_tokens is None and keep is not None:
+            return counted_cut(branch.history, branch.facts, keep, self.policy.cut.protect_first_n)
         room = max(1, branch.budget.input_budget - branch.system_tokens - branch.tools_tokens)
         max_tail = (
             None
@@ -466,7 +468,7 @@ class _CompactionSteps:
         disabled = False
         with self._lock:
             guard = state.guard
-            if saved < self.min_saving:
+            if saved < self.min_saving and self.policy.guard.enabled:
                 guard.low_saving_streak += 1
                 if guard.low_saving_streak >= streak and why != "manual":
                     runs = "two" if streak == 2 else str(streak)
@@ -523,7 +525,7 @@ class _CompactionSteps:
         self, state: _SessionState, why: str, history_tokens: int, reason: str
     ) -> bool:
         """A compaction that could not shrink anything: disable auto-compaction (auto runs only)."""
-        if why == "manual":
+        if why == "manual" or not self.policy.guard.enabled:
             return False
         with self._lock:
             self._disable(state, f"auto-compaction disabled: {reason}", history_tokens)
@@ -556,31 +558,6 @@ class _CompactionSteps:
 #: the folded messages were: opctx's layout has a summary node after every compaction
 #: (OpenHands' forgetting condensers leave nothing; assumed wording)
 FORGOTTEN = "({n} earlier messages were forgotten)"
-
-
-def _counted_keep(keep: tuple[str, int] | None, history: Sequence[dict], table: Any) -> int | None:
-    """The "keep" of the cut (``CutPolicy.keep``) as tokens of tail: the tokens from where the
-    last N messages, agent turns or tool uses start (the cut then snaps that boundary so
-    that no tool pair or thinking unit is split); None when the token clamps decide."""
-    if keep is None:
-        return None
-    unit, n = keep
-    if unit == "tokens":
-        return n
-    facts, start = table.facts, len(table.facts)
-    if unit == "messages":
-        start = max(0, start - n)
-    else:
-        seen = 0
-        while start > 0 and seen < n:
-            start -= 1
-            if unit == "turns":
-                seen += history[start].get("role") == "assistant"
-            else:
-                seen += len(facts[start][3])  # the calls of (tokens, text, user, calls, ...)
-        if seen < n:
-            start = 0
-    return table.tail_tokens(start)
 
 
 def _latest_summary_text(messages: Sequence[dict]) -> str | None:

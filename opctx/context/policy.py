@@ -525,6 +525,12 @@ class GuardPolicy(_Part):
         doc="automatic compactions in a row under min_saving that disable auto-compaction",
         source="docs/design.md (twice in a row)",
     )
+    enabled: bool = _setting(
+        True, kind="flag",
+        doc="False: compactions that save little or nothing never disable automatic compaction "
+            "(the strategies of the literature have no such guard)",
+        source="docs/design.md (the guard is opctx's); the strategy presets turn it off",
+    )
     rearm_fraction: float = _setting(
         0.25, kind="fraction", legacy=("rearm_fraction",),
         doc="auto-compaction re-arms when the history grew by this share of the input budget",
