@@ -156,6 +156,7 @@ def test_the_summary_strategy_folds_21_turns_at_31_and_keeps_10():
     assert kept_turns == 10 and comp.protected_indices == [0, 1]
 
 
+@pytest.mark.slow
 @pytest.mark.corpus
 @pytest.mark.parametrize("name", STRATEGIES)
 def test_every_strategy_replays_the_corpus(corpus_dir, name):
