@@ -234,3 +234,45 @@ def test_the_policy_imports_nothing_of_opctx():
     imported = {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert not any(name.startswith(("opctx", ".")) or name == "" for name in imported), imported
+
+
+# -- count triggers and count keeps ------------------------------------------------------------------
+
+
+def test_count_triggers_fire_first_come_and_name_their_field():
+    t = TriggerPolicy(tokens=4_000, messages=100, turns=31)
+    assert t.fired(tokens=10, messages=5, turns=31) == "trigger.turns"
+    assert t.fired(tokens=4_000, messages=100, turns=31) == "trigger.tokens"  # the first that fires
+    assert t.fired(tokens=3_999, messages=99, turns=30) is None
+    for name, bad in (("trigger.turns", 0), ("trigger.messages", -1), ("trigger.tokens", 1.5)):
+        with pytest.raises(ValueError, match=name.replace(".", r"\.")):
+            CompactionPolicy().replace(**{name: bad})
+
+
+def test_keep_by_one_unit_only_and_round_trip():
+    p = CompactionPolicy().replace(**{"cut.keep_turns": 10, "trigger.turns": 31, "aging.exclude_tools": ["web"]})
+    assert p.cut.keep() == ("turns", 10) and CompactionPolicy().cut.keep() is None
+    assert CompactionPolicy.from_dict(json.loads(p.to_json())) == p and p.aging.exclude_tools == ("web",)
+    with pytest.raises(ValueError, match=r"cut\.keep_turns and cut\.keep_messages are both set"):
+        p.replace(**{"cut.keep_messages": 20})
+    with pytest.raises(ValueError, match=r"aging\.exclude_tools"):
+        p.replace(**{"aging.exclude_tools": "web"})
+    with pytest.raises(ValueError, match=r"summary\.source"):
+        p.replace(**{"summary.source": "magic"})
+
+
+def test_the_engine_decides_on_a_count_trigger():
+    from opctx.context.engine import DefaultContextEngine
+    from opctx.context.types import DecisionKind
+
+    policy = CompactionPolicy().replace(**{"trigger.turns": 3, "aging.kind": "none"})
+    engine = DefaultContextEngine(policy=policy)
+    history = [{"role": "user", "content": "task", "id": "u"}]
+    for i in range(3):
+        history.append({"role": "assistant", "content": f"step {i}", "id": f"a{i}"})
+        history.append({"role": "user", "content": f"output {i}", "id": f"o{i}"})
+    prep = engine.prepare(None, "s", history, "gpt-4o", None)
+    assert prep.decision.kind is DecisionKind.COMPACT and prep.decision.fired == "trigger.turns"
+    assert prep.budget_pct < 0.1 and engine.should_auto_compact(prep)
+    prep = engine.prepare(None, "s2", history[:5], "gpt-4o", None)
+    assert prep.decision.kind is DecisionKind.NONE and prep.decision.fired is None
