@@ -3,7 +3,12 @@ messages marked ``is_observation``; demonstrations never (and dropped on request
 
 from __future__ import annotations
 
-from opctx.context.masking import MASK_PLACEHOLDER, ObservationMasker, ToolUseClearer, is_observation
+from opctx.context.masking import (
+    MASK_PLACEHOLDER,
+    ObservationMasker,
+    ToolUseClearer,
+    is_observation,
+)
 from opctx.dag.messages import is_tool_result
 
 
