@@ -60,7 +60,12 @@ def is_observation(msg: dict) -> bool:
 class _Placeholders:
     """What both agers share: the estimate, the placeholder, masked copies cached per id."""
 
-    def __init__(self, estimate: Callable[[dict], int] | None, placeholder: str | None, drop_demos: bool) -> None:
+    def __init__(
+        self, keep_last: int, estimate: Callable[[dict], int] | None, placeholder: str | None, drop_demos: bool
+    ) -> None:
+        if not isinstance(keep_last, int) or keep_last < 0:
+            raise ValueError(f"keep_last must be an int >= 0, got {keep_last!r}")
+        self.keep_last = keep_last
         self._estimate = estimate
         self.placeholder = placeholder or MASK_PLACEHOLDER
         self.drop_demos = bool(drop_demos)
@@ -132,10 +137,7 @@ class ObservationMasker(_Placeholders):
         placeholder: str | None = None,
         drop_demos: bool = False,
     ):
-        if not isinstance(keep_last, int) or keep_last < 0:
-            raise ValueError(f"keep_last must be an int >= 0, got {keep_last!r}")
-        super().__init__(estimate, placeholder, drop_demos)
-        self.keep_last = keep_last
+        super().__init__(keep_last, estimate, placeholder, drop_demos)
         self._positions: list[int] = []
         self._scanned = 0
         self._anchor: tuple[int, Any] | None = None  # (len, last message object) last seen
@@ -197,10 +199,7 @@ class ToolUseClearer(_Placeholders):
         placeholder: str | None = None,
         drop_demos: bool = False,
     ):
-        if not isinstance(keep_last, int) or keep_last < 0:
-            raise ValueError(f"keep_last must be an int >= 0, got {keep_last!r}")
-        super().__init__(estimate, placeholder, drop_demos)
-        self.keep_last = keep_last
+        super().__init__(keep_last, estimate, placeholder, drop_demos)
         self.trigger_tokens = trigger_tokens
         self.clear_at_least = int(clear_at_least)
         self.exclude_tools = frozenset(exclude_tools)
