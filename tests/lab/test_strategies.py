@@ -183,3 +183,13 @@ def test_every_strategy_replays_the_corpus(corpus_dir, name):
             if masking and figures["observations"] > keep_last:
                 assert figures["masked"] >= 1, (name, entry["file"])
     assert len(formats) >= 8
+
+
+def test_sweeps_vary_the_new_fields_by_their_dotted_names():
+    from opctx.lab.sweep import sweep
+
+    frame = sweep([_observation_session(40)], {"preset": ["complexity-trap-summary"], "trigger.turns": [11, 31],
+                                               "cut.keep_turns": [5, 10]}, progress=False, errors="raise")
+    assert len(frame) == 4 and set(frame["trigger.turns"]) == {11, 31}
+    compactions = dict(zip(zip(frame["trigger.turns"], frame["cut.keep_turns"]), frame["compactions"], strict=True))
+    assert compactions[(11, 5)] > compactions[(31, 10)] >= 1
