@@ -828,7 +828,7 @@ class _Replay:
             params={**self.engine_cfg, **params, "trigger_check": self.trigger_check},
             model=setup.model,
             context_window=setup.window,
-            summaries=setup.summaries_label,
+            summaries=_summaries_used(setup.summaries_label, policy),
             steps_df=steps_df,
             compactions=self.compactions,
             contexts=self.contexts,
@@ -839,6 +839,13 @@ class _Replay:
         )
         self.driver.close()
         return result
+
+
+def _summaries_used(label: str, policy: Any) -> str:
+    """What the replay's compactions summarised with: the replay's summary source, unless
+    the policy's ``summary.source`` overrides it (``forget``: no summary; ``structural``)."""
+    source = getattr(getattr(policy, "summary", None), "source", "llm")
+    return label if source == "llm" or label == "recorded" else source
 
 
 def _idle_strategy(engine: Any) -> dict | None:

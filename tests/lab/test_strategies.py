@@ -193,3 +193,9 @@ def test_sweeps_vary_the_new_fields_by_their_dotted_names():
     assert len(frame) == 4 and set(frame["trigger.turns"]) == {11, 31} and (frame["strategy_idle"] == 0).all()
     compactions = dict(zip(zip(frame["trigger.turns"], frame["cut.keep_turns"]), frame["compactions"], strict=True))
     assert compactions[(11, 5)] > compactions[(31, 10)] >= 1
+
+
+def test_the_result_says_which_summary_was_used():
+    assert replay(_observation_session(3), "openhands-amortized-forgetting").summaries == "forget"
+    assert replay(_observation_session(3), "complexity-trap-summary").summaries == "structural"
+    assert replay(_observation_session(3), "complexity-trap-summary", summaries=lambda *a, **k: "s").summaries == "provider"
