@@ -191,7 +191,7 @@ def test_sweeps_vary_the_new_fields_by_their_dotted_names():
     frame = sweep([_observation_session(40)], {"preset": ["complexity-trap-summary"], "trigger.turns": [11, 31],
                                                "cut.keep_turns": [5, 10]}, progress=False, errors="raise")
     assert len(frame) == 4 and set(frame["trigger.turns"]) == {11, 31} and (frame["strategy_idle"] == 0).all()
-    compactions = dict(zip(zip(frame["trigger.turns"], frame["cut.keep_turns"]), frame["compactions"], strict=True))
+    compactions = dict(zip(zip(frame["trigger.turns"], frame["cut.keep_turns"], strict=True), frame["compactions"], strict=True))
     assert compactions[(11, 5)] > compactions[(31, 10)] >= 1
 
 
