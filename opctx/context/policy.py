@@ -50,12 +50,16 @@ Conventions
   for a window, model and version; the built engine's policy (``engine.policy``,
   ``ReplayResult.policy``) holds the resolved numbers. ``DefaultContextEngine`` refuses
   an unresolved policy.
-* **Shapes for what comes next.** A trigger part holds one field per condition (today
-  shares of the input budget); conditions by token count, message count or agent turns
-  join it as further optional fields (``None`` = off, the first that fires decides). The
-  cut's "keep" fields likewise take keep-by-messages / turns / tool uses beside the token
-  figures; ``aging.kind`` names the ager, whose settings are fields of ``aging``; the
-  summary part takes a summary source beside its call settings.
+* **Counts beside shares.** The trigger part also holds count conditions
+  (``trigger.tokens``, ``trigger.messages``, ``trigger.turns``: ``None`` = off; the first
+  condition that fires decides, ``TriggerPolicy.fired``), and the cut "keep" by count
+  (``cut.keep_messages`` / ``keep_turns`` / ``keep_tool_uses`` / ``keep_tokens``, at most
+  one; ``CutPolicy.keep``) instead of its token clamps: what LangChain's
+  ``SummarizationMiddleware(trigger=..., keep=...)``, the OpenHands condensers and "The
+  Complexity Trap" state. ``aging.kind`` names the ager, whose settings are fields of
+  ``aging`` (``clear-tool-uses``: Anthropic's and LangChain's tool-use clearing);
+  ``summary.source`` says what a compaction summarises with (``llm``, ``structural``,
+  ``forget``).
 """
 
 from __future__ import annotations
@@ -412,7 +416,9 @@ class AgingPolicy(_Part):
 
     ``kind``: ``"turns"`` (``TurnAger``: the specification's three gates, §3),
     ``"masking"`` (observation masking: keep the last ``keep_last`` results, mask the
-    rest), ``"microcompact"`` (Claude Code's own clearing, ``opctx.lab.microcompact``),
+    rest), ``"clear-tool-uses"`` (Anthropic's and LangChain's context editing: past
+    ``trigger_tokens``, clear all but the last ``keep_last``; ``opctx.context.masking``),
+    ``"microcompact"`` (Claude Code's own clearing, ``opctx.lab.microcompact``),
     ``"client"`` (the client's clearing for the recording's version: Claude Code's
     microcompaction from 2.1.0, none for an older known version, ``turns`` without a
     version; resolved when an engine is built) or ``"none"``.
@@ -422,7 +428,7 @@ class AgingPolicy(_Part):
 
     kind: str = _setting(
         "turns", kind="choice", choices=AGING_KINDS,
-        doc="the ager: turns (spec §3), masking, microcompact, client (per client version) or none",
+        doc="the ager: turns (spec §3), masking, clear-tool-uses, microcompact, client (per client version) or none",
         source="spec §3.1-3.2 (tool-result aging in every turn)",
     )
     keep_recent_turns: int = _setting(
