@@ -138,10 +138,12 @@ class Replayed(Protocol):
 
 
 def guard_counts(events: Sequence[dict]) -> dict[str, int]:
-    """``compactions_failed`` / ``auto_compaction_disabled`` counted from a replay's events."""
+    """``compactions_failed`` / ``auto_compaction_disabled`` / ``strategy_idle`` (a masking or
+    clearing strategy that found nothing to act on) counted from a replay's events."""
     return {
         "compactions_failed": sum(1 for e in events if e.get("event") == "compaction_failed"),
         "auto_compaction_disabled": sum(1 for e in events if e.get("event") == "auto_compaction_disabled"),
+        "strategy_idle": sum(1 for e in events if e.get("event") == "strategy_idle"),
     }
 
 
