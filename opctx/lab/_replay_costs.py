@@ -24,7 +24,8 @@ carries ``cache_assumption``. A model with no price costs NaN (never a default p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, field
 from typing import Any
 
 from .costs import (
@@ -49,6 +50,18 @@ class ReplayCosts:
     strategy: CostResult
     none: CostResult
     summary_calls_basis: str
+    summary_steps: list[int] = field(default_factory=list)  # the step of each summariser call
+
+    def running_cost(self, steps: int) -> list[float]:
+        """The strategy's cumulative cost after each step, its summariser's calls at their step."""
+        per_step = [0.0] * steps
+        agent = [r for r in self.strategy.records if r.kind == "agent"]
+        for i, r in enumerate(agent[:steps]):
+            per_step[i] += r.cost + r.keep_warm_cost
+        summary = [r for r in self.strategy.records if r.kind == "summary"]
+        for step, r in zip(self.summary_steps, summary, strict=True):
+            per_step[min(max(step, 0), steps - 1)] += r.cost + r.keep_warm_cost
+        return list(itertools.accumulate(per_step))
 
     def figures(self) -> dict[str, Any]:
         """The flat cost figures a replay's ``metrics()`` carries."""
@@ -73,13 +86,16 @@ def default_cache_policy(times: Any) -> CachePolicy:
     return CachePolicy("recorded" if has_request_times(times) else "always_warm")
 
 
+def summarised(result: Any) -> list[Any]:
+    """The compactions that wrote a summary: one summariser call each."""
+    return [c for c in result.compactions if getattr(c, "ok", True) and c.summary_text]
+
+
 def _summary_requests(result: Any, steps_time: list[float], model: str | None, session: str | None,
                       estimate: Any) -> list[RequestTokens]:
     """One modelled summariser call per compaction that wrote a summary (module docstring)."""
     out = []
-    for c in result.compactions:
-        if not getattr(c, "ok", True) or not c.summary_text:
-            continue
+    for c in summarised(result):
         written = int(estimate(c.summary_text))
         folded = max(0, int(c.tokens_before) - int(c.tokens_after)) + written
         when = steps_time[c.step] if 0 <= c.step < len(steps_time) else None
@@ -107,4 +123,5 @@ def replay_costs(result: Any, prices: Any = None, cache: CachePolicy | None = No
     # each kind is its own cache chain: the summariser's calls need not interleave with the agent's
     strategy = price_requests(agent + summaries, prices, policy, warn=warn)
     baseline = price_requests(none, prices, policy, warn=False)
-    return ReplayCosts(strategy, baseline, SUMMARY_CALLS_MODELLED if summaries else "no summary calls")
+    return ReplayCosts(strategy, baseline, SUMMARY_CALLS_MODELLED if summaries else "no summary calls",
+                       [c.step for c in summarised(result)])
