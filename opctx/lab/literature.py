@@ -31,7 +31,7 @@ from typing import Any
 
 from .costs import CachePolicy
 
-__all__ = ["PAPER_TABLE1", "STRATEGIES", "PRICE_MODEL_NAMES", "compare_costs", "breakeven_turn"]
+__all__ = ["PAPER_TABLE1", "STRATEGIES", "PRICE_MODEL_NAMES", "compare_costs", "breakeven_turn", "running_costs"]
 
 PAPER_TABLE1: dict[str, dict[str, float]] = {
     # §4 Table 1: raw cost per instance (USD) and the change (%) of each strategy vs raw
@@ -160,3 +160,18 @@ def compare_costs(histories: Iterable[Any], *, strategies: Mapping[str, str] | N
     rows, priced = _session_rows(hs, _replays(hs, strategies), list(prices), strategies)
     warn_unpriced(priced)
     return pd.DataFrame(rows), _totals(rows, strategies, list(prices))
+
+
+def running_costs(history: Any, prices: str = PRICE_MODEL_NAMES[0], *,
+                  strategies: Mapping[str, str] | None = None) -> Any:
+    """One trajectory's cumulative cost turn by turn under each strategy (a long DataFrame:
+    ``turn``, ``strategy``, ``running_cost``), summariser calls at the turn they happen."""
+    import pandas as pd
+
+    from ._replay_costs import replay_costs
+
+    rows = []
+    for name, r in _replays([history], dict(strategies or STRATEGIES))[0].items():
+        running = replay_costs(r, prices, PAPER_CACHE, warn=False).running_cost(len(r.steps_df))
+        rows.extend({"turn": i + 1, "strategy": name, "running_cost": c} for i, c in enumerate(running))
+    return pd.DataFrame(rows)
