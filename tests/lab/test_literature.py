@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
+from _benchmarks import load_benchmark
 
 from opctx.lab.literature import PAPER_TABLE1, STRATEGIES, breakeven_turn, compare_costs
 from opctx.lab.scenarios import generate_session
 
-ROOT = Path(__file__).resolve().parents[2]
 KEYS = {"strategy", "prices", "sessions", "input_tokens_change_pct", "cost_change_pct",
         "summary_calls_cost_share_pct", "breakeven_turn_median"}
-
-
-def _benchmark():
-    spec = importlib.util.spec_from_file_location("literature_benchmark", ROOT / "benchmarks" / "literature.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["literature_benchmark"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_paper_table1_figures():
@@ -51,7 +40,7 @@ def test_compare_costs_on_a_long_session():
 
 
 def test_benchmark_json_on_the_corpus(corpus_dir, capsys):
-    bench = _benchmark()
+    bench = load_benchmark("literature")
     assert bench.main(["--corpus", str(corpus_dir), "--json"]) == 0
     totals = json.loads(capsys.readouterr().out)
     assert len(totals) == 9 and all(KEYS <= set(t) for t in totals)
