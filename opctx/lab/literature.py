@@ -131,7 +131,7 @@ def _totals(rows: list[dict[str, Any]], strategies: Iterable[str], prices: Seque
                 "summary_calls_cost_share_pct": round(sum(r["summary_calls_cost"] for r in sel) / cost * 100, 2)
                 if cost else 0.0,
                 # the median over the trajectories that break even; how many do beside it
-                "breakeven_turn_median": statistics.median(turns) if turns and name != "raw" else None,
+                "breakeven_turn_median": float(statistics.median(turns)) if turns and name != "raw" else None,
                 "breakeven_sessions": len(turns) if name != "raw" else 0,
                 "raw_cost_per_session_usd": round(raw_cost / len(raw), 4) if raw else None,
                 "paper_cost_change_pct": paper.get(name, 0.0 if name == "raw" else None),
