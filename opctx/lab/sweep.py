@@ -15,6 +15,9 @@
   (``{"cut.keep_ratio": [0.05, 0.1, 0.2]}``; the older flat names, ``keep_ratio``,
   ``trigger_pct`` ..., work too: ``opctx.lab.presets``, "Parameters"); an optional
   ``label`` names it in the output (default: ``preset`` plus the other keys, sorted).
+  ``prices`` (a ``PriceTable``, ``ModelPrice`` or ``PRICE_MODELS`` name) and ``cache`` (a
+  ``CachePolicy``) choose how the row's cost is priced (``metrics``); a model without a
+  price gives NaN costs and ONE warning for the whole sweep, naming the sessions.
 * ``executor``: ``None`` runs serially in this process; otherwise any
   ``concurrent.futures.Executor`` (``ThreadPoolExecutor``,
   ``ProcessPoolExecutor``, a dask ``Client(...).get_executor()``). Work is cut
