@@ -747,8 +747,11 @@ def cmd_presets(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(rows, indent=2))
         else:
+            # columns as wide as their longest value, so a long name never runs into the next
+            name_w = max(len(r["name"]) for r in rows) + 2
+            aging_w = max(len(r["aging"]) for r in rows) + 2
             for row in rows:
-                print(f"{row['name']:<22}{row['client'] or '-':<13}{row['aging']:<9}{row['description']}")
+                print(f"{row['name']:<{name_w}}{row['client'] or '-':<13}{row['aging']:<{aging_w}}{row['description']}")
         return EXIT_OK
     spec = PRESETS.get(args.name)
     if spec is None:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ._cut import counted_cut
 from ._engine_state import (
     COMPACT_ATTEMPTS,
     EngineError,
@@ -271,6 +272,9 @@ class _CompactionSteps:
         """Step 2: where to cut. The kept tail may use at most ``tail_budget_share`` of the
         input budget left after system and tools (unless ``keep_recent_tokens`` is given),
         so that on a small window the tail cannot eat the whole budget."""
+        keep = self.policy.cut.keep()
+        if keep_recent_tokens is None and keep is not None:
+            return counted_cut(branch.history, branch.facts, keep, self.policy.cut.protect_first_n)
         room = max(1, branch.budget.input_budget - branch.system_tokens - branch.tools_tokens)
         max_tail = (
             None
@@ -327,6 +331,14 @@ class _CompactionSteps:
             previous_summary = _latest_summary_text(folded)
         pct, window = branch.pct, branch.window
         force = None
+        source = self.policy.summary.source
+        if source == "forget":
+            return SummaryResult(
+                FORGOTTEN.format(n=len(folded)), summarised_count=len(folded),
+                summarised_tokens=sum(branch.facts.tokens(m) for m in folded),
+            )
+        if source == "structural":
+            force = "summary.source is 'structural'"
         if pct >= self.emergency_pct:
             force = (
                 f"Emergency: input at {pct:.0%} of the budget (>= {self.emergency_pct:.0%}); "
@@ -456,7 +468,7 @@ class _CompactionSteps:
         disabled = False
         with self._lock:
             guard = state.guard
-            if saved < self.min_saving:
+            if saved < self.min_saving and self.policy.guard.enabled:
                 guard.low_saving_streak += 1
                 if guard.low_saving_streak >= streak and why != "manual":
                     runs = "two" if streak == 2 else str(streak)
@@ -513,7 +525,7 @@ class _CompactionSteps:
         self, state: _SessionState, why: str, history_tokens: int, reason: str
     ) -> bool:
         """A compaction that could not shrink anything: disable auto-compaction (auto runs only)."""
-        if why == "manual":
+        if why == "manual" or not self.policy.guard.enabled:
             return False
         with self._lock:
             self._disable(state, f"auto-compaction disabled: {reason}", history_tokens)
@@ -540,6 +552,12 @@ class _CompactionSteps:
         table = MessageFacts(lambda m: estimate(m, model)).table(layout)
         return table.counted_tokens(thinking_retention(model))
 
+
+
+#: the one line a compaction without a summary (``summary.source = "forget"``) leaves where
+#: the folded messages were: opctx's layout has a summary node after every compaction
+#: (OpenHands' forgetting condensers leave nothing; assumed wording)
+FORGOTTEN = "({n} earlier messages were forgotten)"
 
 
 def _latest_summary_text(messages: Sequence[dict]) -> str | None:

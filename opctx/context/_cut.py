@@ -124,11 +124,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from opctx.dag.messages import is_tool_result
+
 from ._cut_facts import Estimate, FactsTable, MessageFacts
 from ._summary_config import SummarizerConfig
 from .types import CutPoint
 
-__all__ = ["keep_budget", "find_cut_index"]
+__all__ = ["keep_budget", "find_cut_index", "counted_cut"]
 
 
 def keep_budget(
@@ -644,3 +646,73 @@ def _pin_latest_request(
     if folded_pinned <= 0 or 2 * folded_back >= folded_pinned:
         return None
     return pin_cut, folded_back, folded_pinned
+
+
+def counted_cut(
+    messages: Sequence[dict], facts: MessageFacts, keep: tuple[str, int], protect_first_n: int
+) -> CutPoint:
+    """The cut of a "keep" by count (``CutPolicy.keep``: the last N messages, agent turns,
+    tool uses, or N tokens of tail), as LangChain's ``SummarizationMiddleware`` and the
+    count-based condensers cut: the tail starts where the count says, moved *back* to the
+    nearest boundary that splits no tool pair and no thinking unit (so it keeps at least
+    N), never into the protected head. None of the specification's token clamps, text
+    gate or forward snap to a user request apply. The latest user request (not a tool
+    result, observation or demonstration) is never folded: when it lies in the folded
+    range it is pinned after the summary, as every opctx cut does.
+
+    >>> msgs = [{"role": "user", "content": "task"}] + [
+    ...     {"role": r, "content": f"m{i}", "is_observation": r == "user"}
+    ...     for i, r in enumerate(["assistant", "user"] * 3)]
+    >>> cut = counted_cut(msgs, MessageFacts(lambda m: 10), ("messages", 2), 0)
+    >>> cut.index, cut.pinned
+    (5, (0,))
+    """
+    steps: list[str] = []
+    table = facts.table(messages)
+    n = len(table)
+    head_end = _protected_head(table, protect_first_n, table.total_tokens, steps)
+    start = _count_start(messages, table, keep)
+    cut = max(start, head_end)
+    while cut > head_end and not table.tail_may_start(cut):
+        cut -= 1
+    steps.append(f"count:keep {keep[1]} {keep[0]} from {start}, tail at {cut}")
+    kept = table.tail_tokens(cut) if n else 0
+    limits = _KeepLimits(kept, kept, kept, kept)
+    if cut <= head_end:
+        reason = f"nothing to fold: the last {keep[1]} {keep[0]} reach into the protected head ({head_end})"
+        return _cut_point(table, limits, steps, head_end, False, reason, head_end)
+    requests = [i for i, m in enumerate(messages) if _is_request(m)]
+    latest = requests[-1] if requests else None
+    pinned = (latest,) if latest is not None and head_end <= latest < cut else ()
+    return _cut_point(table, limits, steps, cut, True, None, head_end, pinned)
+
+
+def _is_request(msg: dict) -> bool:
+    """A user's request: a user message that is no tool result, observation or demonstration."""
+    return (
+        msg.get("role") == "user"
+        and not is_tool_result(msg)
+        and msg.get("is_observation") is not True
+        and msg.get("is_demo") is not True
+    )
+
+
+def _count_start(messages: Sequence[dict], table: FactsTable, keep: tuple[str, int]) -> int:
+    """Where the last N messages / agent turns / tool uses / tokens start (0: all of them)."""
+    unit, count = keep
+    n = len(table)
+    if unit == "messages":
+        return max(0, n - count)
+    if unit == "tokens":
+        start = n
+        while start > 0 and table.tail_tokens(start - 1) <= count:
+            start -= 1
+        return start
+    start, seen = n, 0
+    while start > 0 and seen < count:
+        start -= 1
+        if unit == "turns":
+            seen += messages[start].get("role") == "assistant"
+        else:
+            seen += len(table.facts[start][3])  # the calls of (tokens, text, user, calls, ...)
+    return start if seen >= count else 0

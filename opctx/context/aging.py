@@ -24,6 +24,9 @@ What counts as a tool result
   dict: the block is copied with its ``content`` replaced and ``_redacted: True`` set;
 * a ``role="tool"`` message dict: its ``content`` is replaced and ``_redacted: True`` set
   on the message (the message *is* the block in the OpenAI shape);
+* a user message the importer marked ``is_observation`` (environment output that an agent
+  without native tool calls sends as a user message: SWE-agent, mini-swe-agent, OpenHands),
+  with text content and not a demonstration: cleared as a ``role="tool"`` message is;
 * a ``Call`` with ``role="code"``: an aged copy (``Call.copy``) with the
   placeholder as ``output`` and ``metadata["_redacted"] = True``.
 
@@ -459,7 +462,7 @@ class TurnAger:
         else:
             ts = self._timestamp(msg)
             msg_id = msg.get("id") or f"#{index}"
-            if msg.get("role") == "tool":
+            if msg.get("role") == "tool" or _user_observation(msg):
                 if not msg.get("_redacted"):
                     text = _result_text(msg.get("content"))
                     found.append((-1, msg_id, msg.get("tool_call_id"), (msg_id, "tool"), text))
@@ -529,3 +532,13 @@ class TurnAger:
         else:
             new["content"] = new_blocks
         return new
+
+
+def _user_observation(msg: dict) -> bool:
+    """A user message marked ``is_observation`` with text content, not a demonstration."""
+    return (
+        msg.get("role") == "user"
+        and msg.get("is_observation") is True
+        and msg.get("is_demo") is not True
+        and isinstance(msg.get("content"), str)
+    )

@@ -194,11 +194,12 @@ from ._engine_state import (
     emit,
     logger,
 )
+from ._structural import is_summary_message
 from .aging import TurnAger
 from .anthropic_messages import thinking_retention
 from .budget import BudgetAllocator
 from .fit import ContextOverflowError, FittedRequest, fit_request
-from .masking import ObservationMasker
+from .masking import ObservationMasker, ToolUseClearer
 from .persistence import Persister
 from .policy import CompactionPolicy
 from .provider_messages import to_provider_messages
@@ -290,11 +291,14 @@ class ContextEngine(ABC):
         """Assemble what the next LLM call sees."""
 
     def decide(
-        self, budget_pct: float, *, auto_disabled: bool = False, redacted: int = 0, reason: str | None = None
+        self, budget_pct: float, *, auto_disabled: bool = False, redacted: int = 0, reason: str | None = None,
+        fired: str | None = None,
     ) -> Decision:
-        """The decision at ``budget_pct`` on this engine's thresholds (``Decision.of``)."""
+        """The decision at ``budget_pct`` on this engine's thresholds (``Decision.of``), with
+        the count trigger that ``fired`` (``TriggerPolicy.fired``), if any."""
         thresholds = (self.recommend_pct, self.auto_compact_pct, self.emergency_pct)
-        return Decision.of(budget_pct, thresholds, auto_disabled=auto_disabled, redacted=redacted, reason=reason)
+        return Decision.of(budget_pct, thresholds, auto_disabled=auto_disabled, redacted=redacted, reason=reason,
+                           fired=fired)
 
     def should_recommend(self, prep: TurnPrep) -> bool:
         return prep.budget_pct >= self.recommend_pct
@@ -569,7 +573,8 @@ class DefaultContextEngine(_CompactionSteps, ContextEngine):
             self._maybe_rearm(state, usage.aged_estimate, budget.input_budget)
             guard = state.guard
             decision = self.decide(
-                pct, auto_disabled=guard.disabled, redacted=report.redacted, reason=guard.reason
+                pct, auto_disabled=guard.disabled, redacted=report.redacted, reason=guard.reason,
+                fired=self._count_trigger(aged, budget.input_used),
             )
             path.append(decision.path_word)
             prep = TurnPrep(
@@ -595,6 +600,20 @@ class DefaultContextEngine(_CompactionSteps, ContextEngine):
                 state.system_tokens, state.tools_tokens = usage.raw_system, usage.raw_tools
                 state.input_budget = budget.input_budget
             return prep
+
+    def _count_trigger(self, history: Sequence[dict], input_tokens: int) -> str | None:
+        """The count trigger of the policy that fires on ``history`` (``TriggerPolicy.fired``):
+        input tokens as the budget counts them, messages, agent turns since the latest summary."""
+        trigger = self.policy.trigger
+        if trigger.tokens is None and trigger.messages is None and trigger.turns is None:
+            return None
+        turns = 0
+        if trigger.turns is not None:
+            for msg in reversed(history):
+                if is_summary_message(msg):
+                    break
+                turns += msg.get("role") == "assistant"
+        return trigger.fired(tokens=input_tokens, messages=len(history), turns=turns)
 
     def _usage_figures(
         self,
@@ -859,7 +878,14 @@ def _policy_ager(policy: CompactionPolicy, clock: Callable[[], float], estimator
             estimator=estimator,
         )
     if aging.kind == "masking":
-        return ObservationMasker(aging.keep_last, estimate=estimator.message_tokens)
+        return ObservationMasker(aging.keep_last, estimate=estimator.message_tokens,
+                                 placeholder=aging.placeholder, drop_demos=aging.drop_demos)
+    if aging.kind == "clear-tool-uses":
+        return ToolUseClearer(
+            aging.keep_last, trigger_tokens=aging.trigger_tokens, clear_at_least=aging.clear_at_least,
+            exclude_tools=aging.exclude_tools, clear_inputs=aging.clear_inputs,
+            estimate=estimator.message_tokens, placeholder=aging.placeholder, drop_demos=aging.drop_demos,
+        )
     if aging.kind == "none":
         return None
     raise ValueError(

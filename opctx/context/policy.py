@@ -50,14 +50,19 @@ Conventions
   for a window, model and version; the built engine's policy (``engine.policy``,
   ``ReplayResult.policy``) holds the resolved numbers. ``DefaultContextEngine`` refuses
   an unresolved policy.
-* **Shapes for what comes next.** A trigger part holds one field per condition (today
-  shares of the input budget); conditions by token count, message count or agent turns
-  join it as further optional fields (``None`` = off, the first that fires decides). The
-  cut's "keep" fields likewise take keep-by-messages / turns / tool uses beside the token
-  figures; ``aging.kind`` names the ager, whose settings are fields of ``aging``. The
-  summary part holds the call's settings only: *who* summarises (a provider call, an
-  endpoint with its cache) is a resource, not a value to compare and store as JSON, so it
-  stays the engine's ``summarizer_provider`` (a replay's ``summaries``).
+* **Counts beside shares.** The trigger part also holds count conditions
+  (``trigger.tokens``, ``trigger.messages``, ``trigger.turns``: ``None`` = off; the first
+  condition that fires decides, ``TriggerPolicy.fired``), and the cut "keep" by count
+  (``cut.keep_messages`` / ``keep_turns`` / ``keep_tool_uses`` / ``keep_tokens``, at most
+  one; ``CutPolicy.keep``) instead of its token clamps: what LangChain's
+  ``SummarizationMiddleware(trigger=..., keep=...)``, the OpenHands condensers and "The
+  Complexity Trap" state. ``aging.kind`` names the ager, whose settings are fields of
+  ``aging`` (``clear-tool-uses``: Anthropic's and LangChain's tool-use clearing);
+  ``summary.source`` says what a compaction summarises with (``llm``, ``structural``,
+  ``forget``). *Who*
+  summarises (a provider call, an endpoint with its cache) is a resource, not a value to
+  compare and store as JSON, so it stays the engine's ``summarizer_provider`` (a replay's
+  ``summaries``).
 """
 
 from __future__ import annotations
@@ -84,13 +89,22 @@ __all__ = [
     "FROM_CLIENT",
     "AGING_KINDS",
     "RESERVE_POLICIES",
+    "SUMMARY_SOURCES",
+    "COUNT_TRIGGERS",
+    "KEEP_FIELDS",
     "PARTS",
 ]
 
 #: The marker of a value the client's rules decide when an engine is built (module docstring).
 FROM_CLIENT = "client"
 #: What ``aging.kind`` may name (``AgingPolicy``).
-AGING_KINDS = ("turns", "masking", "microcompact", "client", "none")
+AGING_KINDS = ("turns", "masking", "clear-tool-uses", "microcompact", "client", "none")
+#: What ``summary.source`` may name (``SummaryPolicy``).
+SUMMARY_SOURCES = ("llm", "structural", "forget")
+#: The count triggers of ``TriggerPolicy`` (the first that fires decides) and the "keep"
+#: fields of ``CutPolicy`` (at most one set).
+COUNT_TRIGGERS = ("trigger.tokens", "trigger.messages", "trigger.turns")
+KEEP_FIELDS = ("cut.keep_messages", "cut.keep_turns", "cut.keep_tool_uses", "cut.keep_tokens")
 #: The output reserve rules of ``BudgetAllocator`` (``budget.reserve_policy``).
 RESERVE_POLICIES = ("cap", "floor")
 
@@ -115,7 +129,8 @@ def _setting(
     ``kind`` decides the check and the control a UI gives it: ``threshold`` (a share of
     the input budget above 0, ``None`` = never, ``"client"`` = from the client's rules),
     ``fraction`` (0-1), ``tokens`` / ``count`` / ``chars`` (integers >= 0), ``seconds``,
-    ``percent`` (1-100), ``choice`` (one of ``choices``), ``flag`` (bool), ``text``.
+    ``percent`` (1-100), ``choice`` (one of ``choices``), ``flag`` (bool), ``text``,
+    ``names`` (a tuple of names; JSON lists come back as tuples).
     ``from_client``: the field may hold ``"client"`` (the client's rules decide it).
     """
     return field(
@@ -187,6 +202,12 @@ def _checked(name: str, value: Any, meta: Mapping[str, Any]) -> Any:
         if not isinstance(value, bool):
             raise ValueError(f"{name} must be a bool, got {value!r}")
         return value
+    if kind == "names":
+        if isinstance(value, str) or not isinstance(value, list | tuple) or not all(
+            isinstance(v, str) and v for v in value
+        ):
+            raise ValueError(f"{name} must be a list of non-empty names, got {value!r}")
+        return tuple(value)
     if kind == "text":
         if not isinstance(value, str) or not value:
             raise ValueError(f"{name} must be a non-empty str{' or None' if meta['optional'] else ''}, got {value!r}")
@@ -209,7 +230,9 @@ class _Part:
         """Rules across the fields of one part."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+        # names as lists, as JSON gives them back (the check turns them into tuples again)
+        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
+                for f in fields(self)}  # type: ignore[arg-type]
 
 
 # -- the parts ------------------------------------------------------------------------------
@@ -243,6 +266,37 @@ class TriggerPolicy(_Part):
         doc="share of the input budget at or above which a compaction uses the structural summary at once",
         source="spec §4 parameter table (emergency_pct)",
     )
+
+    tokens: int | None = _setting(
+        None, kind="tokens", optional=True, positive=True,
+        doc="compact when the request reaches this many input tokens (system, tools and history, "
+            "as the budget counts them; None: off)",
+        source="LangChain SummarizationMiddleware trigger ('tokens', N); Anthropic context editing "
+               "trigger {type: input_tokens}",
+    )
+    messages: int | None = _setting(
+        None, kind="count", optional=True, positive=True,
+        doc="compact when the history holds this many messages (a summary counts as one; None: off)",
+        source="LangChain SummarizationMiddleware trigger ('messages', N); OpenHands condensers' max_size",
+    )
+    turns: int | None = _setting(
+        None, kind="count", optional=True, positive=True,
+        doc="compact when this many agent turns (assistant messages) follow the latest summary (None: off)",
+        source="The Complexity Trap (Lindenbauer et al. 2025, §3.1): summarise when the turns since the "
+               "last summary reach N+M",
+    )
+
+    def fired(self, *, tokens: int, messages: int, turns: int) -> str | None:
+        """The dotted name of the first count trigger that fires on these figures, or None.
+
+        >>> TriggerPolicy(auto_pct=None, recommend_pct=None, turns=31).fired(tokens=0, messages=90, turns=31)
+        'trigger.turns'
+        """
+        for name, value in (("tokens", tokens), ("messages", messages), ("turns", turns)):
+            limit = getattr(self, name)
+            if limit is not None and value >= limit:
+                return f"trigger.{name}"
+        return None
 
     def _check(self) -> None:
         order = [(n, getattr(self, n)) for n in ("recommend_pct", "auto_pct", "emergency_pct")]
@@ -317,7 +371,41 @@ class CutPolicy(_Part):
         source="spec §4 min_prompt_ratio / small-window cap (OpenClaw); the 0.5 assumed",
     )
 
+    keep_messages: int | None = _setting(
+        None, kind="count", optional=True,
+        doc="keep the last N messages verbatim (instead of the token clamps; snapped so tool pairs stay whole)",
+        source="LangChain SummarizationMiddleware keep=('messages', N); OpenHands condensers' kept tail",
+    )
+    keep_turns: int | None = _setting(
+        None, kind="count", optional=True,
+        doc="keep the last N agent turns (an assistant message and what answers it) verbatim",
+        source="The Complexity Trap (§3.1): the last M turns are kept",
+    )
+    keep_tool_uses: int | None = _setting(
+        None, kind="count", optional=True,
+        doc="keep the last N tool uses (call and result) verbatim",
+        source="Anthropic context editing keep {type: tool_uses}; LangChain ClearToolUsesEdit keep",
+    )
+    keep_tokens: int | None = _setting(
+        None, kind="tokens", optional=True,
+        doc="keep exactly this many tokens of tail (instead of the clamps of keep_ratio)",
+        source="LangChain SummarizationMiddleware keep=('tokens', N); spec §4.3 keep_recent_tokens",
+    )
+
+    def keep(self) -> tuple[str, int] | None:
+        """``(unit, N)`` of the "keep" field that is set (``"messages"``, ``"turns"``,
+        ``"tool_uses"``, ``"tokens"``), or None: the token clamps decide."""
+        for unit in ("messages", "turns", "tool_uses", "tokens"):
+            value = getattr(self, f"keep_{unit}")
+            if value is not None:
+                return unit, value
+        return None
+
     def _check(self) -> None:
+        given = [f"cut.keep_{u}" for u in ("messages", "turns", "tool_uses", "tokens")
+                 if getattr(self, f"keep_{u}") is not None]
+        if len(given) > 1:
+            raise ValueError(f"{given[1]} and {given[0]} are both set: keep by one unit only")
         if self.keep_min_tokens > self.keep_max_tokens:
             raise ValueError(
                 f"cut.keep_min_tokens ({self.keep_min_tokens}) must not exceed "
@@ -331,7 +419,9 @@ class AgingPolicy(_Part):
 
     ``kind``: ``"turns"`` (``TurnAger``: the specification's three gates, §3),
     ``"masking"`` (observation masking: keep the last ``keep_last`` results, mask the
-    rest), ``"microcompact"`` (Claude Code's own clearing, ``opctx.lab.microcompact``),
+    rest), ``"clear-tool-uses"`` (Anthropic's and LangChain's context editing: past
+    ``trigger_tokens``, clear all but the last ``keep_last``; ``opctx.context.masking``),
+    ``"microcompact"`` (Claude Code's own clearing, ``opctx.lab.microcompact``),
     ``"client"`` (the client's clearing for the recording's version: Claude Code's
     microcompaction from 2.1.0, none for an older known version, ``turns`` without a
     version; resolved when an engine is built) or ``"none"``.
@@ -341,7 +431,7 @@ class AgingPolicy(_Part):
 
     kind: str = _setting(
         "turns", kind="choice", choices=AGING_KINDS,
-        doc="the ager: turns (spec §3), masking, microcompact, client (per client version) or none",
+        doc="the ager: turns (spec §3), masking, clear-tool-uses, microcompact, client (per client version) or none",
         source="spec §3.1-3.2 (tool-result aging in every turn)",
     )
     keep_recent_turns: int = _setting(
@@ -366,8 +456,41 @@ class AgingPolicy(_Part):
     )
     keep_last: int = _setting(
         10, kind="count", legacy=("keep_last",),
-        doc="masking: the last M tool results kept verbatim, older ones masked",
+        doc="masking / clear-tool-uses: the last M observations (tool results, and user messages "
+            "marked is_observation) kept verbatim, older ones masked",
         source="Lindenbauer et al. 2025, 'The Complexity Trap' (M=10 performed best)",
+    )
+    placeholder: str | None = _setting(
+        None, kind="text", optional=True,
+        doc="masking / clear-tool-uses: the text that replaces an observation ({tokens}, {lines}: "
+            "what it held; None: opctx's own, opctx.context.masking.MASK_PLACEHOLDER)",
+        source="assumed (opctx's own wording); the strategy presets name their source's",
+    )
+    drop_demos: bool = _setting(
+        False, kind="flag",
+        doc="masking / clear-tool-uses: leave demonstrations (messages marked is_demo) out of the request",
+        source="SWE-agent configs without demonstrations ('default_no_demo', The Complexity Trap §3.2)",
+    )
+    trigger_tokens: int | None = _setting(
+        None, kind="tokens", optional=True, positive=True,
+        doc="clear-tool-uses: clear only when the history exceeds this many tokens (None: always)",
+        source="Anthropic context editing clear_tool_uses_20250919 trigger; LangChain ClearToolUsesEdit trigger",
+    )
+    clear_at_least: int = _setting(
+        0, kind="tokens",
+        doc="clear-tool-uses: clear oldest first until at least this many tokens are cleared; when "
+            "everything clearable frees less, clear nothing",
+        source="Anthropic context editing clear_at_least; LangChain ClearToolUsesEdit clear_at_least",
+    )
+    exclude_tools: tuple[str, ...] = _setting(
+        (), kind="names",
+        doc="clear-tool-uses: tool names whose uses and results are never cleared",
+        source="Anthropic context editing exclude_tools; LangChain ClearToolUsesEdit exclude_tools",
+    )
+    clear_inputs: bool = _setting(
+        False, kind="flag",
+        doc="clear-tool-uses: clear the cleared calls' parameters too",
+        source="Anthropic context editing clear_tool_inputs; LangChain ClearToolUsesEdit clear_tool_inputs",
     )
 
 
@@ -411,6 +534,12 @@ class GuardPolicy(_Part):
         doc="automatic compactions in a row under min_saving that disable auto-compaction",
         source="docs/design.md (twice in a row)",
     )
+    enabled: bool = _setting(
+        True, kind="flag",
+        doc="False: compactions that save little or nothing never disable automatic compaction "
+            "(the strategies of the literature have no such guard)",
+        source="docs/design.md (the guard is opctx's); the strategy presets turn it off",
+    )
     rearm_fraction: float = _setting(
         0.25, kind="fraction", legacy=("rearm_fraction",),
         doc="auto-compaction re-arms when the history grew by this share of the input budget",
@@ -443,6 +572,12 @@ class SummaryPolicy(_Part):
         120.0, kind="seconds", optional=True, positive=True, legacy=("timeout",),
         doc="seconds a summary call may take before the structural fallback (None: no limit)",
         source="assumed (opctx addition)",
+    )
+    source: str = _setting(
+        "llm", kind="choice", choices=SUMMARY_SOURCES,
+        doc="llm: the summary call (structural when no provider is given or it fails); structural: "
+            "the structural summary always; forget: fold without a summary (a one-line marker)",
+        source="spec §4.5 (the structural fallback); OpenHands' forgetting condensers (no summary)",
     )
 
 

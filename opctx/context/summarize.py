@@ -66,7 +66,7 @@ Layout (private modules, public names re-exported here)
 ``_summary_config.py``
     :class:`SummarizerConfig`.
 ``_cut.py``
-    :func:`find_cut_index`, :func:`keep_budget`.
+    :func:`find_cut_index`, :func:`keep_budget`, :func:`counted_cut` (a "keep" by count).
 ``_cut_facts.py``
     :class:`MessageFacts`, :class:`FactsTable`.
 ``_transcript.py``
@@ -83,7 +83,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import prompts
-from ._cut import find_cut_index, keep_budget
+from ._cut import counted_cut, find_cut_index, keep_budget
 from ._cut_facts import Estimate, FactsTable, MessageFacts, _default_estimate
 from ._structural import (
     _default_text_tokens,
@@ -101,6 +101,7 @@ __all__ = [
     "FactsTable",
     "keep_budget",
     "find_cut_index",
+    "counted_cut",
     "Summarizer",
     "SummaryCancelled",
     "SummaryTimeout",

@@ -207,8 +207,13 @@ class Decision:
     ``budget_pct`` is the share of the input budget the decision compared, against the
     thresholds ``recommend_pct`` / ``auto_pct`` / ``emergency_pct`` (``math.inf``: never);
     ``redacted`` counts the tool results aging cleared in the request; ``reason`` says
-    why automatic compaction is disabled (``disabled`` only). ``compacts``: whether the
-    turn loop should compact now.
+    why automatic compaction is disabled (``disabled`` only). ``fired``: the count trigger
+    that fired (``"trigger.turns"``, ``"trigger.messages"``, ``"trigger.tokens"``:
+    ``TriggerPolicy.fired``), which makes it a compaction whatever the share. ``compacts``:
+    whether the turn loop should compact now.
+
+    >>> Decision.of(0.1, (0.7, 0.8, 0.95), fired="trigger.turns").kind
+    <DecisionKind.COMPACT: 'compact'>
     """
 
     kind: DecisionKind
@@ -218,6 +223,7 @@ class Decision:
     emergency_pct: float
     redacted: int = 0
     reason: str | None = None
+    fired: str | None = None
 
     @property
     def compacts(self) -> bool:
@@ -241,21 +247,23 @@ class Decision:
         auto_disabled: bool = False,
         redacted: int = 0,
         reason: str | None = None,
+        fired: str | None = None,
     ) -> Decision:
-        """The decision at ``budget_pct`` for ``(recommend, auto, emergency)`` thresholds."""
+        """The decision at ``budget_pct`` for ``(recommend, auto, emergency)`` thresholds,
+        and the count trigger that ``fired`` (if any)."""
         recommend, auto, emergency = thresholds
-        if budget_pct >= auto and auto_disabled:
+        if (budget_pct >= auto or fired) and auto_disabled:
             kind = DecisionKind.DISABLED
         elif budget_pct >= emergency:
             kind = DecisionKind.EMERGENCY
-        elif budget_pct >= auto:
+        elif budget_pct >= auto or fired:
             kind = DecisionKind.COMPACT
         elif budget_pct >= recommend:
             kind = DecisionKind.RECOMMEND
         else:
             kind = DecisionKind.AGE if redacted else DecisionKind.NONE
         return cls(kind, budget_pct, recommend, auto, emergency, redacted,
-                   reason if kind is DecisionKind.DISABLED else None)
+                   reason if kind is DecisionKind.DISABLED else None, fired)
 
 
 @dataclass

@@ -10,6 +10,7 @@
 ``metrics``        tokens, savings, cost, prefix cache, tool pairs, reference loss
 ``prices``         list prices per model (litellm's map, dated), tiers, cache rates
 ``costs``          a run's cost request by request: tiers, cache expiry, summaries
+``literature``     a paper's token and cost comparison replayed on trajectories
 ``fidelity``       recorded compactions vs where the presets compact
 ``calibrate``      fit a client preset's trigger to recorded compactions
 ``microcompact``   Claude Code's clearing of old tool results, as a rule and an ager
@@ -66,6 +67,8 @@ _EXPORTS = {
     "price_for": "prices",
     "PRICE_MODELS": "prices",
     "price_requests": "costs",
+    "compare_costs": "literature",
+    "PAPER_TABLE1": "literature",
     "RequestTokens": "costs",
     "CachePolicy": "costs",
     "fidelity_table": "fidelity",

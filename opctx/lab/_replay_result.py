@@ -115,8 +115,13 @@ class ReplayResult:
         source = msg.get("copied_from")
         return self.origin_ids.get(source) if source is not None else None
 
-    def metrics(self, prices: Any = None, *, reference_loss: bool = True) -> dict[str, Any]:
-        return summarize(self, prices, reference_loss=reference_loss)
+    def metrics(self, prices: Any = None, *, reference_loss: bool | None = None, cache: Any = None,
+                warn: bool = True) -> dict[str, Any]:
+        """``opctx.lab.metrics.summarize``; ``reference_loss`` defaults to whether the
+        replay kept its contexts (reference loss reads them)."""
+        if reference_loss is None:
+            reference_loss = self.contexts is not None
+        return summarize(self, prices, reference_loss=reference_loss, cache=cache, warn=warn)
 
     def compactions_df(self) -> Any:
         import pandas as pd

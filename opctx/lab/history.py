@@ -446,9 +446,17 @@ def _load_nodes(db_path: str | os.PathLike, session_id: str) -> tuple[dict[str, 
     return nodes, head, meta if isinstance(meta, dict) else {}, row
 
 
-def load_history(db_path: str | os.PathLike, session_id: str, head: str | None = None) -> RecordedHistory:
+def load_history(db_path: Any, session_id: str | None = None, head: str | None = None) -> RecordedHistory:
     """The expanded stream of ``session_id`` in the database at ``db_path`` (read-only);
-    ``head``: another leaf than the session's HEAD (``recorded_branches``)."""
+    ``head``: another leaf than the session's HEAD (``recorded_branches``).
+
+    ``load_history(db, sid)`` and ``load_history((db, sid))`` are the same call: the pair
+    is what ``replay((db, sid))`` and ``sweep`` take, so either spelling works everywhere.
+    """
+    if session_id is None:
+        if not (isinstance(db_path, tuple) and len(db_path) == 2):
+            raise TypeError("load_history needs (db_path, session_id), as two arguments or one pair")
+        db_path, session_id = db_path
     nodes, main_head, meta, row = _load_nodes(db_path, session_id)
     _, title, model, source, _, _ = row
     fmt = source[len("import:"):] if source and source.startswith("import:") else (source or "")

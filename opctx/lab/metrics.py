@@ -22,12 +22,16 @@ compression ratio
     Per compaction ``tokens_before / tokens_after`` (request estimates on both
     sides of the compaction); the replay's figure is the mean over compactions.
 cost
-    Cache-aware, with the price table of ``opctx.lab.prices``. Each request's
-    prompt is split into the prefix it shares with the previous request (a cache
-    *read*, if the previous request is younger than the family's cache TTL on
-    the recording's clock) and the rest (a cache *write*). Output tokens are
-    the recorded assistant message's ``usage.output_tokens`` when present, else
-    the estimate of that message; they are identical across strategies.
+    Request by request with ``opctx.lab.costs.price_requests`` (``opctx.lab._replay_costs``):
+    each request at the rates of its size tier; its prompt split into the prefix it
+    shares with the previous request (a cache *read* while the cache lives: expiry from
+    the recorded request times where the recording has them, else the stated
+    assumption, ``cache_assumption``) and the rest (a cache *write*). The summariser's
+    calls are counted in ``cost`` and shown apart (``summary_calls_cost``). A model with
+    no price gives NaN and one warning, never a default; ``price_source`` says where
+    each price came from. Output tokens are the recorded assistant message's
+    ``usage.output_tokens`` when present, else the estimate of that message; they are
+    identical across strategies.
 prefix-cache invalidation
     Tokens of the previous request that are no longer a prefix of the next:
     ``previous_tokens - common_prefix_tokens``, with the common prefix compared
@@ -81,8 +85,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from opctx.context.provider_messages import is_display_only
 from opctx.dag.messages import is_tool_result, message_text, tool_result_ids, tool_use_ids
 
+from ._replay_costs import replay_costs
 from .history import RecordedHistory
-from .prices import PriceTable, price_for
+from .prices import PriceTable
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -133,10 +138,12 @@ class Replayed(Protocol):
 
 
 def guard_counts(events: Sequence[dict]) -> dict[str, int]:
-    """``compactions_failed`` / ``auto_compaction_disabled`` counted from a replay's events."""
+    """``compactions_failed`` / ``auto_compaction_disabled`` / ``strategy_idle`` (a masking or
+    clearing strategy that found nothing to act on) counted from a replay's events."""
     return {
         "compactions_failed": sum(1 for e in events if e.get("event") == "compaction_failed"),
         "auto_compaction_disabled": sum(1 for e in events if e.get("event") == "auto_compaction_disabled"),
+        "strategy_idle": sum(1 for e in events if e.get("event") == "strategy_idle"),
     }
 
 
@@ -438,38 +445,29 @@ def reference_losses(result: Replayed) -> pd.DataFrame:
 _COST_COLUMNS = ["cache_read_tokens", "cache_write_tokens", "output_tokens", "cost", "cost_none"]
 
 
-def _cost_columns(result: Replayed, prices: PriceTable | None) -> dict[str, list]:
-    """The cost columns as plain lists (see ``cost_per_step``)."""
-    price = price_for(result.model, prices)
-    df = result.steps_df
-    out: dict[str, list] = {c: [] for c in _COST_COLUMNS}
-    prev_time = None
-    prev_none = 0
-    for timestamp, kept, tokens, none, output in zip(
-        df["timestamp"].tolist(), df["prefix_kept_tokens"].tolist(), df["tokens"].tolist(),
-        df["tokens_none"].tolist(), df["output_tokens"].tolist(), strict=True,
-    ):
-        fresh = prev_time is None or (timestamp - prev_time) > price.cache_ttl_seconds
-        read = 0 if fresh else min(int(kept), int(tokens))
-        read_none = 0 if fresh else min(int(prev_none), int(none))
-        out["cache_read_tokens"].append(read)
-        out["cache_write_tokens"].append(int(tokens) - read)
-        out["output_tokens"].append(int(output))
-        out["cost"].append(price.cost(tokens, output, read, tokens - read))
-        out["cost_none"].append(price.cost(none, output, read_none, none - read_none))
-        prev_time, prev_none = timestamp, none
-    return out
+def _cost_columns(result: Replayed, prices: Any, cache: Any = None) -> dict[str, list]:
+    """The agent's per-step cost columns (``opctx.lab._replay_costs``; summariser calls apart)."""
+    costs = replay_costs(result, prices, cache)
+    agent = [r for r in costs.strategy.records if r.kind == "agent"]
+    return {
+        "cache_read_tokens": [r.cache_read_tokens for r in agent],
+        "cache_write_tokens": [r.cache_write_tokens for r in agent],
+        "output_tokens": [r.output_tokens for r in agent],
+        "cost": [r.cost + r.keep_warm_cost for r in agent],
+        "cost_none": [r.cost + r.keep_warm_cost for r in costs.none.records],
+    }
 
 
-def cost_per_step(result: Replayed, prices: PriceTable | None = None) -> pd.DataFrame:
+def cost_per_step(result: Replayed, prices: Any = None, cache: Any = None) -> pd.DataFrame:
     """Per step: ``cache_read_tokens``, ``cache_write_tokens``, ``output_tokens``, ``cost``.
 
     See the module docstring ("cost"). ``cost_none`` is the same for the
-    unmodified history (the ``none`` preset), for savings in dollars.
+    unmodified history (the ``none`` preset), for savings in dollars. The
+    summariser's calls are not steps: ``summarize``'s ``summary_calls_cost``.
     """
     import pandas as pd
 
-    return pd.DataFrame(_cost_columns(result, prices), index=result.steps_df.index, columns=_COST_COLUMNS)
+    return pd.DataFrame(_cost_columns(result, prices, cache), index=result.steps_df.index, columns=_COST_COLUMNS)
 
 
 # -- estimator error --------------------------------------------------------------------
@@ -599,26 +597,13 @@ def _summariser_totals(result: Replayed) -> dict[str, int]:
             for k in ("calls", "input_tokens", "output_tokens")}
 
 
-def summarize(
-    result: Replayed,
-    prices: PriceTable | None = None,
-    *,
-    reference_loss: bool = True,
-) -> dict[str, Any]:
-    """One flat dict of the replay's metrics (what ``sweep`` writes per configuration).
-
-    Computed on plain columns (no intermediate DataFrames): a sweep calls it once
-    per (session, configuration), thousands of times.
-    """
+def _broken_pair_totals(result: Replayed, df: Any) -> tuple[float, float]:
+    """``(broken_pairs, broken_pairs_introduced)`` over the requests; NaN without contexts."""
     import numpy as np
 
-    df = result.steps_df
-    n = len(df)
-    tokens = df["tokens"].to_numpy(dtype="int64")
-    none = df["tokens_none"].to_numpy(dtype="int64")
-    costs = _cost_columns(result, prices)
-    invalidated = df["prefix_invalidated_tokens"].to_numpy(dtype="int64")
-    broken = np.asarray(broken_pairs_per_step(result.context(k) for k in range(n)), dtype="int64")
+    if getattr(result, "contexts", []) is None:
+        return math.nan, math.nan
+    broken = np.asarray(broken_pairs_per_step(result.context(k) for k in range(len(df))), dtype="int64")
     stream = result.stream
     indices = tuple(df["stream_index"].tolist())
     # the recording's own broken pairs: the same for every replay of this history
@@ -628,6 +613,37 @@ def summarize(
         ),
         dtype="int64",
     )
+    return int(broken.sum()), int(np.clip(broken - broken_none, 0, None).sum())
+
+
+def summarize(
+    result: Replayed,
+    prices: Any = None,
+    *,
+    reference_loss: bool = True,
+    cache: Any = None,
+    warn: bool = True,
+) -> dict[str, Any]:
+    """One flat dict of the replay's metrics (what ``sweep`` writes per configuration).
+
+    Computed on plain columns (no intermediate DataFrames): a sweep calls it once
+    per (session, configuration), thousands of times. ``prices``: a ``PriceTable``,
+    a ``ModelPrice`` or a ``PRICE_MODELS`` name; ``cache``: a ``CachePolicy`` (default:
+    recorded times where the recording has them, else always warm); ``warn=False``
+    leaves the warning about unpriced models to the caller (``costs.warn_unpriced``).
+    A replay run with ``keep_contexts=False`` has no request lists: the figures that
+    read them (``broken_pairs*``) are NaN, and ``reference_loss=True`` raises.
+    """
+    import numpy as np
+
+    df = result.steps_df
+    n = len(df)
+    tokens = df["tokens"].to_numpy(dtype="int64")
+    none = df["tokens_none"].to_numpy(dtype="int64")
+    costs = replay_costs(result, prices, cache, warn=warn).figures()
+    invalidated = df["prefix_invalidated_tokens"].to_numpy(dtype="int64")
+    stream = result.stream
+    broken, broken_introduced = _broken_pair_totals(result, df)
     ratios = [c.tokens_before / c.tokens_after for c in result.compactions if c.tokens_after and c.tokens_before]
     provider = df["provider_input_tokens"].to_numpy(dtype="float64", na_value=np.nan)
     usable = ~np.isnan(provider) & ~df["diverged"].to_numpy(dtype=bool) & (provider > 0)
@@ -649,16 +665,16 @@ def summarize(
         # the summariser's own calls (ReplayCompaction.summary_*, and a compaction that
         # summarised then made no progress: its compaction_failed event; 0 for structural)
         **_summariser_totals(result),
-        "redacted_total": int(df["redacted"].sum()) if n else 0,
+                # messages redacted in a request, at most: aging keeps a message redacted in every later
+        # request, so a sum over requests would count one redaction once per request
+        "redacted_total": int(df["redacted"].max()) if n else 0,
         "max_budget_pct": float(df["budget_pct"].max()) if n else 0.0,
         "over_window_steps": int((tokens > result.context_window).sum()),
-        "cost": float(sum(costs["cost"])),
-        "cost_none": float(sum(costs["cost_none"])),
-        "cache_read_tokens": int(sum(costs["cache_read_tokens"])),
+        **costs,
         "prefix_invalidated_tokens": int(invalidated.sum()),
         "prefix_invalidations": int((invalidated > 0).sum()),
-        "broken_pairs": int(broken.sum()),
-        "broken_pairs_introduced": int(np.clip(broken - broken_none, 0, None).sum()),
+        "broken_pairs": broken,
+        "broken_pairs_introduced": broken_introduced,
         "estimator_steps": int(usable.sum()),
         "estimator_mean_rel_error": float(rel.mean()) if rel.size else math.nan,
         "estimator_mean_abs_rel_error": float(np.abs(rel).mean()) if rel.size else math.nan,

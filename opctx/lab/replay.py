@@ -710,7 +710,9 @@ class _Replay:
         pct = self.last_response_total / budget
         own = getattr(prep, "decision", None)
         disabled = own is not None and own.kind is DecisionKind.DISABLED
-        decision = self.driver.engine.decide(pct, auto_disabled=disabled)
+        # a count trigger (turns, messages) fired on the request itself, whatever the figure
+        fired = getattr(own, "fired", None)
+        decision = self.driver.engine.decide(pct, auto_disabled=disabled, fired=fired)
         view = dataclasses.replace(prep, budget_pct=pct, decision=decision)
         return self.driver.decide(view)
 
@@ -845,6 +847,9 @@ class _Replay:
     def result(self, started: float, params: dict[str, Any]) -> ReplayResult:
         """Step 4: the ``ReplayResult`` (``steps_df`` built once, at the end); closes the driver."""
         policy = getattr(self.driver.engine, "policy", None)
+        idle = _idle_strategy(self.driver.engine)
+        if idle is not None:
+            self.events.append(idle)
         steps_df = _steps_frame(self.rows, policy.to_json() if policy is not None else None)
         elapsed = time.perf_counter() - started
         setup = self.setup
@@ -854,7 +859,7 @@ class _Replay:
             params={**self.engine_cfg, **params, "trigger_check": self.trigger_check},
             model=setup.model,
             context_window=setup.window,
-            summaries=setup.summaries_label,
+            summaries=_summaries_used(setup.summaries_label, policy),
             steps_df=steps_df,
             compactions=self.compactions,
             contexts=self.contexts,
@@ -865,6 +870,31 @@ class _Replay:
         )
         self.driver.close()
         return result
+
+
+def _summaries_used(label: str, policy: Any) -> str:
+    """What the replay's compactions summarised with: the replay's summary source, unless
+    the policy's ``summary.source`` overrides it (``forget``: no summary; ``structural``)."""
+    source = getattr(getattr(policy, "summary", None), "source", "llm")
+    return label if source == "llm" or label == "recorded" else source
+
+
+def _idle_strategy(engine: Any) -> dict | None:
+    """The ``strategy_idle`` event of a replay whose masking or clearing ager found nothing
+    to act on in the whole session (no observation, or never more than it keeps, or never
+    past its trigger): the strategy then equals no strategy on this history, which a
+    figure must not hide."""
+    ager = getattr(engine, "ager", None)
+    if getattr(ager, "acted", True):
+        return None
+    seen = int(getattr(ager, "observations_seen", 0))
+    kind = engine.policy.aging.kind if getattr(engine, "policy", None) is not None else type(ager).__name__
+    why = (
+        "no observation (tool result, or user message marked is_observation) in the session"
+        if not seen else f"{seen} observation(s), none past the last {ager.keep_last} kept"
+        + (f" once the history passed {ager.trigger_tokens:,} tokens" if getattr(ager, "trigger_tokens", None) else "")
+    )
+    return {"event": "strategy_idle", "ager": kind, "observations": seen, "message": f"{kind}: nothing masked: {why}"}
 
 
 def _register_copies(branch: list[dict], origin_ids: dict[str, int]) -> None:

@@ -20,6 +20,9 @@
   by its ``label``; with its cache, a second identical sweep makes no endpoint call, and
   every row counts the summariser's calls and tokens (``summary_calls``,
   ``summary_input_tokens``, ``summary_output_tokens``).
+  ``prices`` (a ``PriceTable``, ``ModelPrice`` or ``PRICE_MODELS`` name) and ``cache`` (a
+  ``CachePolicy``) choose how the row's cost is priced (``metrics``); a model without a
+  price gives NaN costs and ONE warning for the whole sweep, naming the sessions.
 * ``executor``: ``None`` runs serially in this process; otherwise any
   ``concurrent.futures.Executor`` (``ThreadPoolExecutor``,
   ``ProcessPoolExecutor``, a dask ``Client(...).get_executor()``). Work is cut
@@ -64,7 +67,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["sweep", "expand_grid", "session_label", "run_task"]
 
-_REPLAY_KEYS = {"preset", "context_window", "model", "summaries", "label"}
+_REPLAY_KEYS = {"preset", "context_window", "model", "summaries", "label", "prices", "cache"}
 
 
 def expand_grid(grid: Mapping[str, Sequence[Any]] | Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -216,7 +219,8 @@ def run_task(session: Any, configs: Sequence[tuple[int, dict[str, Any]]], timing
                     keep_contexts=True,
                     **params,
                 )
-            row.update(result.metrics())
+            # one warning for the whole sweep about unpriced models (_warn_unpriced_rows)
+            row.update(result.metrics(config.get("prices"), cache=config.get("cache"), warn=False))
             row["context_window"] = result.context_window
             row["model"] = result.model
             row["messages"] = len(history.messages)
@@ -228,6 +232,21 @@ def run_task(session: Any, configs: Sequence[tuple[int, dict[str, Any]]], timing
             row["elapsed_s"] = time.perf_counter() - started
         rows.append(row)
     return rows
+
+
+def _warn_unpriced_rows(rows: Iterable[Mapping[str, Any]]) -> None:
+    """One ``UnpricedModelWarning`` naming the models and sessions whose cost is NaN."""
+    from .costs import CostResult, warn_unpriced
+
+    unpriced: dict[str, list[str]] = {}
+    for row in rows:
+        source = str(row.get("price_source") or "")
+        if "no price for model" in source:
+            sessions = unpriced.setdefault(str(row.get("model")), [])
+            if row.get("session") not in sessions:
+                sessions.append(str(row.get("session")))
+    if unpriced:
+        warn_unpriced([CostResult([], "", unpriced)])
 
 
 def _log_guard_summary(disabled: Mapping[str, int], total: int) -> None:
@@ -366,6 +385,7 @@ def sweep(
         bar = tqdm(total=len(sessions) * len(configs), initial=len(sink.done) if sink else 0,
                    desc="sweep", unit="replay")
     collected: list[tuple[int, dict[str, Any]]] = []
+    unpriced_rows: list[dict[str, Any]] = []  # written to ``out``: kept only to warn once at the end
     try:
         for si, n, rows in _finished_tasks(sessions, tasks, executor, timings):
             for row in rows:
@@ -374,7 +394,10 @@ def sweep(
                     continue
                 if errors == "raise" and row.get("error"):
                     raise records.failure(si, row)
-                sink.add(records.record(si, row))
+                record = records.record(si, row)
+                if "no price for model" in str(record.get("price_source") or ""):
+                    unpriced_rows.append({k: record.get(k) for k in ("model", "session", "price_source")})
+                sink.add(record)
             if bar is not None:
                 bar.update(n)
     except BaseException:
@@ -386,6 +409,7 @@ def sweep(
             bar.close()
     if sink is not None:
         path = sink.finish()
+        _warn_unpriced_rows(unpriced_rows)
         _log_guard_summary(records.disabled, records.total)
         return path
     return _frame(collected, records, errors)
@@ -417,7 +441,9 @@ def _frame(collected: list[tuple[int, dict[str, Any]]], records: _Records, error
         if failed:
             raise records.failure(*min(failed, key=lambda x: (x[0], x[1]["config_index"])))
     collected.sort(key=lambda x: (x[0], x[1]["config_index"]))
-    df = pd.DataFrame.from_records([records.record(si, row) for si, row in collected])
+    out = [records.record(si, row) for si, row in collected]
+    _warn_unpriced_rows(out)
+    df = pd.DataFrame.from_records(out)
     if "error" not in df.columns:
         df["error"] = None
     _log_guard_summary(records.disabled, records.total)

@@ -176,6 +176,10 @@ def control_for(name: str, value: Any, *, width: str = "480px") -> widgets.Widge
             return widgets.Dropdown(options=info.choices, value=value, description=name,
                                     style=style, layout=layout,
                                     tooltip=common["tooltip"])
+    if value is None and _off_at_zero(name):
+        # an optional count (a trigger, a keep): the slider's 0 means "off" (None)
+        common["tooltip"] = f"{common.get('tooltip', name)}; 0: off"
+        return widgets.IntSlider(value=0, min=0, max=512, **common)
     if value is None or isinstance(value, str) and info is None:
         return None
     if isinstance(value, bool):
@@ -201,8 +205,23 @@ def control_for(name: str, value: Any, *, width: str = "480px") -> widgets.Widge
     return None
 
 
+def _off_at_zero(name: str) -> bool:
+    """Whether field ``name`` is an optional count whose control shows "off" (None) as 0."""
+    info = _FIELDS.get(name)
+    return info is not None and info.optional and info.kind in ("tokens", "count")
+
+
+def _control_value(name: str, control: widgets.Widget) -> Any:
+    """The field value a control stands for (0 on an optional count: None)."""
+    value = control.value
+    return None if value == 0 and _off_at_zero(name) else value
+
+
 def _show_value(control: widgets.Widget, value: Any) -> None:
-    """Set ``control`` to exactly ``value``, widening a slider's range if it must."""
+    """Set ``control`` to exactly ``value``, widening a slider's range if it must
+    (None on a slider: 0, "off")."""
+    if value is None and isinstance(control, widgets.IntSlider):
+        value = 0
     if isinstance(control, widgets.FloatSlider | widgets.IntSlider):
         if value > control.max:
             control.max = value
@@ -328,7 +347,8 @@ class CompactionTuner(widgets.VBox):
         too when it differs: the engine then gets the very number drawn.)
         """
         base = self.baseline()
-        return {k: w.value for k, w in self.controls.items() if w.value != base.get(k)}
+        values = {k: _control_value(k, w) for k, w in self.controls.items()}
+        return {k: v for k, v in values.items() if v != base.get(k)}
 
     def thresholds(self) -> dict[str, float]:
         """The thresholds drawn on the plot: the controls' values (finite ones)."""

@@ -559,3 +559,16 @@ def test_thinking_units_survive_aging(runs, keep_turns, first):
               and (i == 0 or history[i - 1]["role"] == "assistant")]
     running = [t["signature"] for m in history[starts[-1] if starts else 0:] for t in m.get("thinking") or ()]
     assert sent == running
+
+
+def test_user_observations_age_like_tool_results_demonstrations_never():
+    big = "output line\n" * 800
+    history = [{"role": "system", "content": "sys", "id": "s"}, {"role": "user", "content": "task", "id": "t"},
+               {"role": "user", "content": big, "is_observation": True, "is_demo": True, "id": "demo"},
+               {"role": "assistant", "content": "ls", "id": "a0"},
+               {"role": "user", "content": big, "is_observation": True, "id": "o0"},
+               {"role": "user", "content": big, "id": "plain"}]
+    history += [{"role": "assistant", "content": f"step {i}", "id": f"a{i + 1}"} for i in range(5)]
+    aged, report = TurnAger(estimator=Estimator("heuristic"), keep_recent_seconds=0).age(history, None)
+    assert report.redacted_ids == ["o0"]
+    assert aged[4]["content"].startswith("[") and aged[4]["_redacted"] and aged[2] is history[2] and aged[5] is history[5]

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from opctx.context.policy import (
     AGING_KINDS,
     FROM_CLIENT,
+    KEEP_FIELDS,
     LEGACY_NAMES,
     PARTS,
     CompactionPolicy,
@@ -104,7 +105,8 @@ def test_never_is_none_and_the_client_marker_is_explicit():
         "trigger.recommend_pct": None, "trigger.auto_pct": None, "trigger.emergency_pct": None})
     assert never.trigger.thresholds() == (math.inf, math.inf, math.inf)
     assert json.loads(json.dumps(never.to_dict()))["trigger"] == {
-        "recommend_pct": None, "auto_pct": None, "emergency_pct": None}
+        "recommend_pct": None, "auto_pct": None, "emergency_pct": None,
+        "tokens": None, "messages": None, "turns": None}
     client = CompactionPolicy().replace(**{"client.name": "claude-code", "trigger.auto_pct": FROM_CLIENT,
                                            "budget.output_reserve": FROM_CLIENT})
     assert client.client_decides() == ["trigger.auto_pct", "budget.output_reserve"] and not client.resolved
@@ -160,7 +162,8 @@ def _values(f):
         low = 0.01 if f.name in ("cut.tail_budget_share", "client.trigger_window_fraction") else 0.0
         return st.floats(low, 1.0)
     if f.kind in ("tokens", "count", "chars"):
-        low = 1 if f.name.startswith(("budget.", "client.")) or f.name == "guard.low_saving_streak" else 0
+        low = 1 if f.name.startswith(("budget.", "client.", "trigger.")) or f.name in (
+            "guard.low_saving_streak", "aging.trigger_tokens") else 0
         return st.integers(low, 300_000)
     if f.kind == "seconds":
         return st.floats(0.5 if f.name == "summary.timeout" else 0.0, 1e6)
@@ -172,6 +175,8 @@ def _values(f):
         return st.sampled_from([c for c in f.choices if c not in ("client",)])
     if f.kind == "text":
         return st.text(min_size=1, max_size=12)
+    if f.kind == "names":
+        return st.lists(st.text(min_size=1, max_size=8), max_size=3).map(tuple)
     raise AssertionError(f.kind)
 
 
@@ -187,6 +192,8 @@ def valid_policies(draw):
         for name in [n for n in changes if n.startswith("client.") and n not in (
                 "client.version", "client.post_compaction_tokens")]:
             changes.pop(name)
+    for name in [n for n in KEEP_FIELDS if changes.get(n) is not None][1:]:
+        changes.pop(name)  # keep by one unit only
     low, high = sorted((changes.get("cut.keep_min_tokens", 8_000), changes.get("cut.keep_max_tokens", 40_000)))
     changes["cut.keep_min_tokens"], changes["cut.keep_max_tokens"] = low, high
     shares = sorted(draw(st.lists(st.one_of(st.none(), st.floats(0.05, 1.5)), min_size=3, max_size=3)),
@@ -205,7 +212,7 @@ def test_random_valid_policies_round_trip_through_json(p):
 
 
 def test_aging_kinds_are_named_once():
-    assert AGING_KINDS == ("turns", "masking", "microcompact", "client", "none")
+    assert AGING_KINDS == ("turns", "masking", "clear-tool-uses", "microcompact", "client", "none")
 
 
 def test_the_design_document_lists_every_field():
@@ -227,3 +234,45 @@ def test_the_policy_imports_nothing_of_opctx():
     imported = {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert not any(name.startswith(("opctx", ".")) or name == "" for name in imported), imported
+
+
+# -- count triggers and count keeps ------------------------------------------------------------------
+
+
+def test_count_triggers_fire_first_come_and_name_their_field():
+    t = TriggerPolicy(tokens=4_000, messages=100, turns=31)
+    assert t.fired(tokens=10, messages=5, turns=31) == "trigger.turns"
+    assert t.fired(tokens=4_000, messages=100, turns=31) == "trigger.tokens"  # the first that fires
+    assert t.fired(tokens=3_999, messages=99, turns=30) is None
+    for name, bad in (("trigger.turns", 0), ("trigger.messages", -1), ("trigger.tokens", 1.5)):
+        with pytest.raises(ValueError, match=name.replace(".", r"\.")):
+            CompactionPolicy().replace(**{name: bad})
+
+
+def test_keep_by_one_unit_only_and_round_trip():
+    p = CompactionPolicy().replace(**{"cut.keep_turns": 10, "trigger.turns": 31, "aging.exclude_tools": ["web"]})
+    assert p.cut.keep() == ("turns", 10) and CompactionPolicy().cut.keep() is None
+    assert CompactionPolicy.from_dict(json.loads(p.to_json())) == p and p.aging.exclude_tools == ("web",)
+    with pytest.raises(ValueError, match=r"cut\.keep_turns and cut\.keep_messages are both set"):
+        p.replace(**{"cut.keep_messages": 20})
+    with pytest.raises(ValueError, match=r"aging\.exclude_tools"):
+        p.replace(**{"aging.exclude_tools": "web"})
+    with pytest.raises(ValueError, match=r"summary\.source"):
+        p.replace(**{"summary.source": "magic"})
+
+
+def test_the_engine_decides_on_a_count_trigger():
+    from opctx.context.engine import DefaultContextEngine
+    from opctx.context.types import DecisionKind
+
+    policy = CompactionPolicy().replace(**{"trigger.turns": 3, "aging.kind": "none"})
+    engine = DefaultContextEngine(policy=policy)
+    history = [{"role": "user", "content": "task", "id": "u"}]
+    for i in range(3):
+        history.append({"role": "assistant", "content": f"step {i}", "id": f"a{i}"})
+        history.append({"role": "user", "content": f"output {i}", "id": f"o{i}"})
+    prep = engine.prepare(None, "s", history, "gpt-4o", None)
+    assert prep.decision.kind is DecisionKind.COMPACT and prep.decision.fired == "trigger.turns"
+    assert prep.budget_pct < 0.1 and engine.should_auto_compact(prep)
+    prep = engine.prepare(None, "s2", history[:5], "gpt-4o", None)
+    assert prep.decision.kind is DecisionKind.NONE and prep.decision.fired is None

@@ -44,6 +44,14 @@ def test_db_session_without_compaction_is_its_messages(db_path):
     assert hist.format == "scenario" and hist.source == str(db_path)
 
 
+def test_load_history_takes_the_pair_replay_takes(db_path):
+    [sid] = build_scenario_sessions(db_path, n=1, n_turns=4)
+    pair = (str(db_path), sid)
+    assert [m["id"] for m in load_history(pair).messages] == [m["id"] for m in load_history(*pair).messages]
+    with pytest.raises(TypeError):
+        load_history(str(db_path))
+
+
 def test_compactions_are_expanded_back_into_the_stream(db_path):
     [sid] = build_scenario_sessions(db_path, n=1, n_turns=20)
     original = generate_session(1, n_turns=20).messages

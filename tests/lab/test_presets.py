@@ -30,7 +30,11 @@ from opctx.lab.scenarios import generate_session
 
 
 def test_every_preset_says_where_its_numbers_come_from():
-    assert preset_names() == ["default", "claude-code", "hermes", "codex", "observation-masking", "none"]
+    assert preset_names() == ["default", "claude-code", "hermes", "codex", "observation-masking", "none",
+                              "complexity-trap-masking", "complexity-trap-summary", "anthropic-clear-tool-uses",
+                              "langchain-clear-tool-uses", "openhands-llm-summarizing",
+                              "openhands-observation-masking", "openhands-amortized-forgetting",
+                              "openhands-recent-events", "langchain-summarization"]
     for spec in PRESETS.values():
         assert spec.description and spec.sources, spec.name
         assert all(isinstance(v, str) and v for v in spec.sources.values())

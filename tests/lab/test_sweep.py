@@ -342,3 +342,19 @@ def test_parts_of_another_sweep_or_a_directory_as_out_are_refused(specs, tmp_pat
     (tmp_path / "dir.parquet").mkdir()
     with pytest.raises(OutputError, match="is a directory"):
         sweep(specs[:1], GRID, progress=False, out=tmp_path / "dir.parquet")
+
+
+def test_sweep_warns_once_for_all_unpriced_sessions():
+    import warnings
+
+    from opctx.lab.costs import UnpricedModelWarning
+
+    a = generate_session(21, n_turns=4).messages
+    b = generate_session(22, n_turns=4).messages
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        df = sweep([a, b], {"preset": ["none", "default"], "model": ["no-such-model-x"]}, progress=False)
+    unpriced = [w for w in caught if issubclass(w.category, UnpricedModelWarning)]
+    assert len(unpriced) == 1
+    assert "messages-0" in str(unpriced[0].message) and "messages-1" in str(unpriced[0].message)
+    assert df["cost"].isna().all() and df["price_source"].str.contains("no price").all()
