@@ -25,13 +25,19 @@ Choices
   injected into every preset's time-dependent parts (aging's wall-clock gate,
   usage timestamps), so a replay gives the same result on every run. The request
   for an assistant message happens "at" that message's timestamp.
-* **Provider usage is not fed back** by default (``feed_usage=False``): the
-  recording's usage describes the *recording's* context, which diverges from
-  the replayed one as soon as the strategy differs. The replay is therefore
-  estimate-only and comparable across strategies; ``feed_usage=True`` feeds a
-  provider count for every request through ``engine.after_turn``: the recorded one
-  while the replayed context is identical to the recording (``diverged`` is
-  false), the replay's own request on the provider's scale after (next point).
+* **Provider usage is fed back where the recording has it** (``feed_usage=None``,
+  the default: on when an assistant message of the recording carries the provider's
+  prompt count, ``has_provider_usage``). A replay on estimates alone misses what no
+  transcript holds (system prompt, tool schemas, re-attached files), and on real
+  sessions that can reverse a comparison: a small trigger that the client's fixed part
+  already fills looks cheap on estimates and compacts on every request with the
+  provider's counts. ``feed_usage=True`` feeds a provider count for every request
+  through ``engine.after_turn``: the recorded one while the replayed context is
+  identical to the recording (``diverged`` is false), the replay's own request on the
+  provider's scale after (next point). ``feed_usage=False`` is the estimate-only
+  replay (comparable across recordings with and without usage). ``result.mode`` says
+  which ran (``"provider usage"`` / ``"estimates"``), and ``metrics()`` carries it with
+  ``opctx.lab.feasibility``'s verdict on whether the configuration can work at all.
 * **Unseen overhead** (``feed_usage=True``). The provider's prompt count includes
   what transcripts do not hold (system prompt, tool schemas, files a client
   re-attaches after compacting, the context a continued session starts from). While
@@ -113,6 +119,7 @@ from opctx.context.provider_messages import is_display_only
 from opctx.dag.messages import is_tool_result
 
 from ._replay_result import ReplayCompaction, ReplayResult
+from .feasibility import ESTIMATES, PROVIDER_USAGE, REPLAY_MODES
 from .history import RecordedCompaction, RecordedHistory, as_history, provider_prompt_tokens
 from .metrics import common_prefix_length, guard_counts
 
@@ -126,6 +133,7 @@ __all__ = [
     "preset_client",
     "resolve_trigger_check",
     "with_client_version",
+    "has_provider_usage",
 ]
 
 DECISIONS = ("none", "recommend", "auto", "emergency", "recorded")
@@ -330,7 +338,7 @@ def replay(
     system_prompt: str = "",
     tools: list[dict] | None = None,
     keep_contexts: bool = True,
-    feed_usage: bool = False,
+    feed_usage: bool | None = None,
     agent: Any = None,
     trigger_check: str | None = None,
     **params: Any,
@@ -350,7 +358,8 @@ def replay(
     default the recording's majority model. ``system_prompt`` / ``tools`` /
     ``agent``: what the engine counts besides the history (transcripts rarely
     hold them; ``agent`` wins over ``system_prompt``). ``keep_contexts`` and
-    ``feed_usage``: see the module docstring. ``trigger_check``: ``"request"``,
+    ``feed_usage``: see the module docstring (``None``: on where the recording has
+    provider usage; ``result.mode`` says which ran). ``trigger_check``: ``"request"``,
     ``"last-response"`` or ``None`` (the client's own way for a client preset on a
     recording of its client, else ``"request"``; module docstring).
 
@@ -362,6 +371,8 @@ def replay(
     history, setup = _load(session_or_history, context_window, model, summaries)
     params = with_client_version(history, engine_or_preset, params)
     check = resolve_trigger_check(history, engine_or_preset, trigger_check)
+    if feed_usage is None:
+        feed_usage = has_provider_usage(history)
     run = _Replay(
         history,
         setup,
@@ -371,12 +382,24 @@ def replay(
         system_prompt=system_prompt,
         tools=tools,
         keep_contexts=keep_contexts,
-        feed_usage=feed_usage,
+        feed_usage=bool(feed_usage),
         trigger_check=check,
     )
     for index, msg in enumerate(history.messages):
         run.step(index, msg)
     return run.result(started, params)
+
+
+def has_provider_usage(history: RecordedHistory) -> bool:
+    """Whether an assistant message of ``history`` carries the provider's prompt count (what
+    ``feed_usage=True`` feeds back): the default of ``replay``'s ``feed_usage``.
+
+    >>> has_provider_usage(as_history([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]))
+    False
+    """
+    return history.derived("has_provider_usage", lambda: any(
+        provider_prompt_tokens(m, history.format, history.model) is not None
+        for m in history.messages if m.get("role") == "assistant"))
 
 
 # -- the recording's client: version and trigger check ---------------------------------------
@@ -814,13 +837,14 @@ class _Replay:
     def result(self, started: float, params: dict[str, Any]) -> ReplayResult:
         """Step 4: the ``ReplayResult`` (``steps_df`` built once, at the end); closes the driver."""
         policy = getattr(self.driver.engine, "policy", None)
-        steps_df = _steps_frame(self.rows, policy.to_json() if policy is not None else None)
+        mode = PROVIDER_USAGE if self.feed_usage else ESTIMATES
+        steps_df = _steps_frame(self.rows, policy.to_json() if policy is not None else None, mode)
         elapsed = time.perf_counter() - started
         setup = self.setup
         result = ReplayResult(
             history=self.history,
             preset=self.preset_name,
-            params={**self.engine_cfg, **params, "trigger_check": self.trigger_check},
+            params={**self.engine_cfg, **params, "trigger_check": self.trigger_check, "feed_usage": self.feed_usage},
             model=setup.model,
             context_window=setup.window,
             summaries=setup.summaries_label,
@@ -831,6 +855,7 @@ class _Replay:
             elapsed_s=elapsed,
             events=self.events + self.driver.events,
             policy=policy,
+            mode=mode,
         )
         self.driver.close()
         return result
@@ -879,9 +904,10 @@ _INT_COLUMNS = (
 )
 
 
-def _steps_frame(rows: list[dict[str, Any]], policy: str | None = None) -> Any:
+def _steps_frame(rows: list[dict[str, Any]], policy: str | None = None, mode: str = ESTIMATES) -> Any:
     """``steps_df`` built column by column with its final dtypes (no per-column casts);
-    ``policy`` (the policy's JSON, one category) is its last column."""
+    ``policy`` (the policy's JSON, one category) and ``replay_mode`` (how the requests were
+    counted) are its last columns."""
     import numpy as np
     import pandas as pd
 
@@ -911,4 +937,5 @@ def _steps_frame(rows: list[dict[str, Any]], policy: str | None = None) -> Any:
         else:
             data[name] = col(name)
     data["policy"] = pd.Categorical([policy] * len(rows))
+    data["replay_mode"] = pd.Categorical([mode] * len(rows), categories=REPLAY_MODES)
     return pd.DataFrame(data)

@@ -36,7 +36,10 @@ Columns: ``session`` (label), ``session_index``, ``config_index``, ``config``
 (label), ``preset``, every configuration key that appears in the grid (the
 requested ``context_window`` / ``model`` as ``param_context_window`` /
 ``param_model``, since ``context_window`` and ``model`` report what the replay
-actually used), the metrics of ``opctx.lab.metrics.summarize``, ``messages``,
+actually used), the metrics of ``ReplayResult.metrics`` (``opctx.lab.metrics.summarize``,
+and ``replay_mode``: whether the replay counted on the provider's usage, the default where
+the recording has it, or on estimates; ``feasible`` / ``feasibility_problems``: whether the
+configuration can work on that session, ``opctx.lab.feasibility``), ``messages``,
 ``policy`` (the exact policy the replay ran with, resolved for its window and model,
 as JSON: ``CompactionPolicy.from_dict(json.loads(row.policy))`` gives it back, so
 every figure can be traced to its configuration), ``error``.
