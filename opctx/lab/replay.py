@@ -61,7 +61,10 @@ Choices
   Claude Code and Codex do: before a request, from the *last response's* count
   (its prompt, as fed or estimated, plus its output), not from the estimate of the
   request about to be sent (``"request"``, the engine's own check, which also
-  counts the tool results appended since). Default: ``"last-response"`` for the
+  counts the tool results appended since), plus what the client adds to that count
+  (``client_rules.extra_check_tokens``: Claude Code 2.1.2+ its estimate of the messages
+  after the last response, Codex its estimate of the older encrypted reasoning; the
+  version's ``TRIGGER_RULES`` row says which). Default: ``"last-response"`` for the
   client presets replaying a recording of their own client, ``"request"``
   otherwise. The blocking (emergency) limit is checked on the same figure; the
   first request, with no response before it, uses the engine's own check.
@@ -134,6 +137,7 @@ __all__ = [
     "resolve_trigger_check",
     "with_client_version",
     "has_provider_usage",
+    "client_check_count",
 ]
 
 DECISIONS = ("none", "recommend", "auto", "emergency", "recorded")
@@ -373,6 +377,7 @@ def replay(
     check = resolve_trigger_check(history, engine_or_preset, trigger_check)
     if feed_usage is None:
         feed_usage = has_provider_usage(history)
+    count = client_check_count(history, engine_or_preset, params) if check == "last-response" else "last-response"
     run = _Replay(
         history,
         setup,
@@ -384,6 +389,7 @@ def replay(
         keep_contexts=keep_contexts,
         feed_usage=bool(feed_usage),
         trigger_check=check,
+        check_count=count,
     )
     for index, msg in enumerate(history.messages):
         run.step(index, msg)
@@ -456,6 +462,20 @@ def with_client_version(history: RecordedHistory, engine_or_preset: Any, params:
     return {**params, "client_version": version}
 
 
+def client_check_count(history: RecordedHistory, engine_or_preset: Any, params: dict[str, Any]) -> str:
+    """What the recording's client compares with its trigger (``client_rules.CHECK_COUNTS``):
+    the last response's prompt + output, plus (Claude Code 2.1.2+) its estimate of the
+    messages after it or (Codex) of the older encrypted reasoning, per the version's row of
+    ``client_rules.TRIGGER_RULES``. Only for a client preset on its own client's recording;
+    ``"last-response"`` otherwise."""
+    from .client_rules import rule_for
+
+    client = preset_client(engine_or_preset)
+    if client is None or client != history.client:
+        return "last-response"
+    return rule_for(client, params.get("client_version"))[0].count
+
+
 def resolve_trigger_check(history: RecordedHistory, engine_or_preset: Any, trigger_check: str | None) -> str:
     """``trigger_check`` or its default: the client's way for its own recordings."""
     if trigger_check is not None:
@@ -519,6 +539,7 @@ class _Replay:
         keep_contexts: bool,
         feed_usage: bool,
         trigger_check: str = "request",
+        check_count: str = "last-response",
     ) -> None:
         from opctx.context.tokens import Estimator
 
@@ -528,6 +549,8 @@ class _Replay:
         self.setup = setup
         self.feed_usage = feed_usage
         self.trigger_check = trigger_check
+        # what the client adds to the last response's count before comparing (client_check_count)
+        self.check_count = check_count
         # provider count minus the estimate of the recorded context (module docstring): the
         # part measured at the first counted request, and the drift since with the history
         # estimate it was measured at
@@ -681,6 +704,10 @@ class _Replay:
             self.check_tokens = self.driver.tokens(prep)
             return self.driver.decide(prep)
         self.check_tokens = self.last_response_total
+        if self.check_count != "last-response":
+            from .client_rules import extra_check_tokens
+
+            self.check_tokens += extra_check_tokens(self.driver.context(prep), self.check_count)
         return self._decide_on_last_response(prep)
 
     def _decide_on_last_response(self, prep: Any) -> str:
@@ -699,7 +726,7 @@ class _Replay:
         if not dataclasses.is_dataclass(prep):
             return self.driver.decide(prep)
         budget = max(1, self.driver.input_budget(prep))
-        pct = self.last_response_total / budget
+        pct = self.check_tokens / budget
         own = getattr(prep, "decision", None)
         disabled = own is not None and own.kind is DecisionKind.DISABLED
         decision = self.driver.engine.decide(pct, auto_disabled=disabled)
