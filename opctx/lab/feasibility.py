@@ -60,11 +60,15 @@ class FeasibilityReport:
         return not self.problems
 
     def row(self) -> dict[str, Any]:
-        """Flat columns for a sweep row or a table."""
+        """Flat columns for a sweep row or a table (a figure not seen is NaN, as in the other
+        metrics, so a column keeps one type through a Parquet file)."""
+        def figure(value: int | None) -> float:
+            return math.nan if value is None else value
+
         return {
             "replay_mode": self.mode, "feasible": self.ok, "feasibility_problems": "; ".join(self.problems),
-            "trigger_tokens_seen": self.trigger_tokens, "first_request_tokens": self.first_request_tokens,
-            "post_compaction_floor_tokens": self.floor_tokens, "compaction_rate": self.compaction_rate,
+            "trigger_tokens_seen": figure(self.trigger_tokens), "first_request_tokens": figure(self.first_request_tokens),
+            "post_compaction_floor_tokens": figure(self.floor_tokens), "compaction_rate": self.compaction_rate,
         }
 
 

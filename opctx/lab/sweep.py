@@ -400,6 +400,9 @@ def _frame(collected: list[tuple[int, dict[str, Any]]], records: _Records, error
     df = pd.DataFrame.from_records([records.record(si, row) for si, row in collected])
     if "error" not in df.columns:
         df["error"] = None
+    if "feasible" in df.columns and df["feasible"].isna().any():
+        # a failed row has no verdict: None, as a Parquet file of the rows gives it back
+        df["feasible"] = df["feasible"].astype(object).where(df["feasible"].notna(), None)
     _log_guard_summary(records.disabled, records.total)
     for col in ("session", "config", "preset"):
         if col in df.columns:
