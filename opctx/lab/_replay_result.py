@@ -5,7 +5,13 @@ re-exported there. Imports point one way: ``replay`` -> this module -> ``metrics
 ``ReplayResult.metrics()`` and ``stream_identifiers`` are ``metrics``' functions
 applied to the result; ``metrics`` itself never imports this module (it reads any
 object of the ``metrics.Replayed`` shape), so there is no circle, not even inside a
-function.
+function. ``feasibility`` (whether the configuration can work at all) likewise reads the
+result without importing it.
+
+``mode`` says how the replay counted its requests: ``"provider usage"`` (the recording's
+provider counts fed back, the default where the recording has them) or ``"estimates"``.
+``metrics()`` carries it (``replay_mode``) with the feasibility columns, so a sweep row
+says which of the two a figure was measured in and whether its configuration could work.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .feasibility import ESTIMATES, FeasibilityReport, feasibility
 from .history import RecordedCompaction, RecordedHistory
 from .metrics import identifiers, summarize
 
@@ -82,6 +89,8 @@ class ReplayResult:
     #: the exact policy the engine ran with (resolved for the window, model and client
     #: version: ``engine.policy``); None for an engine without one
     policy: Any = None
+    #: how the requests were counted: "provider usage" (feed_usage) or "estimates"
+    mode: str = ESTIMATES
 
     @property
     def stream(self) -> list[dict]:
@@ -117,11 +126,18 @@ class ReplayResult:
 
     def metrics(self, prices: Any = None, *, reference_loss: bool | None = None, cache: Any = None,
                 warn: bool = True) -> dict[str, Any]:
-        """``opctx.lab.metrics.summarize``; ``reference_loss`` defaults to whether the
-        replay kept its contexts (reference loss reads them)."""
+        """``opctx.lab.metrics.summarize`` plus the mode and the feasibility columns
+        (``FeasibilityReport.row``: ``replay_mode``, ``feasible``, ``feasibility_problems`` ...);
+        ``reference_loss`` defaults to whether the replay kept its contexts (reference loss
+        reads them)."""
         if reference_loss is None:
             reference_loss = self.contexts is not None
-        return summarize(self, prices, reference_loss=reference_loss, cache=cache, warn=warn)
+        return {**summarize(self, prices, reference_loss=reference_loss, cache=cache, warn=warn),
+                **self.feasibility().row()}
+
+    def feasibility(self) -> FeasibilityReport:
+        """Whether this configuration can work on this session (``opctx.lab.feasibility``)."""
+        return feasibility(self)
 
     def compactions_df(self) -> Any:
         import pandas as pd
@@ -130,7 +146,7 @@ class ReplayResult:
             "step", "stream_index", "turn", "reason", "tokens_before", "tokens_after", "folded",
             "kept", "protected", "fell_back_to_structural", "ok", "error", "cut_index", "summary_chars",
             "summary_model", "summary_input_tokens", "summary_output_tokens", "summary_calls", "summary_cached",
-            "policy",
+            "policy", "replay_mode",
         ]
         policy = self.policy_json
         rows = [
@@ -141,6 +157,7 @@ class ReplayResult:
                 "protected": len(c.protected_ids),
                 "summary_chars": len(c.summary_text),
                 "policy": policy,
+                "replay_mode": self.mode,
             }
             for c in self.compactions
         ]

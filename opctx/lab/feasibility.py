@@ -19,7 +19,7 @@ the replay's own decisions show: the smallest ``check_tokens`` of a request wher
 decided to compact. ``FeasibilityReport.row()`` is the flat form for sweep rows and
 tables; ``problems`` is what a tuner shows.
 
->>> FeasibilityReport("provider usage", None, None, None, 0.0).ok
+>>> FeasibilityReport(PROVIDER_USAGE, None, None, None, 0.0).ok
 True
 """
 
@@ -29,7 +29,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FeasibilityReport", "feasibility", "replay_mode", "THRASH_SHARE", "THRASH_MIN"]
+__all__ = ["FeasibilityReport", "feasibility", "replay_mode", "THRASH_SHARE", "THRASH_MIN",
+           "PROVIDER_USAGE", "ESTIMATES", "REPLAY_MODES"]
+
+# the two ways a replay counts a request (``ReplayResult.mode``): the provider's counts fed
+# back (``feed_usage``), or opctx's estimate alone
+PROVIDER_USAGE = "provider usage"
+ESTIMATES = "estimates"
+REPLAY_MODES = (PROVIDER_USAGE, ESTIMATES)
 
 # a replay that compacts on half of its requests after the first compaction does nothing
 # else (assumed); three in a row is the smallest run that is not a coincidence (assumed)
@@ -53,11 +60,15 @@ class FeasibilityReport:
         return not self.problems
 
     def row(self) -> dict[str, Any]:
-        """Flat columns for a sweep row or a table."""
+        """Flat columns for a sweep row or a table (a figure not seen is NaN, as in the other
+        metrics, so a column keeps one type through a Parquet file)."""
+        def figure(value: int | None) -> float:
+            return math.nan if value is None else value
+
         return {
             "replay_mode": self.mode, "feasible": self.ok, "feasibility_problems": "; ".join(self.problems),
-            "trigger_tokens_seen": self.trigger_tokens, "first_request_tokens": self.first_request_tokens,
-            "post_compaction_floor_tokens": self.floor_tokens, "compaction_rate": self.compaction_rate,
+            "trigger_tokens_seen": figure(self.trigger_tokens), "first_request_tokens": figure(self.first_request_tokens),
+            "post_compaction_floor_tokens": figure(self.floor_tokens), "compaction_rate": self.compaction_rate,
         }
 
 
@@ -73,17 +84,17 @@ def replay_mode(result: Any) -> str:
         return mode
     params = getattr(result, "params", None) or {}
     if "feed_usage" in params:
-        return "provider usage" if params["feed_usage"] else "estimates"
+        return PROVIDER_USAGE if params["feed_usage"] else ESTIMATES
     steps = result.steps_df
     if len(steps) < 2 or "provider_input_tokens" not in steps:
-        return "estimates"
+        return ESTIMATES
     # the second request's check is the first response as counted: the provider's count + its
     # output when fed, opctx's estimate otherwise
     prev = steps.iloc[0]
     if prev["provider_input_tokens"] is None or prev["provider_input_tokens"] != prev["provider_input_tokens"]:
-        return "estimates"
+        return ESTIMATES
     counted = int(prev["provider_input_tokens"]) + int(prev["output_tokens"])
-    return "provider usage" if abs(int(steps.iloc[1]["check_tokens"]) - counted) <= 0.01 * counted else "estimates"
+    return PROVIDER_USAGE if abs(int(steps.iloc[1]["check_tokens"]) - counted) <= 0.01 * counted else ESTIMATES
 
 
 def _trigger(steps: Any) -> int | None:
@@ -116,7 +127,7 @@ def feasibility(result: Any, *, trigger_tokens: int | None = None) -> Feasibilit
     if len(compacted) >= THRASH_MIN and rate >= THRASH_SHARE:
         problems.append(f"every request compacting: {len(compacted)} compactions in the {after} requests from "
                         f"the first one ({rate:.0%})")
-    if mode == "estimates" and problems:
+    if mode == ESTIMATES and problems:
         problems.append("measured on estimates: the provider's counts (feed_usage=True) would show the unseen "
                         "fixed part too")
     return FeasibilityReport(mode, trigger, first, floor, rate if not math.isnan(rate) else 0.0, problems)

@@ -14,7 +14,10 @@ Definitions (where the task or the specification leaves room)
 -------------------------------------------------------------
 input tokens
     The estimated prompt of each request (system prompt + tools + history as the
-    engine prepared it, after aging/masking), ``steps_df.tokens``. Totals, the
+    engine prepared it, after aging/masking), ``steps_df.tokens``; in a replay fed
+    the provider's counts (``replay_mode`` "provider usage", the default where the
+    recording has them) the count fed for it: the estimate plus the unseen overhead
+    measured against the recording. Totals, the
     peak and per-turn sums come from it. ``tokens_none`` is what the same
     estimator gives for the unmodified recorded history at that step (the
     ``none`` preset), so "tokens saved vs none" needs no second replay.
@@ -86,6 +89,7 @@ from opctx.context.provider_messages import is_display_only
 from opctx.dag.messages import is_tool_result, message_text, tool_result_ids, tool_use_ids
 
 from ._replay_costs import replay_costs
+from .feasibility import PROVIDER_USAGE
 from .history import RecordedHistory
 from .prices import PriceTable
 
@@ -473,15 +477,22 @@ def cost_per_step(result: Replayed, prices: Any = None, cache: Any = None) -> pd
 # -- estimator error --------------------------------------------------------------------
 
 
+def _fed(df: Any) -> bool:
+    """Whether a replay's ``tokens`` are the provider's counts fed back (its ``replay_mode``):
+    then they equal the recorded counts by construction and measure no estimator."""
+    return "replay_mode" in df and len(df) > 0 and df["replay_mode"].iloc[0] == PROVIDER_USAGE
+
+
 def estimator_error(result: Replayed) -> pd.DataFrame:
     """Steps with provider usage where the replay still equals the recording.
 
-    Columns: ``step, estimated, provider, error, rel_error``.
+    Columns: ``step, estimated, provider, error, rel_error``. Empty for a replay fed the
+    provider's counts (its requests are those counts): replay with ``feed_usage=False``.
     """
     import pandas as pd
 
     df = result.steps_df
-    mask = df["provider_input_tokens"].notna() & ~df["diverged"]
+    mask = df["provider_input_tokens"].notna() & ~df["diverged"] & (not _fed(df))
     sub = df.loc[mask, ["step", "tokens", "provider_input_tokens"]]
     out = pd.DataFrame(
         {
@@ -646,7 +657,8 @@ def summarize(
     broken, broken_introduced = _broken_pair_totals(result, df)
     ratios = [c.tokens_before / c.tokens_after for c in result.compactions if c.tokens_after and c.tokens_before]
     provider = df["provider_input_tokens"].to_numpy(dtype="float64", na_value=np.nan)
-    usable = ~np.isnan(provider) & ~df["diverged"].to_numpy(dtype=bool) & (provider > 0)
+    # the estimator's error needs the estimate: a fed replay's requests are the provider's counts
+    usable = ~np.isnan(provider) & ~df["diverged"].to_numpy(dtype=bool) & (provider > 0) & (not _fed(df))
     rel = (tokens[usable] - provider[usable]) / provider[usable]
     tokens_total = int(tokens.sum())
     none_total = int(none.sum())

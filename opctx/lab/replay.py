@@ -25,13 +25,19 @@ Choices
   injected into every preset's time-dependent parts (aging's wall-clock gate,
   usage timestamps), so a replay gives the same result on every run. The request
   for an assistant message happens "at" that message's timestamp.
-* **Provider usage is not fed back** by default (``feed_usage=False``): the
-  recording's usage describes the *recording's* context, which diverges from
-  the replayed one as soon as the strategy differs. The replay is therefore
-  estimate-only and comparable across strategies; ``feed_usage=True`` feeds a
-  provider count for every request through ``engine.after_turn``: the recorded one
-  while the replayed context is identical to the recording (``diverged`` is
-  false), the replay's own request on the provider's scale after (next point).
+* **Provider usage is fed back where the recording has it** (``feed_usage=None``,
+  the default: on when an assistant message of the recording carries the provider's
+  prompt count, ``has_provider_usage``). A replay on estimates alone misses what no
+  transcript holds (system prompt, tool schemas, re-attached files), and on real
+  sessions that can reverse a comparison: a small trigger that the client's fixed part
+  already fills looks cheap on estimates and compacts on every request with the
+  provider's counts. ``feed_usage=True`` feeds a provider count for every request
+  through ``engine.after_turn``: the recorded one while the replayed context is
+  identical to the recording (``diverged`` is false), the replay's own request on the
+  provider's scale after (next point). ``feed_usage=False`` is the estimate-only
+  replay (comparable across recordings with and without usage). ``result.mode`` says
+  which ran (``"provider usage"`` / ``"estimates"``), and ``metrics()`` carries it with
+  ``opctx.lab.feasibility``'s verdict on whether the configuration can work at all.
 * **Unseen overhead** (``feed_usage=True``). The provider's prompt count includes
   what transcripts do not hold (system prompt, tool schemas, files a client
   re-attaches after compacting, the context a continued session starts from). While
@@ -55,7 +61,10 @@ Choices
   Claude Code and Codex do: before a request, from the *last response's* count
   (its prompt, as fed or estimated, plus its output), not from the estimate of the
   request about to be sent (``"request"``, the engine's own check, which also
-  counts the tool results appended since). Default: ``"last-response"`` for the
+  counts the tool results appended since), plus what the client adds to that count
+  (``client_rules.extra_check_tokens``: Claude Code 2.1.2+ its estimate of the messages
+  after the last response, Codex its estimate of the older encrypted reasoning; the
+  version's ``TRIGGER_RULES`` row says which). Default: ``"last-response"`` for the
   client presets replaying a recording of their own client, ``"request"``
   otherwise. The blocking (emergency) limit is checked on the same figure; the
   first request, with no response before it, uses the engine's own check.
@@ -119,8 +128,16 @@ from typing import Any
 from opctx.context.provider_messages import is_display_only
 from opctx.dag.messages import is_tool_result
 
+from ._replay_client import (
+    TRIGGER_CHECKS,
+    client_check_count,
+    preset_client,
+    resolve_trigger_check,
+    with_client_version,
+)
 from ._replay_result import ReplayCompaction, ReplayResult
 from ._summary_meter import SummaryMeter, SummaryUsage
+from .feasibility import ESTIMATES, PROVIDER_USAGE, REPLAY_MODES
 from .history import RecordedCompaction, RecordedHistory, as_history, provider_prompt_tokens
 from .metrics import common_prefix_length, guard_counts
 
@@ -136,11 +153,12 @@ __all__ = [
     "preset_client",
     "resolve_trigger_check",
     "with_client_version",
+    "has_provider_usage",
+    "client_check_count",
 ]
 
 DECISIONS = ("none", "recommend", "auto", "emergency", "recorded")
 # how the decision to compact is taken (module docstring, "Trigger check")
-TRIGGER_CHECKS = ("request", "last-response")
 
 logger = logging.getLogger(__name__)
 
@@ -340,7 +358,7 @@ def replay(
     system_prompt: str = "",
     tools: list[dict] | None = None,
     keep_contexts: bool = True,
-    feed_usage: bool = False,
+    feed_usage: bool | None = None,
     agent: Any = None,
     trigger_check: str | None = None,
     **params: Any,
@@ -360,7 +378,8 @@ def replay(
     default the recording's majority model. ``system_prompt`` / ``tools`` /
     ``agent``: what the engine counts besides the history (transcripts rarely
     hold them; ``agent`` wins over ``system_prompt``). ``keep_contexts`` and
-    ``feed_usage``: see the module docstring. ``trigger_check``: ``"request"``,
+    ``feed_usage``: see the module docstring (``None``: on where the recording has
+    provider usage; ``result.mode`` says which ran). ``trigger_check``: ``"request"``,
     ``"last-response"`` or ``None`` (the client's own way for a client preset on a
     recording of its client, else ``"request"``; module docstring).
 
@@ -372,6 +391,9 @@ def replay(
     history, setup = _load(session_or_history, context_window, model, summaries)
     params = with_client_version(history, engine_or_preset, params)
     check = resolve_trigger_check(history, engine_or_preset, trigger_check)
+    if feed_usage is None:
+        feed_usage = has_provider_usage(history)
+    count = client_check_count(history, engine_or_preset, params) if check == "last-response" else "last-response"
     run = _Replay(
         history,
         setup,
@@ -381,76 +403,25 @@ def replay(
         system_prompt=system_prompt,
         tools=tools,
         keep_contexts=keep_contexts,
-        feed_usage=feed_usage,
+        feed_usage=bool(feed_usage),
         trigger_check=check,
+        check_count=count,
     )
     for index, msg in enumerate(history.messages):
         run.step(index, msg)
     return run.result(started, params)
 
 
-# -- the recording's client: version and trigger check ---------------------------------------
+def has_provider_usage(history: RecordedHistory) -> bool:
+    """Whether an assistant message of ``history`` carries the provider's prompt count (what
+    ``feed_usage=True`` feeds back): the default of ``replay``'s ``feed_usage``.
 
-_NO_VERSION_WARNED: set[str] = set()
-_NO_VERSION_LOCK = threading.Lock()
-
-
-def preset_client(engine_or_preset: Any) -> str | None:
-    """The client a preset models (``"claude-code"``, ``"codex"``), ``None`` for the others.
-
-    Preset names look the client up in ``PRESETS``; objects that take a client
-    version (a ``CalibratedPreset``: ``accepts_client_version``) say it in ``client``.
+    >>> has_provider_usage(as_history([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]))
+    False
     """
-    from opctx.context.policy import CompactionPolicy
-
-    from .presets import PRESETS, PresetSpec
-
-    if isinstance(engine_or_preset, str):
-        spec = PRESETS.get(engine_or_preset)
-        return spec.client if spec is not None else None
-    if isinstance(engine_or_preset, PresetSpec):
-        return engine_or_preset.client
-    if isinstance(engine_or_preset, CompactionPolicy):
-        return engine_or_preset.client.name
-    if getattr(engine_or_preset, "accepts_client_version", False):
-        return getattr(engine_or_preset, "client", None)
-    return None
-
-
-def with_client_version(history: RecordedHistory, engine_or_preset: Any, params: dict[str, Any]) -> dict[str, Any]:
-    """``params`` with the recording's ``client_version`` for a preset that models its client.
-
-    Explicit ``client_version`` wins; a preset of another client (or none) gets
-    nothing. The version is the one in force where the replayed stream starts
-    (``version_at(prefix_len)``: a ``resume_after`` segment starts after its head and
-    summary). A recording of the client that names no version resolves the default
-    rule of ``TRIGGER_RULES`` (said once per process and client).
-    """
-    client = preset_client(engine_or_preset)
-    if client is None or "client_version" in params or client != history.client:
-        return params
-    version = history.version_at(history.prefix_len) if history.messages else history.client_version
-    if version is None:
-        with _NO_VERSION_LOCK:
-            first = client not in _NO_VERSION_WARNED
-            _NO_VERSION_WARNED.add(client)
-        if first:
-            logger.warning(
-                "replay: a %s recording names no client version (%s); its %s preset uses the default rule "
-                "of opctx.lab.presets.TRIGGER_RULES (pass client_version= to choose one)",
-                client, history.session_id or history.title or "a message list", client,
-            )
-    return {**params, "client_version": version}
-
-
-def resolve_trigger_check(history: RecordedHistory, engine_or_preset: Any, trigger_check: str | None) -> str:
-    """``trigger_check`` or its default: the client's way for its own recordings."""
-    if trigger_check is not None:
-        if trigger_check not in TRIGGER_CHECKS:
-            raise ValueError(f"trigger_check must be one of {TRIGGER_CHECKS}, got {trigger_check!r}")
-        return trigger_check
-    client = preset_client(engine_or_preset)
-    return "last-response" if client is not None and client == history.client else "request"
+    return history.derived("has_provider_usage", lambda: any(
+        provider_prompt_tokens(m, history.format, history.model) is not None
+        for m in history.messages if m.get("role") == "assistant"))
 
 
 @dataclass
@@ -523,6 +494,7 @@ class _Replay:
         keep_contexts: bool,
         feed_usage: bool,
         trigger_check: str = "request",
+        check_count: str = "last-response",
     ) -> None:
         from opctx.context.tokens import Estimator
 
@@ -532,6 +504,8 @@ class _Replay:
         self.setup = setup
         self.feed_usage = feed_usage
         self.trigger_check = trigger_check
+        # what the client adds to the last response's count before comparing (client_check_count)
+        self.check_count = check_count
         # provider count minus the estimate of the recorded context (module docstring): the
         # part measured at the first counted request, and the drift since with the history
         # estimate it was measured at
@@ -689,6 +663,10 @@ class _Replay:
             self.check_tokens = self.driver.tokens(prep)
             return self.driver.decide(prep)
         self.check_tokens = self.last_response_total
+        if self.check_count != "last-response":
+            from .client_rules import extra_check_tokens
+
+            self.check_tokens += extra_check_tokens(self.driver.context(prep), self.check_count)
         return self._decide_on_last_response(prep)
 
     def _decide_on_last_response(self, prep: Any) -> str:
@@ -707,7 +685,7 @@ class _Replay:
         if not dataclasses.is_dataclass(prep):
             return self.driver.decide(prep)
         budget = max(1, self.driver.input_budget(prep))
-        pct = self.last_response_total / budget
+        pct = self.check_tokens / budget
         own = getattr(prep, "decision", None)
         disabled = own is not None and own.kind is DecisionKind.DISABLED
         # a count trigger (turns, messages) fired on the request itself, whatever the figure
@@ -850,13 +828,14 @@ class _Replay:
         idle = _idle_strategy(self.driver.engine)
         if idle is not None:
             self.events.append(idle)
-        steps_df = _steps_frame(self.rows, policy.to_json() if policy is not None else None)
+        mode = PROVIDER_USAGE if self.feed_usage else ESTIMATES
+        steps_df = _steps_frame(self.rows, policy.to_json() if policy is not None else None, mode)
         elapsed = time.perf_counter() - started
         setup = self.setup
         result = ReplayResult(
             history=self.history,
             preset=self.preset_name,
-            params={**self.engine_cfg, **params, "trigger_check": self.trigger_check},
+            params={**self.engine_cfg, **params, "trigger_check": self.trigger_check, "feed_usage": self.feed_usage},
             model=setup.model,
             context_window=setup.window,
             summaries=_summaries_used(setup.summaries_label, policy),
@@ -867,6 +846,7 @@ class _Replay:
             elapsed_s=elapsed,
             events=self.events + self.driver.events,
             policy=policy,
+            mode=mode,
         )
         self.driver.close()
         return result
@@ -940,9 +920,10 @@ _INT_COLUMNS = (
 )
 
 
-def _steps_frame(rows: list[dict[str, Any]], policy: str | None = None) -> Any:
+def _steps_frame(rows: list[dict[str, Any]], policy: str | None = None, mode: str = ESTIMATES) -> Any:
     """``steps_df`` built column by column with its final dtypes (no per-column casts);
-    ``policy`` (the policy's JSON, one category) is its last column."""
+    ``policy`` (the policy's JSON, one category) and ``replay_mode`` (how the requests were
+    counted) are its last columns."""
     import numpy as np
     import pandas as pd
 
@@ -972,4 +953,5 @@ def _steps_frame(rows: list[dict[str, Any]], policy: str | None = None) -> Any:
         else:
             data[name] = col(name)
     data["policy"] = pd.Categorical([policy] * len(rows))
+    data["replay_mode"] = pd.Categorical([mode] * len(rows), categories=REPLAY_MODES)
     return pd.DataFrame(data)

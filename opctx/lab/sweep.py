@@ -44,7 +44,10 @@ Columns: ``session`` (label), ``session_index``, ``config_index``, ``config``
 (label), ``preset``, every configuration key that appears in the grid (the
 requested ``context_window`` / ``model`` as ``param_context_window`` /
 ``param_model``, since ``context_window`` and ``model`` report what the replay
-actually used), the metrics of ``opctx.lab.metrics.summarize``, ``messages``,
+actually used), the metrics of ``ReplayResult.metrics`` (``opctx.lab.metrics.summarize``,
+and ``replay_mode``: whether the replay counted on the provider's usage, the default where
+the recording has it, or on estimates; ``feasible`` / ``feasibility_problems``: whether the
+configuration can work on that session, ``opctx.lab.feasibility``), ``messages``,
 ``policy`` (the exact policy the replay ran with, resolved for its window and model,
 as JSON: ``CompactionPolicy.from_dict(json.loads(row.policy))`` gives it back, so
 every figure can be traced to its configuration), ``error``.
@@ -446,6 +449,9 @@ def _frame(collected: list[tuple[int, dict[str, Any]]], records: _Records, error
     df = pd.DataFrame.from_records(out)
     if "error" not in df.columns:
         df["error"] = None
+    if "feasible" in df.columns and df["feasible"].isna().any():
+        # a failed row has no verdict: None, as a Parquet file of the rows gives it back
+        df["feasible"] = df["feasible"].astype(object).where(df["feasible"].notna(), None)
     _log_guard_summary(records.disabled, records.total)
     for col in ("session", "config", "preset"):
         if col in df.columns:

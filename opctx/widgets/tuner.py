@@ -40,7 +40,7 @@ Choices:
 * **The window is typed, not snapped.** The context window is an integer field,
   so 32,000 stays 32,000 (a slider would round it to its step). With no window
   given, the one ``replay`` would choose is shown and used.
-* **Debounced, cached, estimate-only.** A change schedules one replay
+* **Debounced, cached.** A change schedules one replay
   ``debounce_ms`` after the last move (see ``_common.Debouncer``); the replay uses
   structural summaries and keeps no per-step contexts (the tuner needs neither
   LLM calls nor reference-loss metrics), and results are memoised by
@@ -56,6 +56,11 @@ Choices:
   step), a count in the status line and a table under the cut table (request,
   uuid, trigger, the client's ``preTokens`` / ``tokensSaved``, results cleared), all
   escaped: the uuids and figures come from the transcript.
+* **Which count, and whether it can work.** The status line says how the replay counted
+  its requests (``result.mode``: the recording's provider usage where it has it, else
+  estimates), and a configuration that cannot work on the session (the client's fixed
+  part at or above the trigger, every request compacting: ``opctx.lab.feasibility``) gets
+  a red line naming the figures.
 * **Errors are shown, not raised**: an invalid combination (``cut.keep_min_tokens``
   above ``cut.keep_max_tokens``, thresholds out of order) is reported in the status
   line with the policy's own message, naming the field, and the last good picture stays.
@@ -488,7 +493,8 @@ class CompactionTuner(widgets.VBox):
             f"<div style='font:13px system-ui'>{escape_text(self.preset.value)}: "
             f"<b>{len(steps)}</b> requests, <b>{len(comps)}</b> compactions, peak "
             f"\u2248{peak:,} tokens, window {escape_text(f'{result.context_window:,}')}"
-            f"{_aging_note(self.recorded_aging)}; replayed in {elapsed * 1000:.0f} ms</div>"
+            f"{_aging_note(self.recorded_aging)}{_mode_note(result)}; "
+            f"replayed in {elapsed * 1000:.0f} ms</div>{_feasibility_note(result)}"
         )
         fig, (ax,) = new_figure(*_FIGURE_INCHES)
         # the lines are the thresholds this replay used, not the specification's defaults
@@ -510,6 +516,24 @@ class CompactionTuner(widgets.VBox):
         self._views[key] = (self.status.value, self.plot.value, self.table.value)
         while len(self._views) > self._cache_size:
             self._views.pop(next(iter(self._views)))
+
+
+def _mode_note(result: Any) -> str:
+    """How the replay counted its requests (``ReplayResult.mode``), for the status line."""
+    mode = getattr(result, "mode", None)
+    return f"; counted on {escape_text(mode)}" if mode else ""
+
+
+def _feasibility_note(result: Any) -> str:
+    """A red line naming why this configuration cannot work on this session, or nothing
+    (``opctx.lab.feasibility``: overhead at or above the trigger, every request compacting).
+    A replay function that returns no ``feasibility`` (a stand-in) gets nothing."""
+    check = getattr(result, "feasibility", None)
+    report = check() if callable(check) else None
+    if report is None or report.ok:
+        return ""
+    return ("<div style='font:13px system-ui;color:#b00'>cannot work here: "
+            f"{escape_text('; '.join(report.problems))}</div>")
 
 
 # -- recorded aging (Claude Code microcompactions) ---------------------------------------------

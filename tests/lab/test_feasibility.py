@@ -42,8 +42,8 @@ def test_the_client_s_own_window_works(heavy):
 
 
 def test_estimates_say_so(heavy):
-    small = replay(heavy, "claude-code", context_window=64_000, aging=False, keep_contexts=False)
-    assert replay_mode(small) == "estimates"
+    small = replay(heavy, "claude-code", context_window=64_000, feed_usage=False, aging=False, keep_contexts=False)
+    assert replay_mode(small) == "estimates" and small.mode == "estimates"
     report = feasibility(small, trigger_tokens=35_000)
     # on estimates the fixed part is unseen; the first request's recorded count still shows it
     assert report.trigger_tokens == 35_000 and not report.ok
@@ -52,3 +52,34 @@ def test_estimates_say_so(heavy):
 
 def test_an_empty_report_is_fine():
     assert FeasibilityReport("estimates", None, None, None, 0.0).row()["feasible"] is True
+
+
+def test_the_default_is_the_provider_count_where_the_recording_has_one(heavy):
+    """A recording with provider usage replays fed by default; the result, its metrics and its
+    frames say so, and the infeasible configuration is flagged in the metrics (sweep rows)."""
+    small = replay(heavy, "claude-code", context_window=64_000, aging=False)
+    assert small.mode == "provider usage" and small.params["feed_usage"] is True
+    assert set(small.steps_df["replay_mode"]) == {"provider usage"}
+    assert set(small.compactions_df()["replay_mode"]) == {"provider usage"}
+    metrics = small.metrics(reference_loss=False)
+    assert metrics["replay_mode"] == "provider usage" and metrics["feasible"] is False
+    assert "overhead at or above the trigger" in metrics["feasibility_problems"]
+    # the estimate-only replay of the same configuration stays available, and says what it is
+    bare = replay(heavy, "claude-code", context_window=64_000, feed_usage=False, aging=False)
+    assert bare.mode == "estimates" and bare.metrics(reference_loss=False)["replay_mode"] == "estimates"
+
+
+def test_a_recording_without_usage_replays_on_estimates():
+    messages = [{"role": "user", "content": "hello " * 50}, {"role": "assistant", "content": "hi " * 50}] * 5
+    result = replay(messages, "default")
+    assert result.mode == "estimates" and result.params["feed_usage"] is False
+    assert result.metrics(reference_loss=False)["feasible"] is True
+
+
+def test_sweep_rows_carry_the_mode_and_the_verdict(heavy):
+    from opctx.lab.sweep import sweep
+
+    df = sweep([heavy], [{"preset": "claude-code", "context_window": 64_000, "aging": False},
+                         {"preset": "claude-code", "aging": False}], progress=False)
+    assert list(df["replay_mode"]) == ["provider usage", "provider usage"]
+    assert list(df["feasible"]) == [False, True]

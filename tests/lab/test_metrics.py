@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -208,11 +210,15 @@ def test_estimator_error_against_recorded_usage():
     for row in base.steps_df.itertuples():
         msgs[row.stream_index]["usage"] = {"input_tokens": int(row.tokens * 1.1), "output_tokens": 7,
                                            "cache_read_tokens": 0, "cache_write_tokens": 0}
-    result = replay(msgs, "none")
+    result = replay(msgs, "none", feed_usage=False)
     m = result.metrics()
     assert m["estimator_steps"] == len(result.steps_df)
     assert m["estimator_mean_rel_error"] == pytest.approx(-1 / 11, abs=0.01)
     assert (result.steps_df["output_tokens"] == 7).all()
+    # fed back (the default with usage), the requests are the provider's counts: no estimator to score
+    fed = replay(msgs, "none")
+    assert fed.mode == "provider usage" and fed.metrics()["estimator_steps"] == 0
+    assert math.isnan(fed.metrics()["estimator_mean_rel_error"])
 
 
 def _losses_rebuilding_every_request(result):

@@ -11,7 +11,7 @@ import logging
 
 import pytest
 
-from opctx.lab import replay as replay_module
+from opctx.lab import _replay_client as replay_client_module
 from opctx.lab.calibrate import calibrate, simulated_recording
 from opctx.lab.fidelity import fidelity_table
 from opctx.lab.history import RecordedHistory
@@ -105,7 +105,7 @@ def test_unknown_versions_use_the_default_rule_and_say_so_once(caplog):
 
 
 def test_recordings_without_a_version_say_so_once(caplog, monkeypatch):
-    monkeypatch.setattr(replay_module, "_NO_VERSION_WARNED", set())
+    monkeypatch.setattr(replay_client_module, "_NO_VERSION_WARNED", set())
     hist = simulated_recording(10**9, requests=10, seed=3)
     hist = RecordedHistory(messages=hist.messages, model=hist.model, format=hist.format, session_id="no-version")
     assert hist.client == "claude-code" and hist.client_version is None
@@ -160,3 +160,25 @@ def test_last_response_check_predicts_the_same_request_as_the_client():
     request = request[request["trigger"].astype(str) == "auto"]
     assert (request["claude-code_trigger_check"] == "request").all()
     assert set(request["claude-code_delta_requests"]) <= {-1, 0}
+
+
+def test_the_replay_compares_what_the_client_compares():
+    """Claude Code 2.1.2+ adds its estimate of the messages after the last response, Codex its
+    estimate of the older encrypted reasoning: a replay of its own client's recording adds the same."""
+    from opctx.lab.client_rules import check_tokens
+    from opctx.lab.replay import client_check_count
+
+    newer = simulated_recording(10**9, requests=40, seed=3, version="2.1.5")
+    assert client_check_count(newer, "claude-code", {"client_version": "2.1.5"}) == "last-response+after"
+    assert client_check_count(newer, "claude-code", {"client_version": "2.0.76"}) == "last-response"
+    assert client_check_count(newer, "default", {}) == "last-response"
+    codex = simulated_recording(10**9, requests=10, seed=3, client="codex", version="0.77.0")
+    assert client_check_count(codex, "codex", {"client_version": "0.77.0"}) == "last-response+reasoning"
+    r = replay(newer, "claude-code", aging=False, keep_contexts=False)
+    df = r.steps_df
+    stop = int(df.index[df["compacted"]][0]) if df["compacted"].any() else len(df)
+    expected = [check_tokens(newer.messages, int(i), "last-response+after", fmt=newer.format, model=newer.model)
+                for i in df["stream_index"].iloc[1:stop]]
+    assert df["check_tokens"].iloc[1:stop].tolist() == expected
+    assert any(c > p + o for c, p, o in zip(df["check_tokens"].iloc[2:stop], df["provider_input_tokens"].iloc[1:stop],
+                                            df["output_tokens"].iloc[1:stop], strict=False))

@@ -68,7 +68,7 @@ def test_overhead_is_carried_past_the_recordings_compaction():
 def test_the_none_baseline_carries_it_too():
     hist = simulated_recording(10**9, requests=30, seed=4, overhead=OVERHEAD)
     fed = replay(hist, "none", feed_usage=True, keep_contexts=False).steps_df
-    bare = replay(hist, "none", keep_contexts=False).steps_df
+    bare = replay(hist, "none", feed_usage=False, keep_contexts=False).steps_df
     assert ((fed["tokens_none"] - bare["tokens_none"]).iloc[1:] == OVERHEAD).all()
 
 
@@ -102,7 +102,7 @@ def test_a_session_that_starts_from_a_summary_is_fed():
     rel = (df["tokens"] - df["provider_input_tokens"].astype(float)).abs() / df["provider_input_tokens"].astype(float)
     assert (rel.iloc[1:] < 0.01).all(), rel.tolist()
     assert df["tokens"].iloc[-1] > 60_000  # the unseen earlier context is counted
-    bare = replay(hist, "claude-code", aging=False).steps_df
+    bare = replay(hist, "claude-code", feed_usage=False, aging=False).steps_df
     assert bare["tokens"].iloc[-1] < 30_000
 
 
