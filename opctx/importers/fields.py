@@ -226,15 +226,19 @@ class FieldTable:
     ``formats``: the importer formats whose records these are (the fuzzer picks the
     sample files by it). ``is_record(value, top)``: whether a JSON value is such a
     record (``top``: it is a whole JSON Lines line or document), so the fuzzer can find
-    the records inside a file.
+    the records inside a file. ``within(document, path)``: whether the importer reads the
+    record at that path of a whole document (where a format carries two copies of its
+    messages and reads one of them); by default every record found is read.
     """
 
     def __init__(self, formats: str | Sequence[str], record: str, fields: Sequence[Field], *,
-                 is_record: Callable[[Any, bool], bool] | None = None) -> None:
+                 is_record: Callable[[Any, bool], bool] | None = None,
+                 within: Callable[[Any, tuple], bool] | None = None) -> None:
         self.formats = (formats,) if isinstance(formats, str) else tuple(formats)
         self.record = record
         self.fields = tuple(fields)
         self.is_record = is_record or (lambda value, top: top and isinstance(value, dict))
+        self.within = within or (lambda document, path: True)
 
     def __repr__(self) -> str:
         return f"FieldTable({'/'.join(self.formats)} {self.record}, {len(self.fields)} fields)"
