@@ -3,7 +3,7 @@
 A recording comes from outside: any field may hold a value of another type than the
 client writes (a list where a model name belongs, a number for a tool name). Each
 importer module declares the fields it reads in a ``FieldTable`` (``claude_code.FIELDS``,
-``codex.FIELDS``, ``message_lists.MESSAGE_FIELDS``, ...; ``TABLES`` lists them all). The
+``codex.FIELDS``, ``message_lists.MESSAGE_FIELDS``, ...; ``opctx.importers.fuzz.tables()`` lists them all). The
 same table does two jobs:
 
 * the importer checks every record against it before reading the record
