@@ -3,7 +3,7 @@
 A recording comes from outside: any field may hold a value of another type than the
 client writes (a list where a model name belongs, a number for a tool name). Each
 importer module declares the fields it reads in a ``FieldTable`` (``claude_code.FIELDS``,
-``codex.FIELDS``, ``message_lists.MESSAGE_FIELDS``, ...; ``TABLES`` lists them all). The
+``codex.FIELDS``, ``message_lists.MESSAGE_FIELDS``, ...; ``opctx.importers.fuzz.tables()`` lists them all). The
 same table does two jobs:
 
 * the importer checks every record against it before reading the record
@@ -226,15 +226,19 @@ class FieldTable:
     ``formats``: the importer formats whose records these are (the fuzzer picks the
     sample files by it). ``is_record(value, top)``: whether a JSON value is such a
     record (``top``: it is a whole JSON Lines line or document), so the fuzzer can find
-    the records inside a file.
+    the records inside a file. ``within(document, path)``: whether the importer reads the
+    record at that path of a whole document (where a format carries two copies of its
+    messages and reads one of them); by default every record found is read.
     """
 
     def __init__(self, formats: str | Sequence[str], record: str, fields: Sequence[Field], *,
-                 is_record: Callable[[Any, bool], bool] | None = None) -> None:
+                 is_record: Callable[[Any, bool], bool] | None = None,
+                 within: Callable[[Any, tuple], bool] | None = None) -> None:
         self.formats = (formats,) if isinstance(formats, str) else tuple(formats)
         self.record = record
         self.fields = tuple(fields)
         self.is_record = is_record or (lambda value, top: top and isinstance(value, dict))
+        self.within = within or (lambda document, path: True)
 
     def __repr__(self) -> str:
         return f"FieldTable({'/'.join(self.formats)} {self.record}, {len(self.fields)} fields)"

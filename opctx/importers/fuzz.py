@@ -431,7 +431,7 @@ def _records(doc: Any, table: Any) -> Iterator[tuple[tuple, Any]]:
     """``(path in doc, record)`` of every record of ``table`` inside a JSON value."""
     for path in _paths(doc):
         value = _get(doc, path)
-        if isinstance(value, dict) and table.is_record(value, not path):
+        if isinstance(value, dict) and table.is_record(value, not path) and table.within(doc, path):
             yield path, value
 
 
@@ -456,9 +456,9 @@ def tables() -> list[FieldTable]:
 
     It lives with the fuzzer, its reader, rather than in ``fields``: the importers import
     ``fields``, so ``fields`` importing them back would be a circle."""
-    from . import aider, claude_code, codex, message_lists, openhands
+    from . import aider, claude_code, codex, message_lists, openhands, openhands_completions
 
-    return [value for module in (claude_code, codex, message_lists, openhands, aider)
+    return [value for module in (claude_code, codex, message_lists, openhands, openhands_completions, aider)
             for value in vars(module).values() if isinstance(value, FieldTable)]
 
 

@@ -48,7 +48,8 @@ from pathlib import Path
 from typing import Any
 
 from .base import ImportedSession, Issue, SessionBuilder, TranscriptError, load_json, short_title
-from .message_lists import MESSAGE_FIELDS, _MessageConverter, _refuse, _usage
+from .fields import Field, FieldTable, json_type
+from .message_lists import MESSAGE_FIELDS, _message_record, _MessageConverter, _refuse, _usage
 
 __all__ = [
     "FORMAT",
@@ -57,11 +58,64 @@ __all__ = [
     "log_prefix",
     "calls_folder",
     "parse_openhands_completions",
+    "COMPLETION_FIELDS",
+    "PROMPT_FIELDS",
 ]
 
 FORMAT = "openhands_completions"
 # the file name OpenHands gives each call: "<model, / written __>-<time.time()>.json"
 _LOG_NAME = re.compile(r"-\d{9,}(?:\.\d+)?\.json$")
+
+
+_META = "kwargs.extra_body.metadata"
+
+# The fields of one logged call (opctx.importers.fields). The prompt list that is read
+# places the call ("skip": a call without a readable prompt is left out, naming the
+# file); the reply, its usage and the run's metadata are read from any value: a reply of
+# the wrong shape is left out with an issue naming the file and the field, the prompt
+# still imports; a time that is no number is ignored with an issue.
+COMPLETION_FIELDS = FieldTable("openhands_completions", "completion log", [
+    Field("messages", ("list",)),
+    Field("fncall_messages", ("list",)),
+    Field("response", ("object",), "read"),
+    Field("response.choices", ("list",), "read"),
+    Field("response.choices[]", ("object",), "read"),
+    Field("response.choices[].message", ("object",), "read"),
+    Field("response.id", ("string",), "read"),
+    Field("response.model", ("string",), "read"),
+    Field("response.created", ("number",), "read"),
+    Field("response.usage", ("object",), "read"),
+    Field("response.usage.prompt_tokens", ("integer",), "read"),
+    Field("response.usage.completion_tokens", ("integer",), "read"),
+    Field("fncall_response", ("object",), "read"),
+    Field("fncall_response.choices", ("list",), "read"),
+    Field("fncall_response.choices[].message", ("object",), "read"),
+    Field("timestamp", ("number",), "read"),
+    Field("cost", ("number",), "read"),
+    Field("kwargs", ("object",), "read"),
+    Field("kwargs.extra_body", ("object",), "read"),
+    Field(_META, ("object",), "read"),
+    Field(f"{_META}.instance_id", ("string", "integer"), "read"),
+    Field(f"{_META}.step_id", ("integer", "string"), "read"),
+    Field(f"{_META}.tags", ("list",), "read"),
+], is_record=lambda value, top: top and isinstance(value, dict))
+
+
+def _prompt_message(document: Any, path: tuple) -> bool:
+    """Whether ``path`` is a message of the prompt list this importer reads."""
+    if not isinstance(document, dict) or len(path) != 2 or not isinstance(path[1], int):
+        return False
+    return path[0] == ("fncall_messages" if document.get("fncall_messages") is not None else "messages")
+
+
+# The prompt's messages are checked with the message table of every message-list format
+# (MESSAGE_FIELDS). This is its view for the fuzzer: the list that is read (not the other
+# copy of the prompt), and the fields of the OpenAI shape OpenHands logs, less the content
+# blocks (its prompts' content is text; blocks are fuzzed through the OpenAI samples, with
+# the same check).
+PROMPT_FIELDS = FieldTable("openhands_completions", "message",
+                           [f for f in MESSAGE_FIELDS.fields if not f.path.startswith("content[")],
+                           is_record=_message_record, within=_prompt_message)
 
 
 def looks_like_completion(doc: Any) -> bool:
@@ -125,19 +179,24 @@ class _Call:
 def _checked_call(path: str, doc: Any, on_error: str, issues: list[Issue]) -> _Call:
     """The parts of one completion log, each checked for its type (errors name the JSON path)."""
     if not isinstance(doc, dict):
-        raise TranscriptError(path, None, f"expected an OpenHands completion log object, got a JSON {type(doc).__name__}")
+        raise TranscriptError(path, None, f"expected an OpenHands completion log object, got {json_type(doc)}")
+    own: list[Issue] = []
+    if not COMPLETION_FIELDS.check_record(doc, path=path, line=None, on_error=on_error, issues=own):
+        issues.extend(own[:-1])
+        raise TranscriptError(path, None, own[-1].reason)
+    issues.extend(own)
     fncall = doc.get("fncall_messages") is not None
     key = "fncall_messages" if fncall else "messages"
     messages = doc.get(key)
     if not isinstance(messages, list):
-        raise TranscriptError(path, None, f"{key}: expected a list of messages, got {type(messages).__name__}")
+        raise TranscriptError(path, None, f"field {key}: expected a list, got {json_type(messages)}")
     response = doc.get("fncall_response" if fncall and "fncall_response" in doc else "response")
     reply = None
     if response is not None:
         reply = _reply_message(path, response, "fncall_response" if fncall else "response", on_error, issues)
     ts = doc.get("timestamp")
     if ts is not None and (isinstance(ts, bool) or not isinstance(ts, (int, float))):
-        _refuse(path, None, f"timestamp: expected a number, got {type(ts).__name__}", on_error, issues,
+        _refuse(path, None, f"field timestamp: expected a number, got {json_type(ts)}", on_error, issues,
                 "timestamp ignored")
         ts = None
     return _Call(path, doc, messages, reply, float(ts) if ts is not None else None, fncall)
@@ -147,11 +206,13 @@ def _reply_message(path: str, response: Any, key: str, on_error: str, issues: li
     """``response.choices[0].message`` as an assistant message (with the response's usage)."""
     problem = None
     if not isinstance(response, dict):
-        problem = f"{key}: expected an object, got {type(response).__name__}"
+        problem = f"field {key}: expected an object, got {json_type(response)}"
     elif not isinstance(response.get("choices"), list) or not response["choices"]:
-        problem = f"{key}.choices: expected a non-empty list"
-    elif not isinstance(response["choices"][0], dict) or not isinstance(response["choices"][0].get("message"), dict):
-        problem = f"{key}.choices[0].message: expected an object"
+        problem = f"field {key}.choices: expected a non-empty list, got {json_type(response.get('choices'))}"
+    elif not isinstance(response["choices"][0], dict):
+        problem = f"field {key}.choices[0]: expected an object, got {json_type(response['choices'][0])}"
+    elif not isinstance(response["choices"][0].get("message"), dict):
+        problem = f"field {key}.choices[0].message: expected an object, got {json_type(response['choices'][0].get('message'))}"
     if problem is not None:
         _refuse(path, None, problem, on_error, issues, "reply left out")
         return None
@@ -166,10 +227,10 @@ def _load_calls(paths: list[str], on_error: str, issues: list[Issue]) -> list[_C
         try:
             doc = load_json(p, on_error=on_error, issues=issues)
             calls.append(_checked_call(p, doc, on_error, issues))
-        except TranscriptError:
+        except TranscriptError as exc:
             if on_error != "skip" or len(paths) == 1:
                 raise
-            issues.append(Issue(p, None, "not a readable completion log", "file skipped"))
+            issues.append(Issue(p, None, f"not a readable completion log: {exc.reason}", "file skipped"))
     if not calls:
         raise TranscriptError(paths[0] if paths else None, None, "no readable completion log")
     # the order of the run: the logged time, then the name (which embeds the same time)

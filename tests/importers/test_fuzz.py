@@ -133,8 +133,9 @@ def test_a_wrong_typed_field_is_one_line_and_the_session_imports(tmp_path):
          lambda r: r["payload"].update(name=7), "field payload.name: expected a string, got number"),
         (codex, lambda r: r["type"] == "turn_context", lambda r: r["payload"].update(model=["x"]),
          "field payload.model: expected a string, got list"),
-        ("hermes_sessions.jsonl", lambda r: "model" in r, lambda r: r.update(model=3),
-         "field model: expected a string, got number"),
+        *[("hermes_sessions.jsonl", lambda r: "model" in r, lambda r, v=value: r.update(model=v),
+           f"field model: expected a string, got {kind}")
+          for value, kind in ((3, "number"), (["x"], "list"), ({"m": 1}, "object"))],
     ]
     for sample, pick, change, said in cases:
         path = mutated(sample, pick, change)
@@ -151,3 +152,38 @@ def test_a_wrong_typed_field_is_one_line_and_the_session_imports(tmp_path):
         assert sum(len(s.calls) for s in sessions) == sum(len(s.calls) for s in whole)  # nothing else lost
         for s in sessions:
             write_session(s, tmp_path / "x.db", replace=True)  # and the store takes it
+
+
+def test_a_damaged_call_in_a_run_folder_is_named_and_the_run_imports(tmp_path):
+    """A folder of one run's completion logs with one call given a wrong-typed field or a
+    mutation: strict names the file; lenient imports the run or names the folder's file;
+    nothing else is raised and what is parsed is storable."""
+    import shutil
+
+    from opctx.dag.store import connect
+    from opctx.importers import parse_path
+    from opctx.importers.fuzz import field_cases
+    from opctx.importers.writer import write_session
+
+    run = sorted((SAMPLES / "openhands_completions_run").iterdir())
+    conn = connect(":memory:")
+    imported = 0
+    for n, target in enumerate(run):
+        damaged = [c.data for c in field_cases([target], per_field=1, seed=SEED)][::7]
+        damaged += [c.data for c in cases([target], 12, seed=SEED + n)]
+        for i, data in enumerate(damaged):
+            folder = tmp_path / f"run-{n}-{i}"
+            folder.mkdir()
+            for f in run:
+                shutil.copy(f, folder / f.name)
+            (folder / target.name).write_bytes(data)
+            for mode in ("stop", "skip"):
+                try:
+                    sessions = parse_path(folder, on_error=mode)
+                except TranscriptError as exc:
+                    assert str(exc).startswith(str(folder)) and "Error" not in exc.reason, exc
+                    continue
+                for s in sessions:
+                    write_session(s, conn, replace=True)
+                imported += mode == "skip"
+    assert imported > 20
