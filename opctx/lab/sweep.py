@@ -15,11 +15,16 @@
   (``{"cut.keep_ratio": [0.05, 0.1, 0.2]}``; the older flat names, ``keep_ratio``,
   ``trigger_pct`` ..., work too: ``opctx.lab.presets``, "Parameters"); an optional
   ``label`` names it in the output (default: ``preset`` plus the other keys, sorted).
-* ``executor``: ``None`` runs serially in this process; otherwise any
-  ``concurrent.futures.Executor`` (``ThreadPoolExecutor``,
-  ``ProcessPoolExecutor``, a dask ``Client(...).get_executor()``). Work is cut
-  into tasks of one session x up to ``configs_per_task`` configurations, so a
-  worker loads each history once per task.
+* ``executor``: ``None`` uses a dask cluster when there is one - the ``scheduler``
+  address, the ``dask.distributed`` client this process runs, or the address in
+  ``$OPCTX_DASK_SCHEDULER`` - and otherwise runs serially in this process; even with a
+  cluster it stays serial while the work left would take under ``min_parallel_s`` here
+  (``opctx.lab._sweep_engine``: the rule and its measured default). ``"serial"`` always
+  runs here. Any ``concurrent.futures.Executor`` (``ThreadPoolExecutor``,
+  ``ProcessPoolExecutor``) or a dask ``Client`` (or its ``get_executor()``) runs every
+  task. Work is cut into tasks of one session x up to ``configs_per_task``
+  configurations, so a worker loads each history once per task; tasks are handed out a
+  window at a time as earlier ones finish.
 
 Determinism: the rows are sorted by (session order, configuration order) after
 collection, whatever order the executor finished them in, and every replay is a
@@ -50,9 +55,10 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ._sweep_engine import finished_tasks
 from .history import RecordedHistory, SessionSpec
 
 logger = logging.getLogger(__name__)
@@ -228,28 +234,6 @@ def _log_guard_summary(disabled: Mapping[str, int], total: int) -> None:
     )
 
 
-def _finished_tasks(
-    sessions: list[Any], tasks: list[tuple[int, list]], executor: Any, timings: bool
-) -> Iterator[tuple[int, int, list[dict[str, Any]]]]:
-    """``(session index, configurations run, rows)`` of each task as it finishes."""
-    if executor is None:
-        for si, chunk in tasks:
-            yield si, len(chunk), run_task(sessions[si], chunk, timings)
-        return
-    from concurrent.futures import as_completed
-
-    futures = {executor.submit(run_task, sessions[si], chunk, timings): (si, len(chunk)) for si, chunk in tasks}
-    try:
-        for future in as_completed(futures):
-            # dropped once read: a dask worker keeps a result while a future names it,
-            # so holding every future would keep a whole corpus's rows in memory
-            si, n = futures.pop(future)
-            yield si, n, future.result()
-    finally:
-        for future in futures:  # a raised error or an interrupt: drop what has not started
-            future.cancel()
-
-
 class _Records:
     """Turns task rows into output records (the frame's columns) and keeps the tallies."""
 
@@ -307,6 +291,8 @@ def sweep(
     errors: str = "record",
     out: str | os.PathLike | None = None,
     flush_rows: int = 2000,
+    scheduler: str | None = None,
+    min_parallel_s: float | None = None,
 ) -> Any:
     """Replay every session under every configuration (see the module docstring).
 
@@ -317,7 +303,11 @@ def sweep(
     values as the frame ``sweep`` returns without ``out``. Interrupted (Ctrl-C, an
     error, ``errors="raise"`` meeting a failure, SIGKILL), it leaves ``out`` alone and
     its finished batches in ``<out>.parts/``: the same call again resumes from them,
-    running only the rest (``opctx.lab._sweep_parts``).
+    running only the rest (``opctx.lab._sweep_parts``). The rows are written by this
+    process whatever runs the tasks, so ``out`` works the same through a cluster.
+
+    ``scheduler`` (``"tcp://host:8786"``) and ``min_parallel_s`` choose where the tasks
+    run when ``executor`` is ``None`` (module docstring).
     """
     if errors not in ("record", "raise"):
         raise ValueError(f"errors must be 'record' or 'raise', got {errors!r}")
@@ -345,7 +335,11 @@ def sweep(
                    desc="sweep", unit="replay")
     collected: list[tuple[int, dict[str, Any]]] = []
     try:
-        for si, n, rows in _finished_tasks(sessions, tasks, executor, timings):
+        for si, n, rows in finished_tasks(
+            lambda task: run_task(sessions[task[0]], task[1], timings),
+            lambda task: (run_task, sessions[task[0]], task[1], timings),
+            tasks, executor, scheduler, min_parallel_s,
+        ):
             for row in rows:
                 if sink is None:
                     collected.append((si, row))

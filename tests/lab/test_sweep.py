@@ -177,7 +177,8 @@ def test_finished_futures_are_released_as_rows_are_read():
     import weakref
     from concurrent.futures import Future
 
-    from opctx.lab import sweep as sweep_module
+    from opctx.lab import _sweep_engine
+    from opctx.lab.sweep import run_task
 
     refs: list[weakref.ref] = []
 
@@ -192,7 +193,9 @@ def test_finished_futures_are_released_as_rows_are_read():
 
     sessions = [generate_session(seed, n_turns=1).messages for seed in range(6)]
     tasks = [(si, [(0, {"preset": "none"})]) for si in range(len(sessions))]
-    rows = sweep_module._finished_tasks(sessions, tasks, Immediate(), False)
+    rows = _sweep_engine.finished_tasks(lambda task: run_task(sessions[task[0]], task[1]),
+                                        lambda task: (run_task, sessions[task[0]], task[1]),
+                                        tasks, Immediate(), None, None)
     for done, _ in enumerate(rows, start=1):
         gc.collect()
         alive = sum(ref() is not None for ref in refs)
