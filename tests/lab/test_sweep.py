@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from _sweep_frames import none_for_missing_errors, sorted_like
 
 from opctx.lab.history import SessionSpec
 from opctx.lab.scenarios import build_scenario_sessions, generate_session
@@ -105,20 +106,6 @@ def test_process_pool_matches_serial_when_summaries_chain(caplog):
 # -- rows streamed to Parquet ------------------------------------------------------------------
 
 
-def _sorted_like(back: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
-    back = back.sort_values(["session_index", "config_index"]).reset_index(drop=True)
-    back = back[list(frame.columns)]
-    for col in ("session", "config", "preset"):
-        back[col] = back[col].astype("category")
-    return _none_for_missing_errors(back)
-
-
-def _none_for_missing_errors(df: pd.DataFrame) -> pd.DataFrame:
-    df = df.copy()
-    df["error"] = df["error"].astype(object).where(df["error"].notna(), None)
-    return df
-
-
 @pytest.mark.parametrize("executor_kind", ["serial", "threads", "processes"])
 def test_rows_streamed_to_parquet_equal_the_frame(specs, serial, tmp_path, executor_kind):
     pytest.importorskip("pyarrow")
@@ -134,7 +121,7 @@ def test_rows_streamed_to_parquet_equal_the_frame(specs, serial, tmp_path, execu
     assert path == out
     back = pd.read_parquet(out)
     assert len(back) == len(serial) and set(back.columns) == set(serial.columns)
-    pd.testing.assert_frame_equal(_sorted_like(back, serial), _none_for_missing_errors(serial),
+    pd.testing.assert_frame_equal(sorted_like(back, serial), none_for_missing_errors(serial),
                                   check_dtype=False, check_categorical=False)
 
 
@@ -146,7 +133,7 @@ def test_streamed_rows_with_failures_first(specs, tmp_path):
     back = pd.read_parquet(out)
     # the failing first task did not decide the schema: the metrics are all there
     assert {"tokens_saved", "compactions", "error"} <= set(back.columns)
-    pd.testing.assert_frame_equal(_sorted_like(back, frame), _none_for_missing_errors(frame),
+    pd.testing.assert_frame_equal(sorted_like(back, frame), none_for_missing_errors(frame),
                                   check_dtype=False, check_categorical=False)
     with pytest.raises(RuntimeError, match="no-such-preset"):
         sweep(specs, grid, progress=False, out=tmp_path / "raise.parquet", errors="raise")
@@ -300,7 +287,7 @@ def test_a_killed_sweep_resumes_from_its_last_complete_batch(specs, serial, tmp_
     assert len(ran) == len(serial) - done_before  # only what was missing ran
     back = pd.read_parquet(out)
     assert not back.duplicated(["session_index", "config_index"]).any()
-    pd.testing.assert_frame_equal(_sorted_like(back, serial), _none_for_missing_errors(serial),
+    pd.testing.assert_frame_equal(sorted_like(back, serial), none_for_missing_errors(serial),
                                   check_dtype=False, check_categorical=False)
 
 
@@ -329,7 +316,7 @@ def test_an_interrupted_sweep_keeps_its_finished_rows_and_resumes(specs, serial,
     sweep(specs, GRID, progress=False, configs_per_task=1, out=out, flush_rows=100)
     assert len(calls) == len(serial) - 2
     back = pd.read_parquet(out)
-    pd.testing.assert_frame_equal(_sorted_like(back, serial), _none_for_missing_errors(serial),
+    pd.testing.assert_frame_equal(sorted_like(back, serial), none_for_missing_errors(serial),
                                   check_dtype=False, check_categorical=False)
 
 
