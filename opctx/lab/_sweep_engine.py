@@ -51,10 +51,13 @@ __all__ = [
 
 SCHEDULER_ENV = "OPCTX_DASK_SCHEDULER"
 
-# The fixed price of a cluster, measured with benchmarks/sweep_scale.py --overhead on a
-# 2-worker cluster of this machine (fresh workers: connect, import the replay code, ship
-# the tasks): see docs/lab.md, "Sweeps on a cluster". Below this much serial work the
-# workers cannot win it back.
+# The fixed price of a cluster, measured with ``benchmarks/sweep_scale.py --overhead`` (a
+# 2-worker LocalCluster on a shared 2-core machine, load average 10, medians of 3): 2.6 s on
+# fresh workers (connect, import the replay code there, ship the tasks), 0.15 s on warm
+# ones. With two workers on free cores the cluster wins once the serial work exceeds twice
+# that: 5.2 s fresh, 0.3 s warm. Not knowing which, the threshold is where the worst loss
+# is the same either way (T/2 - 0.15 = 2.6 - T/2, T ~ 2.7 s), rounded: at most ~1.5 s lost
+# against the better choice, in either case. A larger cluster breaks even sooner.
 MIN_PARALLEL_SECONDS = 3.0
 IN_FLIGHT_PER_SLOT = 4
 MIN_IN_FLIGHT = 64

@@ -82,13 +82,15 @@ def _scheduler_address(folder: Path, scheduler: subprocess.Popen) -> str:
 def cluster(tmp_path_factory):
     """The address of a scheduler with two single-threaded workers, all on 127.0.0.1."""
     folder = tmp_path_factory.mktemp("dask")
-    processes = [_start(["scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+    # should this process die without its clean-up (SIGKILL), the scheduler stops after a
+    # quarter of an hour without tasks and the workers a minute after it
+    processes = [_start(["scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard", "--idle-timeout", "900s",
                          "--scheduler-file", str(folder / "scheduler.json")], folder, "scheduler")]
     try:
         address = _scheduler_address(folder, processes[0])
         for i in range(2):
             processes.append(_start(["worker", address, "--host", "127.0.0.1", "--nthreads", "1",
-                                     "--nworkers", "1", "--no-nanny", "--no-dashboard", "--memory-limit", "0",
+                                     "--nworkers", "1", "--no-nanny", "--no-dashboard", "--memory-limit", "0", "--death-timeout", "60s",
                                      "--local-directory", str(folder / f"worker-{i}")], folder, f"worker-{i}"))
         with distributed.Client(address, set_as_default=False, timeout=START_TIMEOUT_S) as observer:
             observer.wait_for_workers(2, timeout=START_TIMEOUT_S)
