@@ -58,12 +58,12 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ._sweep_engine import finished_tasks
+from ._sweep_engine import MIN_PARALLEL_SECONDS, SCHEDULER_ENV, finished_tasks
 from .history import RecordedHistory, SessionSpec
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["sweep", "expand_grid", "session_label", "run_task"]
+__all__ = ["sweep", "expand_grid", "session_label", "run_task", "SCHEDULER_ENV", "MIN_PARALLEL_SECONDS"]
 
 _REPLAY_KEYS = {"preset", "context_window", "model", "summaries", "label"}
 
