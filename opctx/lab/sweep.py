@@ -56,6 +56,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import closing
 from typing import Any
 
 from ._sweep_engine import MIN_PARALLEL_SECONDS, SCHEDULER_ENV, finished_tasks
@@ -335,20 +336,24 @@ def sweep(
                    desc="sweep", unit="replay")
     collected: list[tuple[int, dict[str, Any]]] = []
     try:
-        for si, n, rows in finished_tasks(
+        # closed on the way out too: unstarted tasks are cancelled and a client the
+        # sweep connected is closed at once, not whenever the generator is collected
+        finished = closing(finished_tasks(
             lambda task: run_task(sessions[task[0]], task[1], timings),
             lambda task: (run_task, sessions[task[0]], task[1], timings),
             tasks, executor, scheduler, min_parallel_s,
-        ):
-            for row in rows:
-                if sink is None:
-                    collected.append((si, row))
-                    continue
-                if errors == "raise" and row.get("error"):
-                    raise records.failure(si, row)
-                sink.add(records.record(si, row))
-            if bar is not None:
-                bar.update(n)
+        ))
+        with finished as results:
+            for si, n, rows in results:
+                for row in rows:
+                    if sink is None:
+                        collected.append((si, row))
+                        continue
+                    if errors == "raise" and row.get("error"):
+                        raise records.failure(si, row)
+                    sink.add(records.record(si, row))
+                if bar is not None:
+                    bar.update(n)
     except BaseException:
         if sink is not None:
             sink.keep()  # the finished rows stay, for the next call to resume from

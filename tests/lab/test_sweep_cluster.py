@@ -135,6 +135,15 @@ def test_the_running_client_is_reused_and_left_open(cluster, specs, serial):
     assert _ran_on_workers(observer, since) == len(serial)
 
 
+def test_a_client_given_as_the_executor_runs_every_task(cluster, specs, serial):
+    address, observer = cluster
+    since = time.time()
+    df = sweep(specs, GRID, executor=observer, progress=False, configs_per_task=2)
+    pd.testing.assert_frame_equal(serial, df)
+    assert _ran_on_workers(observer, since) == len(specs) * 2  # tasks of up to two configurations
+    assert observer.status == "running"
+
+
 def test_rows_stream_to_parquet_through_the_cluster_named_by_the_environment(cluster, specs, serial, tmp_path,
                                                                                 monkeypatch):
     address, observer = cluster
