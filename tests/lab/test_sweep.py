@@ -332,3 +332,43 @@ def test_parts_of_another_sweep_or_a_directory_as_out_are_refused(specs, tmp_pat
     (tmp_path / "dir.parquet").mkdir()
     with pytest.raises(OutputError, match="is a directory"):
         sweep(specs[:1], GRID, progress=False, out=tmp_path / "dir.parquet")
+
+
+def test_with_a_cluster_found_one_task_runs_here_then_the_rest_go_out_or_all_stay(specs, serial, monkeypatch):
+    """The serial-first rule (``opctx.lab._sweep_engine``) with a stand-in for a running client."""
+    from opctx.lab import _sweep_engine
+
+    class Client:
+        def __init__(self):
+            self.pool = ThreadPoolExecutor(2)
+            self.submitted = 0
+
+        def get_executor(self):
+            client = self
+
+            class Counting:
+                def submit(self, fn, *args):
+                    client.submitted += 1
+                    return client.pool.submit(fn, *args)
+
+            return Counting()
+
+    client = Client()
+    monkeypatch.setattr(_sweep_engine, "running_client", lambda: client)
+    try:
+        # any estimate is above a nanosecond: after the first task, every other one goes out
+        df = sweep(specs, GRID, progress=False, configs_per_task=1, min_parallel_s=1e-9)
+        pd.testing.assert_frame_equal(serial, df)
+        assert client.submitted == len(serial) - 1
+        client.submitted = 0
+        # no estimate reaches an hour: everything stays here, the client is never asked
+        pd.testing.assert_frame_equal(serial, sweep(specs, GRID, progress=False, configs_per_task=1,
+                                                    min_parallel_s=3600))
+        assert client.submitted == 0
+        # "serial" ignores the client whatever the work
+        sweep(specs, GRID, executor="serial", progress=False, configs_per_task=1, min_parallel_s=0)
+        assert client.submitted == 0
+        with pytest.raises(ValueError, match="executor must be"):
+            sweep(specs, GRID, executor="dask", progress=False)
+    finally:
+        client.pool.shutdown()
