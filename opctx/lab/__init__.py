@@ -15,7 +15,7 @@
 ``calibrate``      fit a client preset's trigger to recorded compactions
 ``microcompact``   Claude Code's clearing of old tool results, as a rule and an ager
 ``aging_fidelity`` recorded microcompactions vs where the model clears, which results
-``sweep``          many sessions x many configurations, any executor
+``sweep``          many sessions x many configurations, serially or on a dask cluster
 ``scenarios``      seeded synthetic coding sessions with planted identifiers
 ``probes``         which facts a continuation needs survive a compaction:
                    retention probes per family, ``probe_table`` over strategies

@@ -23,11 +23,16 @@
   ``prices`` (a ``PriceTable``, ``ModelPrice`` or ``PRICE_MODELS`` name) and ``cache`` (a
   ``CachePolicy``) choose how the row's cost is priced (``metrics``); a model without a
   price gives NaN costs and ONE warning for the whole sweep, naming the sessions.
-* ``executor``: ``None`` runs serially in this process; otherwise any
-  ``concurrent.futures.Executor`` (``ThreadPoolExecutor``,
-  ``ProcessPoolExecutor``, a dask ``Client(...).get_executor()``). Work is cut
-  into tasks of one session x up to ``configs_per_task`` configurations, so a
-  worker loads each history once per task.
+* ``executor``: ``None`` uses a dask cluster when there is one - the ``scheduler``
+  address, the ``dask.distributed`` client this process runs, or the address in
+  ``$OPCTX_DASK_SCHEDULER`` - and otherwise runs serially in this process; even with a
+  cluster it stays serial while the work left would take under ``min_parallel_s`` here
+  (``opctx.lab._sweep_engine``: the rule and its measured default). ``"serial"`` always
+  runs here. Any ``concurrent.futures.Executor`` (``ThreadPoolExecutor``,
+  ``ProcessPoolExecutor``) or a dask ``Client`` (or its ``get_executor()``) runs every
+  task. Work is cut into tasks of one session x up to ``configs_per_task``
+  configurations, so a worker loads each history once per task; tasks are handed out a
+  window at a time as earlier ones finish.
 
 Determinism: the rows are sorted by (session order, configuration order) after
 collection, whatever order the executor finished them in, and every replay is a
@@ -61,14 +66,16 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import closing
 from typing import Any
 
+from ._sweep_engine import MIN_PARALLEL_SECONDS, SCHEDULER_ENV, finished_tasks
 from .history import RecordedHistory, SessionSpec
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["sweep", "expand_grid", "session_label", "run_task"]
+__all__ = ["sweep", "expand_grid", "session_label", "run_task", "SCHEDULER_ENV", "MIN_PARALLEL_SECONDS"]
 
 _REPLAY_KEYS = {"preset", "context_window", "model", "summaries", "label", "prices", "cache"}
 
@@ -272,28 +279,6 @@ def _log_guard_summary(disabled: Mapping[str, int], total: int) -> None:
     )
 
 
-def _finished_tasks(
-    sessions: list[Any], tasks: list[tuple[int, list]], executor: Any, timings: bool
-) -> Iterator[tuple[int, int, list[dict[str, Any]]]]:
-    """``(session index, configurations run, rows)`` of each task as it finishes."""
-    if executor is None:
-        for si, chunk in tasks:
-            yield si, len(chunk), run_task(sessions[si], chunk, timings)
-        return
-    from concurrent.futures import as_completed
-
-    futures = {executor.submit(run_task, sessions[si], chunk, timings): (si, len(chunk)) for si, chunk in tasks}
-    try:
-        for future in as_completed(futures):
-            # dropped once read: a dask worker keeps a result while a future names it,
-            # so holding every future would keep a whole corpus's rows in memory
-            si, n = futures.pop(future)
-            yield si, n, future.result()
-    finally:
-        for future in futures:  # a raised error or an interrupt: drop what has not started
-            future.cancel()
-
-
 class _Records:
     """Turns task rows into output records (the frame's columns) and keeps the tallies."""
 
@@ -351,6 +336,8 @@ def sweep(
     errors: str = "record",
     out: str | os.PathLike | None = None,
     flush_rows: int = 2000,
+    scheduler: str | None = None,
+    min_parallel_s: float | None = None,
 ) -> Any:
     """Replay every session under every configuration (see the module docstring).
 
@@ -361,7 +348,11 @@ def sweep(
     values as the frame ``sweep`` returns without ``out``. Interrupted (Ctrl-C, an
     error, ``errors="raise"`` meeting a failure, SIGKILL), it leaves ``out`` alone and
     its finished batches in ``<out>.parts/``: the same call again resumes from them,
-    running only the rest (``opctx.lab._sweep_parts``).
+    running only the rest (``opctx.lab._sweep_parts``). The rows are written by this
+    process whatever runs the tasks, so ``out`` works the same through a cluster.
+
+    ``scheduler`` (``"tcp://host:8786"``) and ``min_parallel_s`` choose where the tasks
+    run when ``executor`` is ``None`` (module docstring).
     """
     if errors not in ("record", "raise"):
         raise ValueError(f"errors must be 'record' or 'raise', got {errors!r}")
@@ -390,19 +381,27 @@ def sweep(
     collected: list[tuple[int, dict[str, Any]]] = []
     unpriced_rows: list[dict[str, Any]] = []  # written to ``out``: kept only to warn once at the end
     try:
-        for si, n, rows in _finished_tasks(sessions, tasks, executor, timings):
-            for row in rows:
-                if sink is None:
-                    collected.append((si, row))
-                    continue
-                if errors == "raise" and row.get("error"):
-                    raise records.failure(si, row)
-                record = records.record(si, row)
-                if "no price for model" in str(record.get("price_source") or ""):
-                    unpriced_rows.append({k: record.get(k) for k in ("model", "session", "price_source")})
-                sink.add(record)
-            if bar is not None:
-                bar.update(n)
+        # closed on the way out too: unstarted tasks are cancelled and a client the
+        # sweep connected is closed at once, not whenever the generator is collected
+        finished = closing(finished_tasks(
+            lambda task: run_task(sessions[task[0]], task[1], timings),
+            lambda task: (run_task, sessions[task[0]], task[1], timings),
+            tasks, executor, scheduler, min_parallel_s,
+        ))
+        with finished as results:
+            for si, n, rows in results:
+                for row in rows:
+                    if sink is None:
+                        collected.append((si, row))
+                        continue
+                    if errors == "raise" and row.get("error"):
+                        raise records.failure(si, row)
+                    record = records.record(si, row)
+                    if "no price for model" in str(record.get("price_source") or ""):
+                        unpriced_rows.append({k: record.get(k) for k in ("model", "session", "price_source")})
+                    sink.add(record)
+                if bar is not None:
+                    bar.update(n)
     except BaseException:
         if sink is not None:
             sink.keep()  # the finished rows stay, for the next call to resume from

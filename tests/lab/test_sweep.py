@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from _sweep_frames import none_for_missing_errors, sorted_like
 
 from opctx.lab.history import SessionSpec
 from opctx.lab.scenarios import build_scenario_sessions, generate_session
@@ -105,20 +106,6 @@ def test_process_pool_matches_serial_when_summaries_chain(caplog):
 # -- rows streamed to Parquet ------------------------------------------------------------------
 
 
-def _sorted_like(back: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
-    back = back.sort_values(["session_index", "config_index"]).reset_index(drop=True)
-    back = back[list(frame.columns)]
-    for col in ("session", "config", "preset"):
-        back[col] = back[col].astype("category")
-    return _none_for_missing_errors(back)
-
-
-def _none_for_missing_errors(df: pd.DataFrame) -> pd.DataFrame:
-    df = df.copy()
-    df["error"] = df["error"].astype(object).where(df["error"].notna(), None)
-    return df
-
-
 @pytest.mark.parametrize("executor_kind", ["serial", "threads", "processes"])
 def test_rows_streamed_to_parquet_equal_the_frame(specs, serial, tmp_path, executor_kind):
     pytest.importorskip("pyarrow")
@@ -134,7 +121,7 @@ def test_rows_streamed_to_parquet_equal_the_frame(specs, serial, tmp_path, execu
     assert path == out
     back = pd.read_parquet(out)
     assert len(back) == len(serial) and set(back.columns) == set(serial.columns)
-    pd.testing.assert_frame_equal(_sorted_like(back, serial), _none_for_missing_errors(serial),
+    pd.testing.assert_frame_equal(sorted_like(back, serial), none_for_missing_errors(serial),
                                   check_dtype=False, check_categorical=False)
 
 
@@ -146,7 +133,7 @@ def test_streamed_rows_with_failures_first(specs, tmp_path):
     back = pd.read_parquet(out)
     # the failing first task did not decide the schema: the metrics are all there
     assert {"tokens_saved", "compactions", "error"} <= set(back.columns)
-    pd.testing.assert_frame_equal(_sorted_like(back, frame), _none_for_missing_errors(frame),
+    pd.testing.assert_frame_equal(sorted_like(back, frame), none_for_missing_errors(frame),
                                   check_dtype=False, check_categorical=False)
     with pytest.raises(RuntimeError, match="no-such-preset"):
         sweep(specs, grid, progress=False, out=tmp_path / "raise.parquet", errors="raise")
@@ -177,7 +164,8 @@ def test_finished_futures_are_released_as_rows_are_read():
     import weakref
     from concurrent.futures import Future
 
-    from opctx.lab import sweep as sweep_module
+    from opctx.lab import _sweep_engine
+    from opctx.lab.sweep import run_task
 
     refs: list[weakref.ref] = []
 
@@ -192,7 +180,9 @@ def test_finished_futures_are_released_as_rows_are_read():
 
     sessions = [generate_session(seed, n_turns=1).messages for seed in range(6)]
     tasks = [(si, [(0, {"preset": "none"})]) for si in range(len(sessions))]
-    rows = sweep_module._finished_tasks(sessions, tasks, Immediate(), False)
+    rows = _sweep_engine.finished_tasks(lambda task: run_task(sessions[task[0]], task[1]),
+                                        lambda task: (run_task, sessions[task[0]], task[1]),
+                                        tasks, Immediate(), None, None)
     for done, _ in enumerate(rows, start=1):
         gc.collect()
         alive = sum(ref() is not None for ref in refs)
@@ -297,7 +287,7 @@ def test_a_killed_sweep_resumes_from_its_last_complete_batch(specs, serial, tmp_
     assert len(ran) == len(serial) - done_before  # only what was missing ran
     back = pd.read_parquet(out)
     assert not back.duplicated(["session_index", "config_index"]).any()
-    pd.testing.assert_frame_equal(_sorted_like(back, serial), _none_for_missing_errors(serial),
+    pd.testing.assert_frame_equal(sorted_like(back, serial), none_for_missing_errors(serial),
                                   check_dtype=False, check_categorical=False)
 
 
@@ -326,7 +316,7 @@ def test_an_interrupted_sweep_keeps_its_finished_rows_and_resumes(specs, serial,
     sweep(specs, GRID, progress=False, configs_per_task=1, out=out, flush_rows=100)
     assert len(calls) == len(serial) - 2
     back = pd.read_parquet(out)
-    pd.testing.assert_frame_equal(_sorted_like(back, serial), _none_for_missing_errors(serial),
+    pd.testing.assert_frame_equal(sorted_like(back, serial), none_for_missing_errors(serial),
                                   check_dtype=False, check_categorical=False)
 
 
@@ -358,3 +348,43 @@ def test_sweep_warns_once_for_all_unpriced_sessions():
     assert len(unpriced) == 1
     assert "messages-0" in str(unpriced[0].message) and "messages-1" in str(unpriced[0].message)
     assert df["cost"].isna().all() and df["price_source"].str.contains("no price").all()
+
+
+def test_with_a_cluster_found_one_task_runs_here_then_the_rest_go_out_or_all_stay(specs, serial, monkeypatch):
+    """The serial-first rule (``opctx.lab._sweep_engine``) with a stand-in for a running client."""
+    from opctx.lab import _sweep_engine
+
+    class Client:
+        def __init__(self):
+            self.pool = ThreadPoolExecutor(2)
+            self.submitted = 0
+
+        def get_executor(self):
+            client = self
+
+            class Counting:
+                def submit(self, fn, *args):
+                    client.submitted += 1
+                    return client.pool.submit(fn, *args)
+
+            return Counting()
+
+    client = Client()
+    monkeypatch.setattr(_sweep_engine, "running_client", lambda: client)
+    try:
+        # any estimate is above a nanosecond: after the first task, every other one goes out
+        df = sweep(specs, GRID, progress=False, configs_per_task=1, min_parallel_s=1e-9)
+        pd.testing.assert_frame_equal(serial, df)
+        assert client.submitted == len(serial) - 1
+        client.submitted = 0
+        # no estimate reaches an hour: everything stays here, the client is never asked
+        pd.testing.assert_frame_equal(serial, sweep(specs, GRID, progress=False, configs_per_task=1,
+                                                    min_parallel_s=3600))
+        assert client.submitted == 0
+        # "serial" ignores the client whatever the work
+        sweep(specs, GRID, executor="serial", progress=False, configs_per_task=1, min_parallel_s=0)
+        assert client.submitted == 0
+        with pytest.raises(ValueError, match="executor must be"):
+            sweep(specs, GRID, executor="dask", progress=False)
+    finally:
+        client.pool.shutdown()
