@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from opctx.dag.messages import blocks, has_text_block, is_tool_result, tool_result_ids, tool_use_ids
 
@@ -58,14 +58,20 @@ def _default_estimate(msg: dict) -> int:
     return estimate_message_tokens(msg)
 
 
-def _compute_facts(msg: dict, estimate: Estimate) -> Facts:
+def _compute_facts(msg: dict, estimate: Estimate, counted: tuple[int, int] | None = None) -> Facts:
+    """The facts of ``msg``; ``counted`` is its ``(tokens, thinking)`` when already known
+    (a count persisted by the same estimator identity: no tokenizer pass)."""
     if is_display_only(msg):
         # never sent (provider_messages): it costs the request nothing and asks nothing
         return (0, False, False, (), (), _CONTINUES, 0)
     is_user = msg.get("role") == "user" and not is_tool_result(msg)
     calls = tuple(tool_use_ids(msg))
-    tokens = int(estimate(msg))
-    bare = _without_thinking(msg)
+    if counted is not None:
+        tokens, thinking = counted
+    else:
+        tokens = int(estimate(msg))
+        bare = _without_thinking(msg)
+        thinking = max(0, tokens - int(estimate(bare))) if bare is not None else 0
     return (
         tokens,
         has_text_block(msg),
@@ -73,7 +79,7 @@ def _compute_facts(msg: dict, estimate: Estimate) -> Facts:
         calls,
         tuple(tool_result_ids(msg)),
         _unit_role(msg, calls, is_user),
-        max(0, tokens - int(estimate(bare))) if bare is not None else 0,
+        thinking,
     )
 
 
@@ -293,6 +299,31 @@ class MessageFacts:
         with self._lock:
             self._table, self._seen = table, list(messages)
         return table
+
+    def seed(self, messages: Sequence[dict], counts: Mapping[str, tuple[int, int]]) -> int:
+        """Enter the facts of ``messages`` whose ``(tokens, thinking)`` are in ``counts``
+        (by message id) without estimating them; the number entered.
+
+        The entries are keyed and checked like any other (the message object they were
+        made from is kept), so a message changed afterwards is recounted, never served
+        a count that described something else. ``counts`` must come from this cache's
+        own estimate (``opctx.context.token_counts`` checks the estimator identity).
+        """
+        entered = 0
+        with self._lock:
+            cache = self._cache
+            for msg in messages:
+                mid = msg.get("id")
+                try:
+                    counted = counts.get(mid) if mid else None
+                except TypeError:  # an unhashable id from a malformed transcript: not cached
+                    continue
+                if counted is not None:
+                    cache[self._key(msg)] = (msg, _compute_facts(msg, self.estimate, counted))
+                    entered += 1
+            while len(cache) > self.max_entries:
+                cache.popitem(last=False)
+        return entered
 
     def tokens(self, msg: dict) -> int:
         return self.get(msg)[0]
