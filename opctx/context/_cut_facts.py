@@ -40,7 +40,7 @@ from opctx.dag.messages import blocks, has_text_block, is_tool_result, tool_resu
 
 from .provider_messages import is_display_only, thinking_blocks
 
-__all__ = ["MessageFacts", "FactsTable"]
+__all__ = ["MessageFacts", "FactsTable", "encode_shape", "decode_shape"]
 
 Estimate = Callable[[dict], int]
 
@@ -112,6 +112,32 @@ def _unit_role(msg: dict, calls: tuple[str, ...], is_user: bool) -> int:
     if role == "tool" or (not is_user and is_tool_result(msg)):
         return _CONTINUES
     return _ENDS
+
+
+_FIELD, _ID = "\x1e", "\x1f"
+
+
+def encode_shape(facts: Facts) -> str:
+    """The facts of a message other than its token counts, as one short text (stored
+    beside a persisted count): ``""`` when an id cannot be encoded (then recomputed)."""
+    _, text, user, calls, results, unit, _ = facts
+    ids = (*calls, *results)
+    if any(not isinstance(i, str) or not i or _FIELD in i or _ID in i for i in ids):
+        return ""
+    return f"{int(text)}{int(user)}{unit}{_FIELD}{_ID.join(calls)}{_FIELD}{_ID.join(results)}"
+
+
+def decode_shape(row: Sequence) -> Facts | None:
+    """``(tokens, thinking, shape)`` as facts, or ``None`` without a shape."""
+    shape = row[2] if len(row) > 2 else ""
+    if not shape:
+        return None
+    head, calls, results = shape.split(_FIELD)
+    return (
+        row[0], head[0] == "1", head[1] == "1",
+        tuple(calls.split(_ID)) if calls else (), tuple(results.split(_ID)) if results else (),
+        int(head[2:]), row[1],
+    )
 
 
 class FactsTable:
@@ -300,27 +326,39 @@ class MessageFacts:
             self._table, self._seen = table, list(messages)
         return table
 
-    def seed(self, messages: Sequence[dict], counts: Mapping[str, tuple[int, int]]) -> int:
-        """Enter the facts of ``messages`` whose ``(tokens, thinking)`` are in ``counts``
-        (by message id) without estimating them; the number entered.
+    def seed(self, messages: Sequence[dict], counts: Mapping[str, Sequence]) -> int:
+        """Enter the facts of ``messages`` whose ``(tokens, thinking[, shape])`` are in
+        ``counts`` (by message id) without estimating them; the number entered.
 
+        ``shape`` (:func:`encode_shape`) carries the other facts, so a seeded message is
+        not even walked; without it they are computed from the message (no tokenizer).
         The entries are keyed and checked like any other (the message object they were
         made from is kept), so a message changed afterwards is recounted, never served
-        a count that described something else. ``counts`` must come from this cache's
-        own estimate (``opctx.context.token_counts`` checks the estimator identity).
+        a count that described something else. When every message is seeded into an
+        empty cache the table of ``messages`` is built on the way. ``counts`` must come
+        from this cache's own estimate (``opctx.context.token_counts`` checks the
+        estimator identity).
         """
         entered = 0
         with self._lock:
             cache = self._cache
+            table: FactsTable | None = FactsTable() if not cache and self._table is None else None
             for msg in messages:
                 mid = msg.get("id")
                 try:
-                    counted = counts.get(mid) if mid else None
+                    row = counts.get(mid) if mid else None
                 except TypeError:  # an unhashable id from a malformed transcript: not cached
+                    row = None
+                if row is None:
+                    table = None  # table() computes what is missing
                     continue
-                if counted is not None:
-                    cache[self._key(msg)] = (msg, _compute_facts(msg, self.estimate, counted))
-                    entered += 1
+                facts = decode_shape(row) or _compute_facts(msg, self.estimate, (row[0], row[1]))
+                cache[self._key(msg)] = (msg, facts)
+                entered += 1
+                if table is not None:
+                    table.append(facts)
+            if table is not None:
+                self._table, self._seen = table, list(messages)
             while len(cache) > self.max_entries:
                 cache.popitem(last=False)
         return entered

@@ -8,7 +8,8 @@ when it is made.
 
 Identity
 ========
-A count is ``(tokens, thinking tokens)`` of one message as ``Estimator.message_tokens``
+A count is ``(tokens, thinking tokens)`` of one message (stored with the message's other
+cut facts, its tool ids and its place in a turn, encoded by ``_cut_facts.encode_shape``) as ``Estimator.message_tokens``
 prices it for a model family: it depends on the counter (an encoding name, or the
 heuristic), on the family's constants (``FamilyProfile``: scale, structure costs, CJK
 and line-number rates, image rule), on the heuristic's per-class rates and the chunk
@@ -61,7 +62,7 @@ from typing import Any
 
 from opctx.dag.store import token_count_coverage
 
-from ._cut_facts import MessageFacts
+from ._cut_facts import MessageFacts, encode_shape
 from ._heuristic import HEURISTIC_CHARS_PER_TOKEN
 from ._image_sizes import IMAGE_TOKENS
 from ._model_table import model_family
@@ -178,5 +179,5 @@ def _put(db: Any, session_id: str, identity: str, facts: MessageFacts, messages:
     rows = []
     for msg in messages:
         got = facts.get(msg)
-        rows.append((msg, got[0], got[6]))
+        rows.append((msg, got[0], got[6], encode_shape(got)))
     return db.put_token_counts(session_id, identity, rows)

@@ -110,7 +110,9 @@ def _m0006_node_token_counts(conn: sqlite3.Connection) -> None:
     # over every message (14-16x the cost of LangChain's whole decision); a count kept
     # per node and per estimator identity (encoding, family constants, their version:
     # opctx.context.token_counts) makes that read a column. WITHOUT ROWID keyed by
-    # (pk, estimator): one B-tree, no second index. The counts follow the node: a
+    # (pk, estimator): one B-tree, no second index. ``shape`` is the rest of what the
+    # cut reads of a message (its tool ids, its role in a turn), encoded by the context
+    # layer, so a cold cut does not walk the messages either. The counts follow the node: a
     # delete cascades, and a trigger drops them when the node's data changes (an
     # in-place update), so a count always describes the data beside it.
     conn.execute(
@@ -119,6 +121,7 @@ def _m0006_node_token_counts(conn: sqlite3.Connection) -> None:
             estimator TEXT NOT NULL,
             tokens INTEGER NOT NULL,
             thinking INTEGER NOT NULL DEFAULT 0,
+            shape TEXT NOT NULL DEFAULT '',
             PRIMARY KEY (pk, estimator)
         ) WITHOUT ROWID"""
     )

@@ -1,7 +1,8 @@
 """Token counts kept beside the nodes: the ``node_tokens`` table (migration 6).
 
 The store keeps numbers, not opinions: a row is ``(node pk, estimator identity,
-tokens, thinking tokens)``, and what an identity means (which encoding, which
+tokens, thinking tokens, shape)``; what an identity means and what the ``shape`` text
+encodes (the message's other cut facts) (which encoding, which
 family constants, which version of them) is the context layer's business
 (``opctx.context.token_counts``). The store guarantees only that a count describes
 the node data beside it: deleting a node deletes its counts (``ON DELETE
@@ -25,27 +26,27 @@ from ._connection import _guard, _write
 
 __all__ = ["read_token_counts", "write_token_counts", "token_count_coverage"]
 
-# (node id, tokens, thinking tokens)
-CountRow = tuple[str, int, int]
+# (node id, tokens, thinking tokens, shape)
+CountRow = tuple[str, int, int, str]
 
 _BATCH = 500  # SQLite's default limit on bound variables is 999 (older builds)
 
 
 def read_token_counts(
     conn: sqlite3.Connection, session_id: str, estimator: str
-) -> dict[str, tuple[int, int]]:
-    """``{node id: (tokens, thinking)}`` of the session's nodes counted by ``estimator``.
+) -> dict[str, tuple[int, int, str]]:
+    """``{node id: (tokens, thinking, shape)}`` of the session's nodes counted by ``estimator``.
 
     One indexed pass: the session's ``(session_id, id)`` index gives each node's pk,
     and the count is a primary-key lookup. Nodes without a count are absent.
     """
     with _guard(conn):
         rows = conn.execute(
-            "SELECT n.id, t.tokens, t.thinking FROM nodes n "
+            "SELECT n.id, t.tokens, t.thinking, t.shape FROM nodes n "
             "JOIN node_tokens t ON t.pk = n.pk AND t.estimator = ? WHERE n.session_id = ?",
             (estimator, session_id),
         ).fetchall()
-    return {node_id: (tokens, thinking) for node_id, tokens, thinking in rows}
+    return {row[0]: row[1:] for row in rows}
 
 
 def write_token_counts(
@@ -75,11 +76,11 @@ def write_token_counts(
                 batch = [r for r in batch if r[0] in keep]
             before = conn.total_changes
             conn.executemany(
-                "INSERT INTO node_tokens(pk, estimator, tokens, thinking) "
-                "SELECT pk, ?, ?, ? FROM nodes WHERE session_id = ? AND id = ? "
+                "INSERT INTO node_tokens(pk, estimator, tokens, thinking, shape) "
+                "SELECT pk, ?, ?, ?, ? FROM nodes WHERE session_id = ? AND id = ? "
                 "ON CONFLICT(pk, estimator) DO NOTHING",
-                [(estimator, int(tokens), int(thinking), session_id, node_id)
-                 for node_id, tokens, thinking in batch],
+                [(estimator, int(tokens), int(thinking), str(shape), session_id, node_id)
+                 for node_id, tokens, thinking, shape in batch],
             )
             written += conn.total_changes - before
     return written

@@ -342,16 +342,17 @@ class DagSessionDB:
             return []
         return [call_to_message(c) for c in store.get_many(store.chain_ids(head))]
 
-    def token_counts(self, session_id: str, estimator: str) -> dict[str, tuple[int, int]]:
-        """``{message id: (tokens, thinking)}`` stored for ``estimator`` (an identity
+    def token_counts(self, session_id: str, estimator: str) -> dict[str, tuple[int, int, str]]:
+        """``{message id: (tokens, thinking, shape)}`` stored for ``estimator`` (an identity
         string, ``opctx.context.token_counts``); uncounted messages are absent."""
         self._store_checked(session_id)
         return read_token_counts(self._conn, session_id, estimator)
 
     def put_token_counts(
-        self, session_id: str, estimator: str, counted: Iterable[tuple[dict, int, int]]
+        self, session_id: str, estimator: str, counted: Iterable[tuple[dict, int, int, str]]
     ) -> int:
-        """Store ``(message, tokens, thinking)`` counts made by ``estimator``; the number written.
+        """Store ``(message, tokens, thinking, shape)`` counts made by ``estimator`` (``shape``:
+        the context layer's encoding of the message's other facts); the number written.
 
         A compare-and-set inside the write transaction: a count lands only when the
         stored message still equals the one counted (another writer may have updated
@@ -359,17 +360,17 @@ class DagSessionDB:
         writes nothing (0).
         """
         self._store_checked(session_id)
-        counted = [(m, t, k) for m, t, k in counted if m.get("id")]
+        counted = [c for c in counted if c[0].get("id")]
         if not counted or getattr(self._conn, "opctx_readonly", False):
             return 0
-        expected = {m["id"]: m for m, _, _ in counted}
+        expected = {c[0]["id"]: c[0] for c in counted}
         store = self.store(session_id)
 
         def unchanged(ids: Sequence[str]) -> set[str]:
             current = store.get_many(list(ids))
             return {c.id for c in current if call_to_message(c) == expected.get(c.id)}
 
-        rows = [(m["id"], t, k) for m, t, k in counted]
+        rows = [(m["id"], t, k, shape) for m, t, k, shape in counted]
         return write_token_counts(self._conn, session_id, estimator, rows, unchanged=unchanged)
 
     def get_descendants(self, session_id: str, msg_id: str) -> list[dict[str, Any]]:

@@ -100,7 +100,7 @@ def test_a_count_of_data_changed_since_it_was_read_is_not_written(session):
     branch = db.get_branch(sid)
     target = branch[-1]
     db.update_message(sid, target["id"], content="changed after the read")
-    written = db.put_token_counts(sid, identity, [(target, 999, 0), (branch[0], 5, 0)])
+    written = db.put_token_counts(sid, identity, [(target, 999, 0, ""), (branch[0], 5, 0, "")])
     assert written == 1
     assert target["id"] not in db.token_counts(sid, identity)
 
@@ -126,3 +126,23 @@ def test_coverage_per_identity(session):
     assert coverage == {"nodes": n, "estimators": {tc.estimator_identity(None, "gpt-4o"): n}}
     db.delete_session(sid)
     assert tc.token_count_coverage(db.connection) == {"nodes": 0, "estimators": {}}
+
+
+def test_shape_round_trip_and_ids_it_cannot_encode():
+    from opctx.context._cut_facts import decode_shape, encode_shape
+
+    facts = (12, True, False, ("call_1", "call_2"), (), 1, 3)
+    assert decode_shape((12, 3, encode_shape(facts))) == facts
+    bare = (4, False, True, (), ("r",), 0, 0)
+    assert decode_shape((4, 0, encode_shape(bare))) == bare
+    assert encode_shape((1, True, False, ("a\x1eb",), (), 0, 0)) == ""
+    assert decode_shape((1, 0, "")) is None
+
+
+def test_seeded_facts_equal_computed_facts(session):
+    db, sid = session
+    model = "claude-sonnet-4-5"
+    tc.persist_token_counts(db, sid, model)
+    loaded = tc.load_counted_branch(db, sid, model)
+    fresh = MessageFacts(lambda m: Estimator().message_tokens(m, model))
+    assert [loaded.facts.get(m) for m in loaded.messages] == [fresh.get(m) for m in loaded.messages]
