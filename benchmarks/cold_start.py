@@ -12,7 +12,8 @@ LangChain needs the ``bench`` extra (``pip install 'opctx[bench]'``).
 
 The history: 10,000 messages (``--messages``) of the corpus (``OPCTX_CORPUS`` or
 ../shared/corpus), its sessions' active branches concatenated longest first (no corpus
-session is that long), else ``opctx.lab.synthetic_history.make_history``. It is written
+session is that long; the corpus again after its end when it holds fewer: every
+message gets a fresh id), else ``opctx.lab.synthetic_history.make_history``. It is written
 into one session of a temporary database; counts are persisted once before timing.
 Each measure is the median of ``--repeat`` interleaved runs (wall clock, with CPU time).
 
@@ -58,11 +59,13 @@ def corpus_messages(n: int, tmp: Path) -> list[dict] | None:
     out: list[dict] = []
     with DagSessionDB(str(path)) as db:
         branches = [db.get_branch(w["session_id"]) for w in report.written]
-    for branch in sorted(branches, key=len, reverse=True):
-        out.extend(branch)
-        if len(out) >= n:
-            break
-    return out[:n]
+    branches = [b for b in sorted(branches, key=len, reverse=True) if b]
+    while branches and len(out) < n:  # the whole corpus again when it holds fewer (new ids)
+        for branch in branches:
+            out.extend(branch)
+            if len(out) >= n:
+                break
+    return out[:n] or None
 
 
 def build_session(messages: list[dict], path: Path) -> tuple[DagSessionDB, str]:
