@@ -245,6 +245,28 @@ def test_facts_of_a_message_updated_under_its_id_are_recomputed() -> None:
     assert fresh.table(changed).total_tokens == expected
 
 
+def test_facts_of_a_compaction_copy_come_from_its_original_unless_it_differs() -> None:
+    from opctx.context.persistence import copy_message
+
+    calls = []
+
+    def counting(msg: dict) -> int:
+        calls.append(msg["id"])
+        return char_tokens(msg)
+
+    facts = MessageFacts(counting)
+    history = chat_turns(10, size=100)
+    facts.table(history)
+    assert len(calls) == 20
+    copies = [copy_message(m, None) for m in history[10:]]
+    facts.table(history[:2] + copies)
+    assert len(calls) == 20  # a copy differs from its original only in identity: no estimate
+    assert [facts.get(c) for c in copies] == [facts.get(m) for m in history[10:]]
+    edited = dict(copies[0], content="x" * len(copies[0]["content"]), id="k_edited")
+    facts.get(edited)
+    assert calls[-1] == "k_edited"  # same size, other content: estimated
+
+
 def test_config_validation() -> None:
     with pytest.raises(ValueError, match="keep_min_tokens"):
         SummarizerConfig(keep_min_tokens=50_000, keep_max_tokens=40_000)
