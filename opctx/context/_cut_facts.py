@@ -385,6 +385,12 @@ class MessageFacts:
     def tokens(self, msg: dict) -> int:
         return self.get(msg)[0]
 
+    def forget_table(self) -> None:
+        """Drop the history table (a compaction replaced the branch); the per-message
+        facts stay, for the messages and copies of them that come back."""
+        with self._lock:
+            self._table, self._seen = None, []
+
     def clear(self) -> None:
         with self._lock:
             self._cache.clear()
