@@ -12,6 +12,11 @@ call/result pairs it would split), growing by :meth:`FactsTable.append`.
 length, checked against the message) and extends the last table when the history
 only grew. See "Speed" in the ``opctx.context.summarize`` docstring.
 
+Two more ways facts arrive without a tokenizer pass: :meth:`MessageFacts.seed` enters
+counts persisted in the database (``opctx.context.token_counts``; the other facts come
+as a short ``shape`` text, :func:`encode_shape`), and a compaction's copy of a message
+(``copied_from``, every other field equal) takes its original's facts.
+
 Thinking units. The unit role places the message in a *thinking unit*
 (``anthropic_messages``: an assistant message with thinking blocks, then the tool
 results and tool-call messages that continue its loop, up to the first other
