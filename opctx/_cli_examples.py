@@ -42,7 +42,8 @@ examples:
     "info": """\
 examples:
   opctx info
-  opctx info --json""",
+  opctx info --json
+  opctx info --db data/sample.db                   # + persisted token counts per estimator""",
     "presets": """\
 examples:
   opctx presets list

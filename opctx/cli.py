@@ -76,7 +76,7 @@ from pathlib import Path
 from typing import Any
 
 from opctx._cli_examples import EXAMPLES as _EXAMPLES
-from opctx._environment import encodings_line, environment_info
+from opctx._environment import encodings_line, environment_info, token_counts_line
 from opctx.terminal import printable, printable_json, printable_json_text
 
 __all__ = [
@@ -684,7 +684,7 @@ def cmd_build_samples(args: argparse.Namespace) -> int:
 
 # The toolkit's optional packages (pyproject extras), named as pip knows them.
 def cmd_info(args: argparse.Namespace) -> int:
-    info = environment_info()
+    info = environment_info(args.db)
     if args.json:
         print(json.dumps(info, indent=2))
         return EXIT_OK
@@ -701,6 +701,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     missing = [n for n, v in info["toolkit_packages"].items() if v is None]
     rows.append(("toolkit", "complete" if not missing else
                  f"missing {', '.join(missing)} (pip install 'opctx[lab,distributed]')"))
+    if "token_counts" in info:
+        rows.append(("token counts", token_counts_line(info["token_counts"])))
     for label, value in rows:
         print(f"{label + ':':<16}{value}")
     return EXIT_OK
@@ -925,6 +927,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "compiled reference core, the offline tokenizer, SQLite's FTS5 "
                                     "and the toolkit's optional packages.")
     sp.add_argument("--json", action="store_true", help="print JSON")
+    sp.add_argument("--db", default=None, metavar="PATH",
+                    help="also report how many nodes of this database carry persisted token "
+                         "counts, per estimator identity (opened read-only)")
     sp.set_defaults(func=cmd_info)
 
     _presets_parser(sub)

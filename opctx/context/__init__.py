@@ -3,7 +3,8 @@
 Modules: ``policy`` (``CompactionPolicy``: every number that decides when and how a
 history is compacted or aged, one typed value; exported here), ``types``, ``tokens`` (with
 its private ``_model_table``, ``_tiktoken_offline``, ``_heuristic``, ``_family_profiles``,
-``_image_sizes``, ``_message_parts``), ``budget``, ``usage``, ``references``, ``aging``,
+``_image_sizes``, ``_message_parts``), ``token_counts`` (counts persisted per node and
+estimator identity: a cold cut without a tokenizer pass), ``budget``, ``usage``, ``references``, ``aging``,
 ``masking``, ``system_prompt``, ``prompts``, ``summarize`` (with its private ``_cut``,
 ``_cut_facts``, ``_summary_config``, ``_transcript``, ``_structural``), ``persistence``,
 ``provider_messages``, ``anthropic_messages``, ``fit`` (the last step of a prepare: the

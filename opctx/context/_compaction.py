@@ -488,7 +488,12 @@ class _CompactionSteps:
 
     def _forget_branch_caches(self, state: _SessionState) -> None:
         """The per-session caches of a branch that compaction replaced (new ids)."""
-        state.facts, state.facts_model = MessageFacts(self._estimate), None
+        if state.facts is not None and state.facts_model is not None:
+            # the per-message facts stay (checked against each message, never stale): the
+            # kept tail's copies take their originals' facts instead of being estimated again
+            state.facts.forget_table()
+        else:
+            state.facts, state.facts_model = MessageFacts(self._estimate), None
         state.aged_tokens.clear()
         state.references = self._new_references()
         state.provider_cache = _ProviderCache()

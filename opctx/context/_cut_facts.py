@@ -12,6 +12,11 @@ call/result pairs it would split), growing by :meth:`FactsTable.append`.
 length, checked against the message) and extends the last table when the history
 only grew. See "Speed" in the ``opctx.context.summarize`` docstring.
 
+Two more ways facts arrive without a tokenizer pass: :meth:`MessageFacts.seed` enters
+counts persisted in the database (``opctx.context.token_counts``; the other facts come
+as a short ``shape`` text, :func:`encode_shape`), and a compaction's copy of a message
+(``copied_from``, every other field equal) takes its original's facts.
+
 Thinking units. The unit role places the message in a *thinking unit*
 (``anthropic_messages``: an assistant message with thinking blocks, then the tool
 results and tool-call messages that continue its loop, up to the first other
@@ -34,13 +39,13 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from opctx.dag.messages import blocks, has_text_block, is_tool_result, tool_result_ids, tool_use_ids
 
 from .provider_messages import is_display_only, thinking_blocks
 
-__all__ = ["MessageFacts", "FactsTable"]
+__all__ = ["MessageFacts", "FactsTable", "encode_shape", "decode_shape"]
 
 Estimate = Callable[[dict], int]
 
@@ -58,14 +63,20 @@ def _default_estimate(msg: dict) -> int:
     return estimate_message_tokens(msg)
 
 
-def _compute_facts(msg: dict, estimate: Estimate) -> Facts:
+def _compute_facts(msg: dict, estimate: Estimate, counted: tuple[int, int] | None = None) -> Facts:
+    """The facts of ``msg``; ``counted`` is its ``(tokens, thinking)`` when already known
+    (a count persisted by the same estimator identity: no tokenizer pass)."""
     if is_display_only(msg):
         # never sent (provider_messages): it costs the request nothing and asks nothing
         return (0, False, False, (), (), _CONTINUES, 0)
     is_user = msg.get("role") == "user" and not is_tool_result(msg)
     calls = tuple(tool_use_ids(msg))
-    tokens = int(estimate(msg))
-    bare = _without_thinking(msg)
+    if counted is not None:
+        tokens, thinking = counted
+    else:
+        tokens = int(estimate(msg))
+        bare = _without_thinking(msg)
+        thinking = max(0, tokens - int(estimate(bare))) if bare is not None else 0
     return (
         tokens,
         has_text_block(msg),
@@ -73,7 +84,7 @@ def _compute_facts(msg: dict, estimate: Estimate) -> Facts:
         calls,
         tuple(tool_result_ids(msg)),
         _unit_role(msg, calls, is_user),
-        max(0, tokens - int(estimate(bare))) if bare is not None else 0,
+        thinking,
     )
 
 
@@ -106,6 +117,34 @@ def _unit_role(msg: dict, calls: tuple[str, ...], is_user: bool) -> int:
     if role == "tool" or (not is_user and is_tool_result(msg)):
         return _CONTINUES
     return _ENDS
+
+
+_FIELD, _ID = "\x1e", "\x1f"
+# what a copy changes of the message it copies (persistence.copy_message)
+_IDENTITY = frozenset(("id", "parent_id", "seq", "copied_from"))
+
+
+def encode_shape(facts: Facts) -> str:
+    """The facts of a message other than its token counts, as one short text (stored
+    beside a persisted count): ``""`` when an id cannot be encoded (then recomputed)."""
+    _, text, user, calls, results, unit, _ = facts
+    ids = (*calls, *results)
+    if any(not isinstance(i, str) or not i or _FIELD in i or _ID in i for i in ids):
+        return ""
+    return f"{int(text)}{int(user)}{unit}{_FIELD}{_ID.join(calls)}{_FIELD}{_ID.join(results)}"
+
+
+def decode_shape(row: Sequence) -> Facts | None:
+    """``(tokens, thinking, shape)`` as facts, or ``None`` without a shape."""
+    shape = row[2] if len(row) > 2 else ""
+    if not shape:
+        return None
+    head, calls, results = shape.split(_FIELD)
+    return (
+        row[0], head[0] == "1", head[1] == "1",
+        tuple(calls.split(_ID)) if calls else (), tuple(results.split(_ID)) if results else (),
+        int(head[2:]), row[1],
+    )
 
 
 class FactsTable:
@@ -270,7 +309,7 @@ class MessageFacts:
             return _compute_facts(msg, self.estimate)
         if hit is not None and (hit[0] is msg or hit[0] == msg):
             return hit[1]
-        facts = _compute_facts(msg, self.estimate)
+        facts = self._copied(msg, key) or _compute_facts(msg, self.estimate)
         with self._lock:
             self._cache[key] = (msg, facts)
             if len(self._cache) > self.max_entries:
@@ -294,8 +333,68 @@ class MessageFacts:
             self._table, self._seen = table, list(messages)
         return table
 
+    def _copied(self, msg: dict, key: tuple) -> Facts | None:
+        """The facts of the message ``msg`` is a copy of (``copied_from``: a compaction's
+        new branch), when the two differ only in identity; else None.
+
+        Every compaction copies the kept tail under fresh ids, and estimating each copy
+        again was a third of a compaction-dense replay."""
+        origin = msg.get("copied_from")
+        if not origin or not isinstance(origin, str):
+            return None
+        hit = self._cache.get((origin, *key[1:]))
+        if hit is None:
+            return None
+        kept = hit[0]
+        same = len(kept) - sum(k in kept for k in _IDENTITY) == len(msg) - sum(k in msg for k in _IDENTITY) and all(
+            k in _IDENTITY or (k in kept and kept[k] == v) for k, v in msg.items())
+        return hit[1] if same else None
+
+    def seed(self, messages: Sequence[dict], counts: Mapping[str, Sequence]) -> int:
+        """Enter the facts of ``messages`` whose ``(tokens, thinking[, shape])`` are in
+        ``counts`` (by message id) without estimating them; the number entered.
+
+        ``shape`` (:func:`encode_shape`) carries the other facts, so a seeded message is
+        not even walked; without it they are computed from the message (no tokenizer).
+        The entries are keyed and checked like any other (the message object they were
+        made from is kept), so a message changed afterwards is recounted, never served
+        a count that described something else. When every message is seeded into an
+        empty cache the table of ``messages`` is built on the way. ``counts`` must come
+        from this cache's own estimate (``opctx.context.token_counts`` checks the
+        estimator identity).
+        """
+        entered = 0
+        with self._lock:
+            cache = self._cache
+            table: FactsTable | None = FactsTable() if not cache and self._table is None else None
+            for msg in messages:
+                mid = msg.get("id")
+                try:
+                    row = counts.get(mid) if mid else None
+                except TypeError:  # an unhashable id from a malformed transcript: not cached
+                    row = None
+                if row is None:
+                    table = None  # table() computes what is missing
+                    continue
+                facts = decode_shape(row) or _compute_facts(msg, self.estimate, (row[0], row[1]))
+                cache[self._key(msg)] = (msg, facts)
+                entered += 1
+                if table is not None:
+                    table.append(facts)
+            if table is not None:
+                self._table, self._seen = table, list(messages)
+            while len(cache) > self.max_entries:
+                cache.popitem(last=False)
+        return entered
+
     def tokens(self, msg: dict) -> int:
         return self.get(msg)[0]
+
+    def forget_table(self) -> None:
+        """Drop the history table (a compaction replaced the branch); the per-message
+        facts stay, for the messages and copies of them that come back."""
+        with self._lock:
+            self._table, self._seen = None, []
 
     def clear(self) -> None:
         with self._lock:

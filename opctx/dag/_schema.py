@@ -105,12 +105,39 @@ def _m0005_flattened_search_text(conn: sqlite3.Connection) -> None:
         last = rows[-1][0]
 
 
+def _m0006_node_token_counts(conn: sqlite3.Connection) -> None:
+    # Why: deciding a cut on a history just read from disk used to run the tokenizer
+    # over every message (14-16x the cost of LangChain's whole decision); a count kept
+    # per node and per estimator identity (encoding, family constants, their version:
+    # opctx.context.token_counts) makes that read a column. WITHOUT ROWID keyed by
+    # (pk, estimator): one B-tree, no second index. ``shape`` is the rest of what the
+    # cut reads of a message (its tool ids, its role in a turn), encoded by the context
+    # layer, so a cold cut does not walk the messages either. The counts follow the node: a
+    # delete cascades, and a trigger drops them when the node's data changes (an
+    # in-place update), so a count always describes the data beside it.
+    conn.execute(
+        """CREATE TABLE node_tokens (
+            pk INTEGER NOT NULL REFERENCES nodes(pk) ON DELETE CASCADE,
+            estimator TEXT NOT NULL,
+            tokens INTEGER NOT NULL,
+            thinking INTEGER NOT NULL DEFAULT 0,
+            shape TEXT NOT NULL DEFAULT '',
+            PRIMARY KEY (pk, estimator)
+        ) WITHOUT ROWID"""
+    )
+    conn.execute(
+        "CREATE TRIGGER node_tokens_stale AFTER UPDATE OF data_json, type ON nodes "
+        "BEGIN DELETE FROM node_tokens WHERE pk = old.pk; END"
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("core_tables", _m0001_core_tables),
     ("fts", _m0002_fts),
     ("edge_indexes", _m0003_edge_indexes),
     ("session_next_seq", _m0004_session_next_seq),
     ("flattened_search_text", _m0005_flattened_search_text),
+    ("node_token_counts", _m0006_node_token_counts),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

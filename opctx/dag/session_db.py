@@ -72,7 +72,7 @@ import math
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -89,6 +89,8 @@ from .store import (
     _guard,
     _search,
     _write,
+    read_token_counts,
+    write_token_counts,
 )
 
 __all__ = ["DagSessionDB", "SessionDB", "HeadMoved", "PREVIEW_CHARS"]
@@ -339,6 +341,37 @@ class DagSessionDB:
         if head is None:
             return []
         return [call_to_message(c) for c in store.get_many(store.chain_ids(head))]
+
+    def token_counts(self, session_id: str, estimator: str) -> dict[str, tuple[int, int, str]]:
+        """``{message id: (tokens, thinking, shape)}`` stored for ``estimator`` (an identity
+        string, ``opctx.context.token_counts``); uncounted messages are absent."""
+        self._store_checked(session_id)
+        return read_token_counts(self._conn, session_id, estimator)
+
+    def put_token_counts(
+        self, session_id: str, estimator: str, counted: Iterable[tuple[dict, int, int, str]]
+    ) -> int:
+        """Store ``(message, tokens, thinking, shape)`` counts made by ``estimator`` (``shape``:
+        the context layer's encoding of the message's other facts); the number written.
+
+        A compare-and-set inside the write transaction: a count lands only when the
+        stored message still equals the one counted (another writer may have updated
+        it since it was read), and an existing count is kept. A read-only database
+        writes nothing (0).
+        """
+        self._store_checked(session_id)
+        counted = [c for c in counted if c[0].get("id")]
+        if not counted or getattr(self._conn, "opctx_readonly", False):
+            return 0
+        expected = {c[0]["id"]: c[0] for c in counted}
+        store = self.store(session_id)
+
+        def unchanged(ids: Sequence[str]) -> set[str]:
+            current = store.get_many(list(ids))
+            return {c.id for c in current if call_to_message(c) == expected.get(c.id)}
+
+        rows = [(m["id"], t, k, shape) for m, t, k, shape in counted]
+        return write_token_counts(self._conn, session_id, estimator, rows, unchanged=unchanged)
 
     def get_descendants(self, session_id: str, msg_id: str) -> list[dict[str, Any]]:
         """Every message reachable below ``msg_id`` through parent links, in seq order."""

