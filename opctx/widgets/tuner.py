@@ -285,6 +285,7 @@ class CompactionTuner(widgets.VBox):
         self.more = widgets.Accordion(children=[self.more_box], selected_index=None,
                                       layout=widgets.Layout(width="100%"))
         self.status = widgets.HTML()
+        self.status.add_class("opctx-tuner-status")
         # the guard's warning about the replay on show, replaced by every replay
         self.warnings = widgets.HTML()
         self.warnings.add_class("opctx-tuner-warnings")
