@@ -82,7 +82,7 @@ from opctx.context.provider_messages import is_display_only
 from opctx.dag.messages import is_tool_result, message_text, tool_result_ids, tool_use_ids
 
 from .history import RecordedHistory
-from .prices import PriceTable, price_for
+from .prices import COST_NOTE, PriceTable, price_for
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -101,7 +101,43 @@ __all__ = [
     "summarize",
     "guard_counts",
     "Replayed",
+    "METRIC_COLUMNS",
 ]
+
+# What each key of ``summarize`` means (a sweep's metric columns; docs/lab.md's table of a
+# sweep's columns is built from this). A cost column says its unit: ``prices.COST_NOTE``.
+METRIC_COLUMNS: dict[str, str] = {
+    "steps": "requests replayed (one per recorded assistant message)",
+    "turns": "user turns replayed",
+    "input_tokens_total": "estimated prompt tokens summed over the requests (opctx.lab.metrics: 'input tokens')",
+    "input_tokens_peak": "the largest request's estimated prompt, tokens",
+    "input_tokens_mean": "the mean request's estimated prompt, tokens",
+    "tokens_none_total": "the same sum for the unmodified history (the none preset), tokens",
+    "tokens_saved": "tokens_none_total - input_tokens_total",
+    "tokens_saved_pct": "tokens_saved / tokens_none_total (a share, 0..1)",
+    "compactions": "compactions the engine made",
+    "compression_ratio_mean": "mean over compactions of tokens_before / tokens_after (NaN: none)",
+    "structural_fallbacks": "compactions summarised structurally (no model call, or the model failed)",
+    "redacted_total": "tool results aged or masked, summed over the requests",
+    "max_budget_pct": "the highest share of the input budget a request used",
+    "over_window_steps": "requests whose estimated prompt exceeded the window",
+    "cost": f"cache-aware cost of the replay's requests (opctx.lab.metrics: 'cost'); {COST_NOTE}",
+    "cost_none": f"the same for the unmodified history (the none preset); {COST_NOTE}",
+    "cache_read_tokens": "prompt tokens read from the provider's prefix cache, summed",
+    "prefix_invalidated_tokens": "tokens of a previous request that are no longer a prefix of the next, summed",
+    "prefix_invalidations": "requests that invalidated part of the previous prefix",
+    "broken_pairs": "tool calls and results separated or orphaned, summed over the requests",
+    "broken_pairs_introduced": "broken_pairs beyond those already in the recording (must be 0)",
+    "estimator_steps": "requests where the estimate can be checked (not diverged, provider usage recorded)",
+    "estimator_mean_rel_error": "mean (estimate - provider) / provider on those requests (NaN: none)",
+    "estimator_mean_abs_rel_error": "mean abs(estimate - provider) / provider on those requests (NaN: none)",
+    "compactions_failed": "compaction attempts that made no progress (the engine's guard)",
+    "auto_compaction_disabled": "times the guard disabled auto-compaction",
+    "reference_losses": "uses of an identifier whose sources are gone from the request (opctx.lab.metrics: 'reference loss')",
+    "reference_losses_folded": "reference_losses whose sources were folded into a summary",
+    "reference_losses_masked": "reference_losses whose sources were aged or masked",
+    "identifiers_lost": "distinct identifiers among reference_losses",
+}
 
 
 class Replayed(Protocol):
