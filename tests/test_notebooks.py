@@ -215,3 +215,27 @@ def test_a_notebook_compares_the_two_output_reserve_policies():
     assert 'for policy in ("cap", "floor")' in sources
     assert "1_000_000" in sources and "8_192" in sources  # both ends of the window range
     assert "input budget" in sources and "new_figure" in sources
+
+
+@pytest.mark.slow
+def test_nbval_compares_marked_notebooks_and_runs_new_ones_lax(tmp_path):
+    """A stored notebook fails on an output it did not store; a notebook whose outputs were
+    never stored (no mark) runs without comparison until they are."""
+    import shutil
+    import subprocess
+    import sys
+
+    import nbformat
+
+    shutil.copy(ROOT / "notebooks" / "conftest.py", tmp_path / "conftest.py")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("print(42)")]
+    nbformat.write(nb, tmp_path / "new.ipynb")
+    nb.metadata["opctx"] = {"outputs": "compared"}
+    nb.cells[0].execution_count = 1
+    nbformat.write(nb, tmp_path / "stored.ipynb")
+    done = subprocess.run([sys.executable, "-m", "pytest", "--nbval", "--nbval-current-env", "-q",
+                           "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert "1 failed, 1 passed" in done.stdout, done.stdout[-2000:]
+    assert "FAILED stored.ipynb::Cell 0" in done.stdout
