@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 SAMPLE_DB := data/sample.db
 PYTEST_ARGS ?=
 
-.PHONY: install system-deps data lab lab-files test lint bench clean
+.PHONY: install system-deps data lab lab-files test lint bench clean notebook-outputs
 
 # setup.py builds the C core of references.py: a change to it reinstalls (recompiles)
 $(STAMP): pyproject.toml setup.py opctx/context/_refscan.c
@@ -78,12 +78,23 @@ lab: install data lab-files
 	$(BIN)/jupyter lab $(LAB_ARGS)
 
 lint: install
-	$(BIN)/ruff check opctx tests benchmarks
+	$(BIN)/ruff check opctx tests benchmarks notebooks/*.py
 
 # pytest exits 5 when it collected nothing: that is a failure here, never a pass.
+# --nbval compares every notebook cell's output with the output stored in the notebook
+# (sanitised: paths, ids minted at run time, timings); notebooks/conftest.py says which
+# notebooks and cells are not compared, and why.
+NBVAL_ARGS := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg
 test: install system-deps lint data
-	$(BIN)/python -m pytest tests notebooks --nbval-lax --nbval-current-env --timeout=900 $(PYTEST_ARGS); \
+	env -u OPCTX_DB $(BIN)/python -m pytest tests notebooks $(NBVAL_ARGS) --timeout=900 $(PYTEST_ARGS); \
 	rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+
+# Store the outputs nbval compares (notebooks/store_outputs.py): all notebooks, or the ones
+# named, e.g. `make notebook-outputs NB=notebooks/08_literature.ipynb` for a new notebook.
+# Review the diff: every changed figure in it is a changed result.
+NB ?=
+notebook-outputs: install data
+	env -u OPCTX_DB $(BIN)/python notebooks/store_outputs.py $(NB)
 
 bench: install
 	$(BIN)/python -m pip install -q -e '.[bench]'

@@ -8,13 +8,17 @@ checkpoints) touches the repository. The notebooks find ``data/sample.db`` throu
 ``default_database()``. The test runs all cells of notebook 03, then:
 
 * checks the tuner's plot is the main thing (two thirds of the widget's width, at
-  least 400 px tall);
-* picks the claude-code preset, takes a picture, types a window of 64,000, takes
-  another, and checks that the threshold sliders now read the thresholds of the
-  claude-code engine for 64,000 tokens (0.58 / 0.73 / 0.94, not 32K's 0.17 / 0.46 /
-  0.88);
+  least 400 px tall), and that it opened on the session's own configuration (the
+  notebook says which) with no warning and no stderr output in the cell;
+* types a window of 16,000, where the default preset's guard gives up: the warning box
+  names 'default' at 16,000; picks claude-code: the box names claude-code; types
+  32,000: the box is empty (no stale warning) and the output reserve reads no more
+  than the window; takes a picture at each;
+* types a window of 64,000, takes another, and checks that the threshold sliders now
+  read the thresholds of the claude-code engine for 64,000 tokens (0.58 / 0.73 / 0.94,
+  not 32K's 0.17 / 0.46 / 0.88);
 * moves the trigger slider with the keyboard and checks the table and plot change;
-* checks the cut-point explorer kept its window of 32,000 (no slider snapping);
+* checks the cut-point explorer kept the window it was given (no slider snapping);
 * checks no news toast was shown, and that every request went to 127.0.0.1.
 
 **The graph.** A 600-node synthetic session is rendered to a file and opened: the
@@ -158,12 +162,14 @@ _TUNER_STATE_JS = """() => {
         if (label && out) readouts[label.textContent.trim()] = out.textContent.trim();
     });
     const box = r => { const b = r.getBoundingClientRect(); return {width: b.width, height: b.height}; };
+    const text = css => { const e = t.querySelector(css); return e ? e.textContent.trim() : null; };
     // the picture as drawn inside its box (object-fit: contain may letterbox it)
     const drawn = img && img.naturalWidth ? (() => { const b = box(img);
         const s = Math.min(b.width / img.naturalWidth, b.height / img.naturalHeight);
         return {width: img.naturalWidth * s, height: img.naturalHeight * s}; })() : null;
     return {table: table ? table.innerHTML : null, plot: img ? img.src : null, readouts: readouts,
-            tuner: box(t), image: drawn};
+            tuner: box(t), image: drawn, warning: text('.opctx-tuner-warnings'),
+            status: text('.opctx-tuner-status')};
 }"""
 
 _CHANGED_JS = """(old) => { const t = document.querySelector('.opctx-tuner .opctx-cut-table');
@@ -187,6 +193,30 @@ def _thresholds_of(preset: str, window: int) -> dict[str, str]:
     engine = build_engine(preset, context_window=window, model=load_history(db, longest).model)
     return {name: f"{engine.policy.get(name):.2f}"
             for name in ("trigger.recommend_pct", "trigger.auto_pct", "trigger.emergency_pct")}
+
+
+def _own_window() -> int:
+    """The window the notebook's session recorded (own_configuration), as the tuner opens."""
+    from opctx.lab.frames import sessions_df
+    from opctx.lab.history import load_history
+    from opctx.lab.presets import own_configuration
+
+    db = ROOT / "data" / "sample.db"
+    sessions = sessions_df(db, columns=["session_id", "n_nodes"])
+    longest = sessions.sort_values("n_nodes", ascending=False).session_id.iloc[0]
+    return own_configuration(load_history(db, longest)).context_window
+
+
+def _reserve(state: dict) -> int:
+    return int(state["readouts"]["budget.output_reserve"].replace(",", ""))
+
+
+def _type_window(page, value: int, before: dict) -> dict:
+    window = _widget_input(page, ".opctx-tuner", "context window")
+    window.fill(str(value))
+    window.press("Enter")
+    page.wait_for_function(_CHANGED_JS, arg=before, timeout=180_000)
+    return _tuner_state(page)
 
 
 def _widget_input(page, css: str, label: str):
@@ -226,23 +256,38 @@ def test_tuner_in_jupyterlab_offline(lab_server):
             assert first["image"]["width"] >= 0.64 * first["tuner"]["width"], first
             assert first["image"]["height"] >= 400, first
 
-            # claude-code at 32K, then 64K: the sliders must follow the window
+            # it opened on the session's own configuration, and said so; no warning, and
+            # nothing in the cell's stderr (a logged warning there would outlive its replay)
+            own = _own_window()
+            notebook_text = page.locator(".jp-Notebook").inner_text()
+            assert "opening on preset 'default'" in notebook_text and f"{own:,}" in notebook_text
+            assert f"window {own:,}" in first["status"] and not first["warning"], first["status"]
+            assert page.locator("[data-mime-type='application/vnd.jupyter.stderr']").count() == 0
+            assert _reserve(first) <= own
+
+            # 16K: the default preset's guard gives up, and the box says so for this replay
             tuner = page.locator(".opctx-tuner").first
+            at_16k = _type_window(page, 16_000, first)
+            assert "'default'" in at_16k["warning"] and "window 16,000" in at_16k["warning"]
+            assert _reserve(at_16k) <= 16_000
+            save_screenshot(tuner, tmp_path, "tuner-warning-16k.png")
             tuner.locator("select").first.select_option("claude-code")
-            page.wait_for_function(_CHANGED_JS, arg=first, timeout=180_000)
-            at_32k = _tuner_state(page)
+            page.wait_for_function(_CHANGED_JS, arg=at_16k, timeout=180_000)
+            cc_16k = _tuner_state(page)
+            assert "'claude-code'" in cc_16k["warning"] and "'default'" not in cc_16k["warning"]
+
+            # claude-code at 32K, then 64K: no stale warning; the sliders follow the window
+            at_32k = _type_window(page, 32_000, cc_16k)
+            assert not at_32k["warning"], f"a stale warning stayed: {at_32k['warning']}"
+            assert _reserve(at_32k) <= 32_000
             expected_32k = _thresholds_of("claude-code", 32_000)
             assert {k: at_32k["readouts"][k] for k in expected_32k} == expected_32k
             tuner.scroll_into_view_if_needed()
             save_screenshot(tuner, tmp_path, "tuner-claude-code-32k.png")
-            window = _widget_input(page, ".opctx-tuner", "context window")
-            window.fill("64000")
-            window.press("Enter")
-            page.wait_for_function(_CHANGED_JS, arg=at_32k, timeout=180_000)
-            at_64k = _tuner_state(page)
+            at_64k = _type_window(page, 64_000, at_32k)
             expected_64k = _thresholds_of("claude-code", 64_000)
             assert {k: at_64k["readouts"][k] for k in expected_64k} == expected_64k
-            assert expected_64k != expected_32k
+            assert expected_64k != expected_32k and not at_64k["warning"]
             save_screenshot(tuner, tmp_path, "tuner-claude-code-64k.png")
 
             # move the trigger slider from 0.73 down with the keyboard, as a user would:
@@ -263,9 +308,9 @@ def test_tuner_in_jupyterlab_offline(lab_server):
             moved = _tuner_state(page)
             assert moved["table"] != at_64k["table"] and moved["plot"] != at_64k["plot"]
 
-            # the explorer kept the window it was given (a slider snapped it to 31,744)
+            # the explorer kept the window it was given (a slider snapped 32,000 to 31,744)
             explorer_window = _widget_input(page, ".opctx-cutpoints", "context window")
-            assert explorer_window.input_value() == "32000"
+            assert explorer_window.input_value() == str(own)
             # and no toast asked about Jupyter news
             toasts = page.evaluate(
                 "() => Array.from(document.querySelectorAll('.Toastify__toast'))"

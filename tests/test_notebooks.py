@@ -1,9 +1,10 @@
-"""The notebooks as files: outputs stripped in git, one data switch, and they run on any data.
+"""The notebooks as files: stored outputs that nbval compares, one data switch, any data.
 
 (Executing them on the sample database is nbval's job: ``make test`` passes
-``notebooks/`` with ``--nbval-lax``. Here they also run on single transcripts of
-formats that lack what the sample database has: compactions, provider usage, tool
-calls, more than one session.)
+``notebooks/`` with ``--nbval``, comparing each cell's output with the stored one; the
+stored outputs are written by ``notebooks/store_outputs.py``. Here they also run on
+single transcripts of formats that lack what the sample database has: compactions,
+provider usage, tool calls, more than one session.)
 """
 
 from __future__ import annotations
@@ -34,11 +35,75 @@ def test_the_fidelity_notebook_says_when_its_recordings_are_simulated() -> None:
     assert 'mode=mode' in sources and "calibrate(" in sources and "loso_fidelity_table(" in sources
 
 
+NOT_COMPARED = ("nbval-ignore-output", "nbval-skip")
+# notebooks whose outputs nbval compares (a notebook added later is compared once its
+# outputs are stored: make notebook-outputs NB=...)
+COMPARED = ("01", "02", "03", "04", "05", "06", "07", "09")
+
+
+def _code_cells(path: Path) -> list[dict]:
+    return [c for c in json.loads(path.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code"]
+
+
+def _compared(path: Path) -> bool:
+    metadata = json.loads(path.read_text(encoding="utf-8")).get("metadata", {})
+    return (metadata.get("opctx") or {}).get("outputs") == "compared"
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_outputs_are_stripped(path: Path) -> None:
-    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-    dirty = [i for i, c in enumerate(cells) if c.get("outputs") or c.get("execution_count")]
-    assert not dirty, f"{path.name}: cells {dirty} carry outputs; strip them before committing"
+def test_stored_outputs_are_only_what_nbval_compares(path: Path) -> None:
+    """No pictures or widget views (never compared); a compared cell has its position as
+    execution count (nbval skips a cell without one as "unrun"); a cell that is not compared
+    has none, stores nothing and says why in its first line."""
+    for i, cell in enumerate(_code_cells(path)):
+        compared = _compared(path) and not set(cell["metadata"].get("tags", ())) & set(NOT_COMPARED)
+        assert cell.get("execution_count") == (i + 1 if compared else None), f"{path.name} cell {i}"
+        kinds = {k for out in cell.get("outputs", []) for k in out.get("data", {})}
+        assert not kinds & {"image/png", "image/jpeg", "image/svg+xml",
+                            "application/vnd.jupyter.widget-view+json"}, f"{path.name} cell {i}"
+        if set(cell["metadata"].get("tags", ())) & set(NOT_COMPARED):
+            assert not cell.get("outputs"), f"{path.name} cell {i}: output stored but not compared"
+            first = "".join(cell["source"]).splitlines()[0]
+            assert first.startswith("# output not compared by nbval: "), f"{path.name} cell {i}"
+            assert len(first) > len("# output not compared by nbval: ") + 20  # says why
+    if not _compared(path):
+        assert not any(c.get("outputs") for c in _code_cells(path)), (
+            f"{path.name} stores outputs nbval does not compare: store them with "
+            "make notebook-outputs NB=notebooks/" + path.name)
+
+
+def test_nbval_compares_at_least_half_of_all_code_cells() -> None:
+    counts = {p.name: (sum(1 for c in _code_cells(p)
+                           if not set(c["metadata"].get("tags", ())) & set(NOT_COMPARED))
+                       if _compared(p) else 0, len(_code_cells(p))) for p in NOTEBOOKS}
+    compared = sum(n for n, _ in counts.values())
+    total = sum(t for _, t in counts.values())
+    assert compared * 2 >= total, counts
+    assert {p.name[:2] for p in NOTEBOOKS if _compared(p)} >= set(COMPARED)
+
+
+def test_make_test_compares_outputs_with_the_sanitisers() -> None:
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert "--nbval " in makefile and "--nbval-lax" not in makefile
+    assert "--nbval-sanitize-with notebooks/nbval_sanitize.cfg" in makefile
+    from nbval.plugin import get_sanitize_patterns
+
+    patterns = get_sanitize_patterns((ROOT / "notebooks" / "nbval_sanitize.cfg").read_text())
+    assert len(patterns) >= 4
+    import re
+
+    def clean(text: str) -> str:
+        for regex, replace in patterns:
+            text = re.sub(regex, replace, text)
+        return text
+
+    # two runs differ only in these; the figures beside them stay compared
+    assert clean("PosixPath('/home/a/opctx/data/sample.db')") == clean("PosixPath('/x/data/sample.db')")
+    assert clean("node u_4150322eb00a4e6e, 12 tokens") == clean("node u_a689f940ba50470b, 12 tokens")
+    assert clean("node u_4150322eb00a4e6e, 12 tokens") != clean("node u_a689f940ba50470b, 13 tokens")
+    assert clean("<object at 0x7f3a2c>") == clean("<object at 0x55d1e0>")
+    assert clean("replayed in 42 ms") == clean("replayed in 1.5 s")
+    assert clean("3 sessions, 40 turns") == "3 sessions, 40 turns"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -150,3 +215,27 @@ def test_a_notebook_compares_the_two_output_reserve_policies():
     assert 'for policy in ("cap", "floor")' in sources
     assert "1_000_000" in sources and "8_192" in sources  # both ends of the window range
     assert "input budget" in sources and "new_figure" in sources
+
+
+@pytest.mark.slow
+def test_nbval_compares_marked_notebooks_and_runs_new_ones_lax(tmp_path):
+    """A stored notebook fails on an output it did not store; a notebook whose outputs were
+    never stored (no mark) runs without comparison until they are."""
+    import shutil
+    import subprocess
+    import sys
+
+    import nbformat
+
+    shutil.copy(ROOT / "notebooks" / "conftest.py", tmp_path / "conftest.py")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("print(42)")]
+    nbformat.write(nb, tmp_path / "new.ipynb")
+    nb.metadata["opctx"] = {"outputs": "compared"}
+    nb.cells[0].execution_count = 1
+    nbformat.write(nb, tmp_path / "stored.ipynb")
+    done = subprocess.run([sys.executable, "-m", "pytest", "--nbval", "--nbval-current-env", "-q",
+                           "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert "1 failed, 1 passed" in done.stdout, done.stdout[-2000:]
+    assert "FAILED stored.ipynb::Cell 0" in done.stdout

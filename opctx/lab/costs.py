@@ -123,7 +123,12 @@ class CachePolicy:
 
 @dataclass(frozen=True)
 class CostRecord:
-    """The priced request ``index`` (NaN costs when its model has no price)."""
+    """The priced request ``index`` (NaN costs when its model has no price).
+
+    Every ``cost*`` field (``cost_input``, ``cost_cache_read``, ``cost_cache_write``,
+    ``cost_output``, ``keep_warm_cost``, ``cost``) is in ``prices.COST_NOTE``: USD, at list
+    prices in USD per million tokens of the stated map and date.
+    """
 
     index: int
     kind: str
@@ -164,7 +169,11 @@ class CostResult:
         return sum(r.cost + r.keep_warm_cost for r in self.records if kind is None or r.kind == kind)
 
     def summary(self) -> dict[str, Any]:
-        """Flat totals: the agent's cost and the summariser's apart, tokens, sources."""
+        """Flat totals: the agent's cost and the summariser's apart, tokens, sources.
+
+        The ``cost*`` and ``keep_warm_cost`` totals are in ``prices.COST_NOTE`` (USD, at list
+        prices in USD per million tokens of the stated map and date).
+        """
         total = self.total()
         summary_cost = self.total("summary")
         recs = self.records

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["FeasibilityReport", "feasibility", "replay_mode", "THRASH_SHARE", "THRASH_MIN",
-           "PROVIDER_USAGE", "ESTIMATES", "REPLAY_MODES"]
+           "PROVIDER_USAGE", "ESTIMATES", "REPLAY_MODES", "FEASIBILITY_COLUMNS"]
 
 # the two ways a replay counts a request (``ReplayResult.mode``): the provider's counts fed
 # back (``feed_usage``), or opctx's estimate alone
@@ -42,6 +42,18 @@ REPLAY_MODES = (PROVIDER_USAGE, ESTIMATES)
 # else (assumed); three in a row is the smallest run that is not a coincidence (assumed)
 THRASH_SHARE = 0.5
 THRASH_MIN = 3
+
+
+# What each column of ``FeasibilityReport.row`` means (a sweep's columns after the metrics).
+FEASIBILITY_COLUMNS: dict[str, str] = {
+    "replay_mode": "what the replay counted on: 'provider usage' (the recorded counts) or 'estimates'",
+    "feasible": "False when the configuration cannot work here (feasibility_problems says why)",
+    "feasibility_problems": "why not: the fixed part at or above the trigger, every request compacting",
+    "trigger_tokens_seen": "the trigger the replay ran with, tokens (NaN: none)",
+    "first_request_tokens": "the provider's count of the first request, if recorded (NaN: not)",
+    "post_compaction_floor_tokens": "the smallest request right after one of the replay's compactions (NaN: none)",
+    "compaction_rate": "compactions per request after the first compaction",
+}
 
 
 @dataclass

@@ -91,7 +91,7 @@ from opctx.dag.messages import is_tool_result, message_text, tool_result_ids, to
 from ._replay_costs import replay_costs
 from .feasibility import PROVIDER_USAGE
 from .history import RecordedHistory
-from .prices import PriceTable
+from .prices import COST_NOTE, PriceTable
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -110,7 +110,55 @@ __all__ = [
     "summarize",
     "guard_counts",
     "Replayed",
+    "METRIC_COLUMNS",
 ]
+
+# What each key of ``summarize`` means (a sweep's metric columns; docs/lab.md's table of a
+# sweep's columns is built from this). A cost column says its unit: ``prices.COST_NOTE``.
+METRIC_COLUMNS: dict[str, str] = {
+    "steps": "requests replayed (one per recorded assistant message)",
+    "turns": "user turns replayed",
+    "input_tokens_total": "estimated prompt tokens summed over the requests (opctx.lab.metrics: 'input tokens')",
+    "input_tokens_peak": "the largest request's estimated prompt, tokens",
+    "input_tokens_mean": "the mean request's estimated prompt, tokens",
+    "tokens_none_total": "the same sum for the unmodified history (the none preset), tokens",
+    "tokens_saved": "tokens_none_total - input_tokens_total",
+    "tokens_saved_pct": "tokens_saved / tokens_none_total (a share, 0..1)",
+    "compactions": "compactions the engine made",
+    "compression_ratio_mean": "mean over compactions of tokens_before / tokens_after (NaN: none)",
+    "structural_fallbacks": "compactions summarised structurally (no model call, or the model failed)",
+    "summary_calls": "summariser calls really made (0 for structural and recorded summaries)",
+    "summary_input_tokens": "prompt tokens of those calls, as the summariser reported them",
+    "summary_output_tokens": "output tokens of those calls, as the summariser reported them",
+    "redacted_total": "messages aged or masked in one request, at most (a message stays redacted in later requests)",
+    "max_budget_pct": "the highest share of the input budget a request used",
+    "over_window_steps": "requests whose estimated prompt exceeded the window",
+    "cost": f"cache-aware cost of the replay's requests (opctx.lab.metrics: 'cost'); {COST_NOTE}",
+    "cost_none": f"the same for the unmodified history (the none preset); {COST_NOTE}",
+    "agent_calls_cost": f"the agent's requests' share of cost; {COST_NOTE}",
+    "summary_calls_cost": f"the summariser's calls' share of cost (see summary_calls_basis); {COST_NOTE}",
+    "summary_calls_priced": "summariser calls priced (one per compaction that wrote a summary)",
+    "summary_calls_input_tokens": "prompt tokens of the priced summariser calls",
+    "summary_calls_basis": "measured (the summariser's reported usage) or modelled (what the compaction folded)",
+    "cache_read_tokens": "prompt tokens read from the provider's prefix cache, summed",
+    "cache_write_tokens": "prompt tokens written to the provider's prefix cache, summed",
+    "price_source": "where the price came from (the table and its date), or why there is none",
+    "cache_assumption": "the cache timing used: recorded request times, or the stated assumption",
+    "prefix_invalidated_tokens": "tokens of a previous request that are no longer a prefix of the next, summed",
+    "prefix_invalidations": "requests that invalidated part of the previous prefix",
+    "broken_pairs": "tool calls and results separated or orphaned, summed over the requests",
+    "broken_pairs_introduced": "broken_pairs beyond those already in the recording (must be 0)",
+    "estimator_steps": "requests where the estimate can be checked (not diverged, provider usage recorded)",
+    "estimator_mean_rel_error": "mean (estimate - provider) / provider on those requests (NaN: none)",
+    "estimator_mean_abs_rel_error": "mean abs(estimate - provider) / provider on those requests (NaN: none)",
+    "compactions_failed": "compaction attempts that made no progress (the engine's guard)",
+    "auto_compaction_disabled": "times the guard disabled auto-compaction",
+    "strategy_idle": "1 when a masking or clearing strategy found nothing to act on in the session",
+    "reference_losses": "uses of an identifier whose sources are gone from the request (opctx.lab.metrics: 'reference loss')",
+    "reference_losses_folded": "reference_losses whose sources were folded into a summary",
+    "reference_losses_masked": "reference_losses whose sources were aged or masked",
+    "identifiers_lost": "distinct identifiers among reference_losses",
+}
 
 
 class Replayed(Protocol):

@@ -180,6 +180,8 @@ __all__ = [
     "CLIENT_PARAMETERS",
     "resolve_trigger",
     "parse_version",
+    "OwnConfiguration",
+    "own_configuration",
 ]
 
 logger = logging.getLogger(__name__)
@@ -478,6 +480,55 @@ def build_engine(
     if isinstance(engine.ager, ClaudeCodeMicrocompactor):  # it counts as the engine does
         engine.ager.estimate = functools.partial(engine.estimator.message_tokens, model=model)
     return engine
+
+
+@dataclass(frozen=True)
+class OwnConfiguration:
+    """The preset and window a recording ran with, and a sentence saying where each came from."""
+
+    preset: str
+    context_window: int
+    says: str
+
+
+def own_configuration(history: Any) -> OwnConfiguration:
+    """The recording's own configuration: its client's preset at the window it ran with.
+
+    What a researcher compares against first is what the agent really did, so a tool
+    that opens on a session opens here rather than on a what-if: the preset of the
+    client that recorded the session (``RecordedHistory.client``: ``claude-code``,
+    ``codex``), else ``default``; the window the recording reports (Codex's
+    ``model_context_window``), else the model's real window (``real_context_window``),
+    which is the window ``replay`` picks when given none.
+
+    >>> from opctx.lab.history import RecordedHistory
+    >>> h = RecordedHistory.from_messages(
+    ...     [{"role": "user", "content": "hi"},
+    ...      {"role": "assistant", "content": "hello", "model": "claude-sonnet-4-5"}])
+    >>> own = own_configuration(h)
+    >>> own.preset, own.context_window
+    ('default', 200000)
+    >>> own.says
+    "preset 'default' (the recording names no client preset) at window 200,000 (the model's window, claude-sonnet-4-5)"
+    """
+    from opctx.context.tokens import real_context_window
+
+    from .history import as_history
+
+    history = as_history(history)
+    client = history.client
+    if client in PRESETS:
+        version = f" {history.client_version}" if history.client_version else ""
+        preset, why_preset = client, f"the recording's client, {client}{version}"
+    else:
+        preset, why_preset = "default", "the recording names no client preset"
+    if history.context_window:
+        window, why_window = int(history.context_window), "the window the recording reports"
+    else:
+        window = int(real_context_window(history.model or None))
+        why_window = f"the model's window, {history.model}" if history.model else "no model named: the default window"
+    return OwnConfiguration(preset, window,
+                            f"preset {preset!r} ({why_preset}) at window {window:,} ({why_window})")
 
 
 def register_presets(replace: bool = True) -> list[str]:

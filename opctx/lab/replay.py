@@ -148,6 +148,8 @@ __all__ = [
     "SummaryMeter",
     "SummaryUsage",
     "replay",
+    "guard_summary",
+    "quiet_replays",
     "DECISIONS",
     "TRIGGER_CHECKS",
     "preset_client",
@@ -238,21 +240,31 @@ def _collecting_engine_notes(fn: Callable[..., ReplayResult]) -> Callable[..., R
     return wrapper
 
 
-def _log_guard_summary(result: ReplayResult) -> None:
+def guard_summary(result: ReplayResult) -> str:
+    """The one-line warning of a replay whose guard disabled auto-compaction ("" if it never did).
+
+    The text a replay logs, and what the tuner shows beside the very replay it is about: it
+    names the session, the preset, the window, the counts and what to change.
+    """
     counts = guard_counts(result.events)
     if not counts["auto_compaction_disabled"]:
-        return
+        return ""
     first = next((e.get("error") for e in result.events if e.get("event") == "auto_compaction_disabled"), None)
-    logger.warning(
-        "replay of %s with preset %r (window %s): auto-compaction was disabled %d time(s) "
-        "(first: %s); %d compaction attempt(s) made no progress. What the strategy must keep "
-        "verbatim (protected head, the last protect_last_n messages, the tail budget) leaves too "
-        "little to fold below its trigger; a larger context_window or a smaller protect_last_n / "
-        "keep_* lets it compact. Details: ReplayResult.events.",
-        result.history.session_id or result.history.title or "a message list", result.preset,
-        f"{result.context_window:,}", counts["auto_compaction_disabled"], first or "see events",
-        counts["compactions_failed"],
+    return (
+        f"replay of {result.history.session_id or result.history.title or 'a message list'} with "
+        f"preset {result.preset!r} (window {result.context_window:,}): auto-compaction was disabled "
+        f"{counts['auto_compaction_disabled']} time(s) (first: {first or 'see events'}); "
+        f"{counts['compactions_failed']} compaction attempt(s) made no progress. What the strategy "
+        "must keep verbatim (protected head, the last protect_last_n messages, the tail budget) "
+        "leaves too little to fold below its trigger; a larger context_window or a smaller "
+        "protect_last_n / keep_* lets it compact. Details: ReplayResult.events."
     )
+
+
+def _log_guard_summary(result: ReplayResult) -> None:
+    text = guard_summary(result)
+    if text:
+        logger.warning("%s", text)
 
 
 class ReplayClock:

@@ -45,17 +45,18 @@ Errors: with ``errors="record"`` (default) a failing replay yields a row whose
 ``error`` column says ``Type: message`` and whose metrics are missing, and the
 sweep carries on; ``errors="raise"`` re-raises the first failure.
 
-Columns: ``session`` (label), ``session_index``, ``config_index``, ``config``
-(label), ``preset``, every configuration key that appears in the grid (the
+Columns: one table, ``SWEEP_COLUMNS`` (in order; ``columns_table()`` is its Markdown,
+the table of docs/lab.md): ``session`` (label), ``session_index``, ``config_index``,
+``config`` (label), ``preset``, every configuration key that appears in the grid (the
 requested ``context_window`` / ``model`` as ``param_context_window`` /
 ``param_model``, since ``context_window`` and ``model`` report what the replay
-actually used), the metrics of ``ReplayResult.metrics`` (``opctx.lab.metrics.summarize``,
-and ``replay_mode``: whether the replay counted on the provider's usage, the default where
-the recording has it, or on estimates; ``feasible`` / ``feasibility_problems``: whether the
-configuration can work on that session, ``opctx.lab.feasibility``), ``messages``,
-``policy`` (the exact policy the replay ran with, resolved for its window and model,
-as JSON: ``CompactionPolicy.from_dict(json.loads(row.policy))`` gives it back, so
-every figure can be traced to its configuration), ``error``.
+actually used), the metrics of ``opctx.lab.metrics.summarize`` (``METRIC_COLUMNS``;
+among them ``replay_mode``: whether the replay counted on the provider's usage, the default
+where the recording has it, or on estimates; ``feasible`` / ``feasibility_problems``:
+whether the configuration can work on that session, ``opctx.lab.feasibility``),
+``messages``, ``policy`` (the exact policy the replay ran with, resolved for its window
+and model, as JSON: ``CompactionPolicy.from_dict(json.loads(row.policy))`` gives it
+back, so every figure can be traced to its configuration), ``error``.
 """
 
 from __future__ import annotations
@@ -71,13 +72,48 @@ from contextlib import closing
 from typing import Any
 
 from ._sweep_engine import MIN_PARALLEL_SECONDS, SCHEDULER_ENV, finished_tasks
+from .feasibility import FEASIBILITY_COLUMNS
 from .history import RecordedHistory, SessionSpec
+from .metrics import METRIC_COLUMNS
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["sweep", "expand_grid", "session_label", "run_task", "SCHEDULER_ENV", "MIN_PARALLEL_SECONDS"]
+__all__ = ["sweep", "expand_grid", "session_label", "run_task", "SCHEDULER_ENV", "MIN_PARALLEL_SECONDS",
+           "SWEEP_COLUMNS", "columns_table"]
 
 _REPLAY_KEYS = {"preset", "context_window", "model", "summaries", "label", "prices", "cache"}
+
+# Every column of a sweep's frame, in order, and what it holds. "<grid key>" stands for the
+# configuration keys of the grid (one column each); "elapsed_s" is there with timings=True.
+SWEEP_COLUMNS: dict[str, str] = {
+    "session": "the session's label (its id, or a recipe's label)",
+    "session_index": "the session's position in the sessions given",
+    "config_index": "the configuration's position in the grid",
+    "config": "the configuration's label (its label key, else the preset and the other keys)",
+    "preset": "the preset (or policy) replayed",
+    "param_context_window": "the window the configuration asked for (None: the recording's or the model's)",
+    "param_model": "the model the configuration asked for",
+    "<grid key>": "every other key of the grid, as given (a policy field by its dotted name ...)",
+    **METRIC_COLUMNS,
+    **FEASIBILITY_COLUMNS,
+    "context_window": "the window the replay used, tokens",
+    "model": "the model the replay counted tokens and priced for",
+    "messages": "messages in the recorded history",
+    "policy": "the exact policy replayed, resolved for its window and model, as JSON",
+    "error": "Type: message of a failed replay (its metrics are then missing), else None",
+    "elapsed_s": "wall-clock seconds of the replay (timings=True only: it differs from run to run)",
+}
+
+
+def columns_table() -> str:
+    """``SWEEP_COLUMNS`` as a Markdown table (docs/lab.md holds it verbatim).
+
+    >>> columns_table().splitlines()[0]
+    '| column | what it holds |'
+    """
+    rows = ["| column | what it holds |", "| --- | --- |"]
+    rows += [f"| `{name}` | {text} |" for name, text in SWEEP_COLUMNS.items()]
+    return "\n".join(rows)
 
 
 def expand_grid(grid: Mapping[str, Sequence[Any]] | Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:

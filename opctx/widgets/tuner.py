@@ -34,9 +34,16 @@ Choices:
   engine gets the very number drawn). Choosing a preset resets every control without
   replaying once per control. Thresholds stay ordered (``recommend_pct <= auto_pct <=
   emergency_pct``): moving one pushes the others instead of producing an invalid
-  policy. ``budget.output_reserve`` left to the model (``None``) shows the base reserve
-  the budget starts from (the model's maximum output when known, else 16,384; see
-  ``opctx.context.budget``).
+  policy. ``budget.output_reserve`` shows the reserve the budget keeps at this window
+  (``BudgetAllocator.reserve_for``: the base reserve, the model's maximum output or
+  16,384, capped by the window's rules), never a base larger than the window; its
+  slider ends at the window, and the status line says the reserve the replay kept.
+* **Nothing shown outlives its replay.** The status line, the plot, the table and the
+  warning box are all recomputed from the replay just run (or taken back together
+  from the memo of that same setting). The guard's warning (auto-compaction disabled:
+  ``opctx.lab.replay.guard_summary``) is shown in the box above the plot, not logged
+  into the cell's output, where the first replay's warning would stay after the
+  settings changed.
 * **The window is typed, not snapped.** The context window is an integer field,
   so 32,000 stays 32,000 (a slider would round it to its step). With no window
   given, the one ``replay`` would choose is shown and used.
@@ -102,19 +109,24 @@ _PLOT_CSS = "width:100%;height:auto;min-height:400px;object-fit:contain"
 _NO_CONTROL = {"budget.context_window", "client.name", "client.version"}
 
 
-def _engine_policy(
-    name: str, context_window: int | None, model: str | None, params: Mapping[str, Any]
-) -> Any:
-    """The policy the engine of preset ``name`` runs with for ``params``: ``engine.policy``
-    of ``build_engine`` with the arguments ``replay`` passes it, so this is the replay's
-    own; ``None`` when those arguments are invalid (the replay will say why)."""
+def _engine(name: str, context_window: int | None, model: str | None, params: Mapping[str, Any]) -> Any:
+    """The engine of preset ``name`` for ``params``, built with the arguments ``replay``
+    passes ``build_engine``; ``None`` when those are invalid (the replay will say why)."""
     from ..lab.presets import build_engine
 
     try:
-        engine = build_engine(name, context_window=context_window, model=model or None, **dict(params))
+        return build_engine(name, context_window=context_window, model=model or None, **dict(params))
     except (ValueError, TypeError):
         return None
-    return engine.policy
+
+
+def _engine_policy(
+    name: str, context_window: int | None, model: str | None, params: Mapping[str, Any]
+) -> Any:
+    """The policy the engine of preset ``name`` runs with for ``params``: ``engine.policy``,
+    so this is the replay's own; ``None`` when the arguments are invalid."""
+    engine = _engine(name, context_window, model, params)
+    return None if engine is None else engine.policy
 
 
 def _shown(spec: Any, name: str) -> bool:
@@ -134,13 +146,21 @@ def _shown(spec: Any, name: str) -> bool:
 
 
 def _full_parameters(spec: Any, context_window: int | None, model: str | None) -> dict[str, Any]:
-    """Every policy field the tuner shows for ``spec``, at the value its engine uses."""
-    from ..context.budget import BudgetAllocator
+    """Every policy field the tuner shows for ``spec``, at the value its engine uses.
 
-    policy = _engine_policy(spec.name, context_window, model, {}) or spec.policy
+    The output reserve is the one the budget keeps at this window (``reserve_for``: the
+    base reserve capped by the window's rules), never the base itself, which can be
+    larger than the window (64,000 for a model whose max output is 64,000, at 32,000).
+    """
+    from ..context.budget import BudgetAllocator
+    from ..context.tokens import real_context_window
+
+    engine = _engine(spec.name, context_window, model, {})
+    policy = spec.policy if engine is None else engine.policy
     values = {name: value for name, value in policy.flat().items() if _shown(spec, name)}
-    if values.get("budget.output_reserve") is None:
-        values["budget.output_reserve"] = BudgetAllocator().base_reserve(model or None)
+    allocator = BudgetAllocator() if engine is None else engine.budget_allocator
+    window = context_window or real_context_window(model or None)
+    values["budget.output_reserve"] = allocator.reserve_for(window, model or None)
     return values
 
 
@@ -289,6 +309,10 @@ class CompactionTuner(widgets.VBox):
         self.more = widgets.Accordion(children=[self.more_box], selected_index=None,
                                       layout=widgets.Layout(width="100%"))
         self.status = widgets.HTML()
+        self.status.add_class("opctx-tuner-status")
+        # the guard's warning about the replay on show, replaced by every replay
+        self.warnings = widgets.HTML()
+        self.warnings.add_class("opctx-tuner-warnings")
         self.plot = widgets.HTML(layout=widgets.Layout(width="100%"))
         self.plot.add_class("opctx-budget-plot")
         self.table = widgets.HTML()
@@ -307,7 +331,8 @@ class CompactionTuner(widgets.VBox):
         header = widgets.HBox([self.preset, self.window, self.status],
                               layout=widgets.Layout(align_items="center", flex_flow="row wrap"))
         body = widgets.HBox([self.plot_box, self.sidebar], layout=widgets.Layout(width="100%"))
-        super().__init__(children=[header, body, self.table], layout=widgets.Layout(width="100%"))
+        super().__init__(children=[header, self.warnings, body, self.table],
+                         layout=widgets.Layout(width="100%"))
         self.add_class("opctx-tuner")
         self.update()
 
@@ -381,6 +406,10 @@ class CompactionTuner(widgets.VBox):
                     value = used.get(name)
                     if name in self.controls and value is not None:
                         _show_value(self.controls[name], value)
+            reserve = self.controls.get("budget.output_reserve")
+            if isinstance(reserve, widgets.IntSlider) and self.current_window() > 0:
+                # a reserve can never be larger than the window it is kept in
+                reserve.max = self.current_window()
         finally:
             self._resetting = False
 
@@ -457,8 +486,13 @@ class CompactionTuner(widgets.VBox):
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
-        result = self._replay(self.history, self.preset.value, context_window=window,
-                              keep_contexts=False, **dict(items))
+        from ..lab.replay import quiet_replays
+
+        # the guard's warning is shown beside this replay (update), not logged into the
+        # cell's output, where it would outlive the replay it is about
+        with quiet_replays():
+            result = self._replay(self.history, self.preset.value, context_window=window,
+                                  keep_contexts=False, **dict(items))
         self.replays += 1
         self._cache[key] = result
         if len(self._cache) > self._cache_size:
@@ -473,7 +507,7 @@ class CompactionTuner(widgets.VBox):
         view = self._views.get(key)
         if view is not None and key in self._cache:
             self.result = self._cache[key]
-            self.status.value, self.plot.value, self.table.value = view
+            self.status.value, self.warnings.value, self.plot.value, self.table.value = view
             return
         self.status.value = "<div style='font:13px system-ui;color:#777'>replaying\u2026</div>"
         try:
@@ -483,6 +517,7 @@ class CompactionTuner(widgets.VBox):
                 f"<span style='color:#b00'>replay failed: {escape_text(type(exc).__name__)}: "
                 f"{escape_text(exc)}</span>"
             )
+            self.warnings.value = ""  # it was about another replay
             return
         self.result = result
         elapsed = time.perf_counter() - started
@@ -493,9 +528,11 @@ class CompactionTuner(widgets.VBox):
             f"<div style='font:13px system-ui'>{escape_text(self.preset.value)}: "
             f"<b>{len(steps)}</b> requests, <b>{len(comps)}</b> compactions, peak "
             f"\u2248{peak:,} tokens, window {escape_text(f'{result.context_window:,}')}"
+            f"{_reserve_note(result)}"
             f"{_aging_note(self.recorded_aging)}{_mode_note(result)}; "
             f"replayed in {elapsed * 1000:.0f} ms</div>{_feasibility_note(result)}"
         )
+        self.warnings.value = _warning_html(result)
         fig, (ax,) = new_figure(*_FIGURE_INCHES)
         # the lines are the thresholds this replay used, not the specification's defaults
         budget_timeline(steps, ax=ax, thresholds=self.thresholds(),
@@ -513,7 +550,7 @@ class CompactionTuner(widgets.VBox):
         caption = (f"{len(rows)} compaction(s) with these settings" if rows
                    else "no compaction with these settings")
         self.table.value = html_table(_TABLE_COLUMNS, rows, caption=caption) + _aging_table(self.recorded_aging)
-        self._views[key] = (self.status.value, self.plot.value, self.table.value)
+        self._views[key] = (self.status.value, self.warnings.value, self.plot.value, self.table.value)
         while len(self._views) > self._cache_size:
             self._views.pop(next(iter(self._views)))
 
@@ -534,6 +571,26 @@ def _feasibility_note(result: Any) -> str:
         return ""
     return ("<div style='font:13px system-ui;color:#b00'>cannot work here: "
             f"{escape_text('; '.join(report.problems))}</div>")
+
+
+def _reserve_note(result: Any) -> str:
+    """The output reserve this replay kept: its window minus its input budget."""
+    steps = getattr(result, "steps_df", None)
+    if steps is None or not len(steps) or "input_budget" not in steps:
+        return ""
+    reserve = int(result.context_window) - int(steps["input_budget"].iloc[-1])
+    return f", output reserve {reserve:,}"
+
+
+def _warning_html(result: Any) -> str:
+    """The guard's warning for this replay (``replay.guard_summary``), or nothing."""
+    from ..lab.replay import guard_summary
+
+    text = guard_summary(result) if hasattr(result, "events") and hasattr(result, "history") else ""
+    if not text:
+        return ""
+    return ("<div style='font:13px system-ui;color:#7a1c00;background:#fdecea;border-left:4px solid "
+            f"#b00;padding:6px 10px;margin:4px 0'>{escape_text(text)}</div>")
 
 
 # -- recorded aging (Claude Code microcompactions) ---------------------------------------------

@@ -256,3 +256,15 @@ def test_incremental_request_views_give_the_direct_losses(preset, window):
     expected = _losses_rebuilding_every_request(result)
     assert expected, "the replay must lose something for this comparison to mean anything"
     assert list(zip(got["identifier"], got["use_index"], got["step"], got["reason"].astype(str), strict=True)) == expected
+
+
+def test_every_metric_column_is_described_and_costs_say_their_unit():
+    from opctx.lab.feasibility import FEASIBILITY_COLUMNS
+    from opctx.lab.metrics import METRIC_COLUMNS
+    from opctx.lab.prices import COST_NOTE
+    from opctx.lab.replay import replay
+    from opctx.lab.scenarios import generate_session
+
+    row = replay(generate_session(5, n_turns=3).messages, "default").metrics()
+    assert set(row) == set(METRIC_COLUMNS) | set(FEASIBILITY_COLUMNS)
+    assert all(COST_NOTE in text for name, text in METRIC_COLUMNS.items() if "cost" in name)

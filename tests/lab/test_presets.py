@@ -373,3 +373,24 @@ def test_a_policy_engine_replays_as_the_legacy_arguments_did(policy):
     assert [c.to_dict() | {"duration_ms": 0} for c in new.compactions] == [
         c.to_dict() | {"duration_ms": 0} for c in old.compactions]
     assert new.events == old.events
+
+
+def test_own_configuration_is_the_recordings_client_preset_and_window():
+    """A tool opens on what the agent really ran: its client's preset, its window."""
+    from opctx.lab.history import RecordedHistory
+    from opctx.lab.presets import own_configuration
+
+    user = {"role": "user", "content": "hi"}
+    codex = RecordedHistory.from_messages(
+        [user, {"role": "assistant", "content": "ok", "model": "gpt-5.2-codex", "context_window": 258_400}],
+        fmt="codex")
+    own = own_configuration(codex)
+    assert (own.preset, own.context_window) == ("codex", 258_400)
+    assert "the window the recording reports" in own.says and "codex" in own.says
+    claude = RecordedHistory.from_messages(
+        [user, {"role": "assistant", "content": "ok", "model": "claude-sonnet-4-5"}], fmt="claude_code")
+    own = own_configuration(claude)
+    assert (own.preset, own.context_window) == ("claude-code", 200_000)
+    assert "the model's window, claude-sonnet-4-5" in own.says
+    plain = RecordedHistory.from_messages([user, {"role": "assistant", "content": "ok"}], fmt="openai")
+    assert own_configuration(plain).preset == "default"

@@ -388,3 +388,25 @@ def test_with_a_cluster_found_one_task_runs_here_then_the_rest_go_out_or_all_sta
             sweep(specs, GRID, executor="dask", progress=False)
     finally:
         client.pool.shutdown()
+
+
+# -- the columns: one table, the one of docs/lab.md --------------------------------------------
+
+
+def test_a_sweeps_columns_are_the_documented_table_in_its_order():
+    from opctx.lab.prices import COST_NOTE
+    from opctx.lab.scenarios import ScenarioSpec
+    from opctx.lab.sweep import SWEEP_COLUMNS, columns_table
+
+    grid = {"preset": ["default"], "context_window": [16_000], "cut.keep_ratio": [0.2]}
+    frame = sweep([ScenarioSpec(5, n_turns=4)], grid, progress=False, timings=True)
+    documented = [c for c in SWEEP_COLUMNS if c not in ("param_model", "<grid key>")]
+    documented.insert(documented.index("steps"), "cut.keep_ratio")
+    assert list(frame.columns) == documented
+    # every cost column says its unit: USD at list prices per million tokens, map and date
+    costs = [name for name in SWEEP_COLUMNS if "cost" in name]
+    assert costs and all(COST_NOTE in SWEEP_COLUMNS[name] for name in costs)
+    assert "per million tokens" in COST_NOTE and "copied 20" in COST_NOTE
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "lab.md").read_text(encoding="utf-8")
+    assert columns_table() in docs, "docs/lab.md's table of a sweep's columns is out of date"
+    assert docs.count(COST_NOTE) >= 2  # the table and the Costs section
