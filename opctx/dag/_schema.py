@@ -114,9 +114,10 @@ def _m0006_node_token_counts(conn: sqlite3.Connection) -> None:
     # cut reads of a message (its tool ids, its role in a turn), encoded by the context
     # layer, so a cold cut does not walk the messages either. The counts follow the node: a
     # delete cascades, and a trigger drops them when the node's data changes (an
-    # in-place update), so a count always describes the data beside it.
+    # in-place update), so a count always describes the data beside it. IF NOT EXISTS: a
+    # database whose record of this step was lost (a copy, a hand edit) migrates again.
     conn.execute(
-        """CREATE TABLE node_tokens (
+        """CREATE TABLE IF NOT EXISTS node_tokens (
             pk INTEGER NOT NULL REFERENCES nodes(pk) ON DELETE CASCADE,
             estimator TEXT NOT NULL,
             tokens INTEGER NOT NULL,
@@ -126,7 +127,7 @@ def _m0006_node_token_counts(conn: sqlite3.Connection) -> None:
         ) WITHOUT ROWID"""
     )
     conn.execute(
-        "CREATE TRIGGER node_tokens_stale AFTER UPDATE OF data_json, type ON nodes "
+        "CREATE TRIGGER IF NOT EXISTS node_tokens_stale AFTER UPDATE OF data_json, type ON nodes "
         "BEGIN DELETE FROM node_tokens WHERE pk = old.pk; END"
     )
 
