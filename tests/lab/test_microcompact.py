@@ -218,9 +218,11 @@ def test_replay_of_a_recording_clears_where_its_counts_say():
         history[1 + 2 * i] = {**history[1 + 2 * i], "usage": {"input_tokens": 100_000 + 10_000 * i,
                                                                "cache_read_tokens": 0, "cache_write_tokens": 0,
                                                                "output_tokens": 5}}
+    # the client's auto-compaction off (its setting moves the clearing's warning threshold, and
+    # the preset never compacts by itself); the replay counts on the recorded usage by default
     result = replay(history, "claude-code", context_window=200_000, model="claude-opus-4-5",
-                    client_version="2.1.19", keep_contexts=False, microcompact=rule_for_version(
-                        "2.1.19", auto_compact=False))
+                    client_version="2.1.19", keep_contexts=False, auto_compact=False)
+    assert result.mode == "provider usage" and not result.steps_df["compacted"].any()
     redacted = list(result.steps_df["redacted"])
     first = next(i for i, n in enumerate(redacted) if n)
     # request 5 reported 150K + 5 (>= 148K, auto-compaction off): the client clears before request 6
