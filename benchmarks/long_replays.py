@@ -15,12 +15,19 @@ For each preset of ``opctx.lab.presets.PRESETS`` (structural summaries: no LLM):
 CPU time (``process_time``) is printed beside the wall clock: on a shared machine the
 wall clock of a single-threaded replay is inflated by other processes.
 
-Run: ``.venv/bin/python benchmarks/long_replays.py [--runs 3] [--presets default,codex]``
+Each preset's line gives the median over the ten sessions of the per-session median
+(``--runs``) CPU seconds per 1,000 requests, its ratio to the target (``TARGET_S``: the
+replay cost must stay under one second per 1,000 requests), and the worst session (the
+session's id and request count). ``--json FILE`` writes the same figures as JSON.
+
+Run: ``.venv/bin/python benchmarks/long_replays.py [--runs 3] [--presets default,codex]
+[--sizes ""] [--json out.json]`` (an empty ``--sizes`` skips part 3)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sqlite3
@@ -39,6 +46,7 @@ from opctx.lab.replay import replay  # noqa: E402
 from opctx.lab.synthetic_history import make_history  # noqa: E402
 
 CORPUS = Path(os.environ.get("OPCTX_CORPUS", ROOT.parent / "shared" / "corpus"))
+TARGET_S = 1.0  # CPU seconds per 1,000 requests a replay must stay under
 
 
 def cpu_of(fn) -> tuple[float, float]:
@@ -53,9 +61,13 @@ def longest(db: str, k: int) -> list:
     return sorted(histories, key=lambda h: -h.n_requests)[:k]
 
 
-def corpus_part(histories: list, presets: list[str], runs: int) -> None:
+def corpus_part(histories: list, presets: list[str], runs: int) -> dict[str, dict]:
+    """Per preset: the figures of part 1-2 (also returned, for ``--json``)."""
     requests = sum(h.n_requests for h in histories)
     print(f"1-2. ten longest corpus sessions: {[h.n_requests for h in histories]} requests ({requests} in all)")
+    print(f"  {'preset':<31} cpu s per 1,000 requests (target {TARGET_S:g} s): median of the ten, "
+          "x target, worst session; all ten together; the ten in a loop")
+    out = {}
     for preset in presets:
         per_session, singles = [], 0.0
         for h in histories:
@@ -64,23 +76,43 @@ def corpus_part(histories: list, presets: list[str], runs: int) -> None:
             per_session.append(1000 * statistics.median(cpus) / max(1, h.n_requests))
         loops = [cpu_of(lambda p=preset: [replay(h, p, keep_contexts=False) for h in histories]) for _ in range(2)]
         loop_cpu = statistics.median(c for c, _ in loops)
-        print(f"  {preset:<20} per 1,000 requests: median {statistics.median(per_session):5.2f} s cpu, "
-              f"max {max(per_session):5.2f} s, all ten {1000 * singles / requests:5.2f} s;  "
+        median = statistics.median(per_session)
+        worst = max(range(len(histories)), key=per_session.__getitem__)
+        out[preset] = {
+            "s_per_1000_median": median,
+            "x_target": median / TARGET_S,
+            "worst_s_per_1000": per_session[worst],
+            "worst_session": str(histories[worst].session_id),
+            "worst_requests": histories[worst].n_requests,
+            "all_ten_s_per_1000": 1000 * singles / requests,
+            "per_session_s_per_1000": per_session,
+            "loop_cpu_s": loop_cpu,
+            "loop_wall_s": min(w for _, w in loops),
+            "loop_over_singles": loop_cpu / singles,
+        }
+        print(f"  {preset:<31} {median:6.2f} s  x{median / TARGET_S:5.2f}  worst {per_session[worst]:7.2f} s "
+              f"({str(histories[worst].session_id)[:8]}, {histories[worst].n_requests} req);  "
+              f"all ten {1000 * singles / requests:6.2f} s;  "
               f"loop {loop_cpu:6.2f} s cpu ({min(w for _, w in loops):6.2f} s wall) "
               f"= x{loop_cpu / singles:4.2f} the single runs")
+    return out
 
 
-def synthetic_part(presets: list[str], sizes: list[int]) -> None:
+def synthetic_part(presets: list[str], sizes: list[int]) -> dict[str, dict[int, float]]:
+    """Per preset: cpu s per 1,000 requests at each size (also returned, for ``--json``)."""
     full = make_history(max(sizes), seed=3)
     print(f"3. synthetic session cut to {sizes} messages: cpu s per 1,000 requests")
+    out = {}
     for preset in presets:
-        cells = []
+        cells, out[preset] = [], {}
         for n in sizes:
             history = full[:n]
             requests = sum(1 for m in history if m.get("role") == "assistant")
             cpu, _ = cpu_of(lambda history=history, p=preset: replay(history, p, keep_contexts=False))
+            out[preset][n] = 1000 * cpu / requests
             cells.append(f"{n}: {1000 * cpu / requests:5.2f}")
-        print(f"  {preset:<20} " + "  ".join(cells))
+        print(f"  {preset:<31} " + "  ".join(cells))
+    return out
 
 
 def main() -> None:
@@ -89,10 +121,13 @@ def main() -> None:
     parser.add_argument("--presets", default=",".join(PRESETS))
     parser.add_argument("--sizes", default="1000,2000,4000,8000")
     parser.add_argument("--db", default=None, help="an opctx database holding the corpus (skips the import)")
+    parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
     args = parser.parse_args()
     logging.getLogger("opctx").setLevel(logging.ERROR)
     presets = [p for p in args.presets.split(",") if p]
-    print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
+    load = os.getloadavg()
+    print(f"load average {' '.join(f'{x:.1f}' for x in load)} on {os.cpu_count()} cores")
+    doc: dict = {"target_s_per_1000": TARGET_S, "runs": args.runs, "load_before": load}
     with tempfile.TemporaryDirectory() as tmp:
         db = args.db
         if db is None and (CORPUS / "manifest.json").is_file():
@@ -103,11 +138,16 @@ def main() -> None:
         if db is not None:
             histories = longest(db, 10)
             replay(histories[0], "none", keep_contexts=False)  # tokenizer load, imports
-            corpus_part(histories, presets, args.runs)
+            doc["corpus"] = corpus_part(histories, presets, args.runs)
         else:
             print(f"no corpus at {CORPUS}: part 1-2 skipped")
-        synthetic_part(presets, [int(s) for s in args.sizes.split(",")])
-    print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+        sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+        if sizes:
+            doc["synthetic"] = synthetic_part(presets, sizes)
+    doc["load_after"] = os.getloadavg()
+    print(f"load average {' '.join(f'{x:.1f}' for x in doc['load_after'])}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":
