@@ -279,13 +279,17 @@ def _top(
     if rank_window is not None and rank_window > 0:
         window = max(int(rank_window), limit)
         # Are there window matches at all? Counting in rowid order costs half the
-        # newest-first walk below (FTS5 reads its doclists forwards), and most
-        # queries have fewer matches, so only they pay just this.
-        many = conn.execute(
+        # newest-first walk below (FTS5 reads its doclists forwards); most queries
+        # have fewer matches and pay only this count.
+        matches = conn.execute(
             "SELECT count(*) FROM (SELECT 1 FROM nodes_fts WHERE nodes_fts MATCH ? LIMIT ?)",
             (fts_query, window),
-        ).fetchone()[0] >= window
-        if many:
+        ).fetchone()[0]
+        if matches == 0:
+            # Nothing to rank: the ranking query would walk the same doclists again
+            # (a CJK phrase of common characters, text found nowhere).
+            return []
+        if matches >= window:
             # The rowid of the window-th newest match of the whole
             # database (no session filter: that one costs a lookup per row).
             row = conn.execute(

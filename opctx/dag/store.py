@@ -84,8 +84,9 @@ Choices, where the specification leaves room (docs/design.md):
 * **Rank window.** Ranking costs ~1.5 µs per matching row and a word found in
   half of 100,000 nodes took ~90 ms to rank, so when a query matches more than
   ``SEARCH_RANK_WINDOW`` (2,000) rows of the database, only the 2,000 newest
-  matches are ranked (one cheap ``ORDER BY rowid DESC ... OFFSET`` finds where
-  they start); bm25 still uses the whole index's statistics. If the session has
+  matches are ranked (a count of the matches up to 2,000 says whether there are
+  that many, then one ``ORDER BY rowid DESC ... OFFSET`` finds where they
+  start); bm25 still uses the whole index's statistics. If the session has
   fewer than ``limit`` hits among them, every match is ranked after all, so a
   search never comes back short. For a word that common, "best among the recent"
   is what a transcript search wants; ``rank_window=None`` ranks every match.
