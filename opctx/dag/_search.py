@@ -244,10 +244,10 @@ def _search(
                 # The filter would keep every row: skip its lookups. A session
                 # written in between by another connection shows in the hits,
                 # and then the search runs again with the filter.
-                hits = _hits(conn, fts_query, _top(conn, fts_query, None, limit, rank_window))
+                hits = _hits(conn, _top(conn, fts_query, None, limit, rank_window))
                 if all(hit.session_id == session_id for hit in hits):
                     return hits
-            return _hits(conn, fts_query, _top(conn, fts_query, session_id, limit, rank_window))
+            return _hits(conn, _top(conn, fts_query, session_id, limit, rank_window))
         except sqlite3.OperationalError as e:
             msg = str(e)
             if raw and not any(w in msg for w in ("locked", "busy", "disk", "malformed", "no such table")):
@@ -273,18 +273,31 @@ def _only_session(conn: sqlite3.Connection, session_id: str) -> bool:
 def _top(
     conn: sqlite3.Connection, fts_query: str, session_id: str | None, limit: int,
     rank_window: int | None,
-) -> list[tuple[int, float]]:
-    """``(pk, rank)`` of the best ``limit`` matches, best first (see "Rank window")."""
+) -> list[tuple]:
+    """The rows (see :func:`_ranked`) of the best ``limit`` matches, best first (see "Rank window")."""
     boundary = None
     if rank_window is not None and rank_window > 0:
-        # The rowid of the rank_window-th newest match of the whole
-        # database (no session filter: that one costs a lookup per row).
-        row = conn.execute(
-            "SELECT rowid FROM nodes_fts WHERE nodes_fts MATCH ? "
-            "ORDER BY rowid DESC LIMIT 1 OFFSET ?",
-            (fts_query, max(int(rank_window), limit) - 1),
-        ).fetchone()
-        boundary = row[0] if row is not None else None
+        window = max(int(rank_window), limit)
+        # Are there window matches at all? Counting in rowid order costs half the
+        # newest-first walk below (FTS5 reads its doclists forwards); most queries
+        # have fewer matches and pay only this count.
+        matches = conn.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM nodes_fts WHERE nodes_fts MATCH ? LIMIT ?)",
+            (fts_query, window),
+        ).fetchone()[0]
+        if matches == 0:
+            # Nothing to rank: the ranking query would walk the same doclists again
+            # (a CJK phrase of common characters, text found nowhere).
+            return []
+        if matches >= window:
+            # The rowid of the window-th newest match of the whole
+            # database (no session filter: that one costs a lookup per row).
+            row = conn.execute(
+                "SELECT rowid FROM nodes_fts WHERE nodes_fts MATCH ? "
+                "ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+                (fts_query, window - 1),
+            ).fetchone()
+            boundary = row[0] if row is not None else None
     top: list = []
     if boundary is not None:
         top = _ranked(conn, fts_query, session_id, limit, boundary)
@@ -295,65 +308,55 @@ def _top(
     return top
 
 
+_RANKED_SQL = (
+    "SELECT nodes_fts.rowid, nodes_fts.rank, n.session_id, n.id, n.type, n.seq, "
+    f"snippet(nodes_fts, 0, '{SNIPPET_OPEN}', '{SNIPPET_CLOSE}', '{SNIPPET_ELLIPSIS}', {SNIPPET_TOKENS}) "
+    "FROM nodes_fts CROSS JOIN nodes n ON n.pk = nodes_fts.rowid WHERE nodes_fts MATCH ?"
+)
+
+
 def _ranked(
     conn: sqlite3.Connection, fts_query: str, session_id: str | None, limit: int,
     boundary: int | None,
-) -> list[tuple[int, float]]:
-    """``(pk, rank)`` of the best ``limit`` matches, best first: ranking and nothing else.
+) -> list[tuple]:
+    """``(pk, rank, session_id, id, type, seq, snippet)`` of the best ``limit`` matches, best first.
+
+    Why one query: FTS5 takes ``ORDER BY rank`` over (its plan sorts the matches'
+    ``(rowid, rank)`` itself, no temporary b-tree), so SQLite steps the rows in
+    rank order and computes the other result columns, the snippet among them, only
+    for the rows it steps to: the ``limit`` it returns (and, with a session filter,
+    the other sessions' rows it skips on the way read only ``nodes.session_id``).
+    A separate snippet query for the returned rows parsed the query again and
+    walked its doclists a second time, for the same snippets.
+    ``tests/dag/test_store.py`` checks the plan has no sorter of its own.
 
     The session filter reads ``nodes.session_id`` by pk (a short row prefix) rather
     than the FTS row's own copy, which sits behind up to 64 Ki of text.
     """
-    if session_id is None:
-        sql = "SELECT rowid, rank FROM nodes_fts WHERE nodes_fts MATCH ?"
-        params: list[Any] = [fts_query]
-    else:
-        sql = ("SELECT nodes_fts.rowid, nodes_fts.rank FROM nodes_fts CROSS JOIN nodes n "
-               "ON n.pk = nodes_fts.rowid WHERE nodes_fts MATCH ? AND n.session_id = ?")
-        params = [fts_query, session_id]
+    sql = _RANKED_SQL
+    params: list[Any] = [fts_query]
+    if session_id is not None:
+        sql += " AND n.session_id = ?"
+        params.append(session_id)
     if boundary is not None:
         sql += " AND nodes_fts.rowid >= ?"
         params.append(boundary)
-    return conn.execute(sql + " ORDER BY rank LIMIT ?", [*params, limit]).fetchall()
+    return conn.execute(sql + " ORDER BY nodes_fts.rank LIMIT ?", [*params, limit]).fetchall()
 
 
-def _hits(conn: sqlite3.Connection, fts_query: str, top: list[tuple[int, float]]) -> list[SearchHit]:
-    """The hits of the ranked rows ``top``, in their order: snippets for these rows only.
-
-    Why this shape: SQLite computes every result column of a row before it sorts, so
-    a snippet (and the name, out of the JSON) in the ranking query was built for every
-    ranked match, up to the whole rank window, to keep twenty. And asking FTS5 for
-    the snippets by ``rowid IN (...)`` re-runs the query once per row, each a seek in
-    every term's doclist; one pass over the matches between the smallest and largest
-    of these rowids, keeping only them (``+rowid``: not offered to FTS5 as a lookup),
-    costs a fraction of that.
-    """
-    if not top:
-        return []
-    pks = [pk for pk, _ in top]
-    marks = ",".join("?" * len(pks))
-    details = {
-        r[0]: r
-        for r in conn.execute(
-            "SELECT nodes_fts.rowid, n.session_id, n.id, n.type, n.seq, "
-            f"snippet(nodes_fts, 0, '{SNIPPET_OPEN}', '{SNIPPET_CLOSE}', '{SNIPPET_ELLIPSIS}', "
-            f"{SNIPPET_TOKENS}) FROM nodes_fts CROSS JOIN nodes n ON n.pk = nodes_fts.rowid "
-            f"WHERE nodes_fts MATCH ? AND nodes_fts.rowid BETWEEN ? AND ? AND +nodes_fts.rowid IN ({marks})",
-            [fts_query, min(pks), max(pks), *pks],
-        )
-    }
+def _hits(conn: sqlite3.Connection, rows: list[tuple]) -> list[SearchHit]:
+    """The :class:`SearchHit` of each row of :func:`_ranked`, in their order."""
     return [
         SearchHit(
-            session_id=r[1],
-            node_id=r[2],
-            role=r[3],
+            session_id=sid,
+            node_id=nid,
+            role=role,
             name=_stored_name(conn, pk),
-            snippet=(r[5] or "").replace(_ZWSP, ""),
+            snippet=(snippet or "").replace(_ZWSP, ""),
             rank=float(rank),
-            seq=r[4],
+            seq=seq,
         )
-        for pk, rank in top
-        if (r := details.get(pk)) is not None
+        for pk, rank, sid, nid, role, seq, snippet in rows
     ]
 
 

@@ -77,15 +77,16 @@ Choices, where the specification leaves room (docs/design.md):
   parentheses are therefore just text: they never raise and never widen a search.
   A query with no searchable text returns ``[]``. ``raw=True`` passes FTS5 syntax
   through; a syntax error becomes a ``StoreError``. ``SearchHit.rank`` is FTS5's
-  bm25 ``rank`` (more negative = better); hits come best first. Ranking runs on
-  its own; snippets and names are built afterwards for the rows returned only
-  (``_search._hits`` says why), and a session's search in a database that holds
+  bm25 ``rank`` (more negative = better); hits come best first. FTS5 ranks the
+  matches itself and snippets and names are built for the rows returned only
+  (``_search._ranked`` says why), and a session's search in a database that holds
   no other session skips the session filter.
 * **Rank window.** Ranking costs ~1.5 µs per matching row and a word found in
   half of 100,000 nodes took ~90 ms to rank, so when a query matches more than
   ``SEARCH_RANK_WINDOW`` (2,000) rows of the database, only the 2,000 newest
-  matches are ranked (one cheap ``ORDER BY rowid DESC ... OFFSET`` finds where
-  they start); bm25 still uses the whole index's statistics. If the session has
+  matches are ranked (a count of the matches up to 2,000 says whether there are
+  that many, then one ``ORDER BY rowid DESC ... OFFSET`` finds where they
+  start); bm25 still uses the whole index's statistics. If the session has
   fewer than ``limit`` hits among them, every match is ranked after all, so a
   search never comes back short. For a word that common, "best among the recent"
   is what a transcript search wants; ``rank_window=None`` ranks every match.

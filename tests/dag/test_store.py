@@ -777,6 +777,32 @@ def test_rank_window_ranks_the_newest_matches_and_never_comes_back_short(db_path
     one.close()
 
 
+def test_rank_window_edge_a_window_of_exactly_the_matches_ranks_them_all(db_path):
+    # The window is counted first (forwards) and located only when it is full: with as
+    # many matches as the window, or more, or fewer, the ranked rows are the newest
+    # window of them.
+    one = GraphStore(db_path, "one")
+    best_old = one.append(UserMessage("needle " * 50))
+    for i in range(30):
+        one.append(UserMessage(f"filler {i} with one needle in hay " + "hay " * 40))
+    for window in (30, 31, 32):
+        hits = one.search("needle", limit=3, rank_window=window)
+        assert (hits[0].node_id == best_old.id) == (window >= 31), window
+    one.close()
+
+
+def test_the_ranked_query_lets_fts5_sort_so_snippets_are_built_for_returned_rows_only(store):
+    # With a sorter of SQLite's own, every result column (the snippet among them) would be
+    # computed for every match before the LIMIT; FTS5 taking ORDER BY rank over avoids it.
+    from opctx.dag import _search
+
+    for extra in ("", " AND n.session_id = ?", " AND n.session_id = ? AND nodes_fts.rowid >= ?"):
+        sql = _search._RANKED_SQL + extra + " ORDER BY nodes_fts.rank LIMIT ?"
+        plan = " ".join(r[3] for r in store.connection.execute(
+            "EXPLAIN QUERY PLAN " + sql, ["x"] * sql.count("?")))
+        assert "TEMP B-TREE" not in plan and "VIRTUAL TABLE" in plan, plan
+
+
 def test_rank_window_applies_to_raw_queries_and_keeps_syntax_errors_clear(searchable):
     assert _ids(searchable.search("rock OR verbose", raw=True, rank_window=1)) == ["and", "minus"]
     with pytest.raises(StoreError, match="invalid FTS5 query"):
