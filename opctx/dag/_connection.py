@@ -27,7 +27,7 @@ from contextlib import contextmanager
 
 from ._errors import StoreError
 
-__all__ = ["transaction", "set_text_index", "BUSY_TIMEOUT_MS"]
+__all__ = ["transaction", "flat_transaction", "set_text_index", "BUSY_TIMEOUT_MS"]
 
 BUSY_TIMEOUT_MS = 30_000
 _SQLITE_HEADER = b"SQLite format 3\x00"
@@ -40,6 +40,7 @@ class _Connection(sqlite3.Connection):
     opctx_lock: threading.RLock
     opctx_depth: int
     opctx_undo: list[Callable[[], None]]
+    opctx_flat: bool  # inside ``flat_transaction``: steps take no savepoints
 
 
 def _check_header(path: str) -> None:
@@ -82,6 +83,7 @@ def _open(
     conn.opctx_lock = threading.RLock()
     conn.opctx_depth = 0  # open write transactions of ours (see _write)
     conn.opctx_undo = []  # undo actions for the Python side (see _on_rollback)
+    conn.opctx_flat = False  # see flat_transaction
     conn.opctx_index_text = True  # see set_text_index
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
@@ -138,6 +140,14 @@ def _write(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     """
     with conn.opctx_lock:  # type: ignore[attr-defined]
         depth = conn.opctx_depth  # type: ignore[attr-defined]
+        if depth and conn.opctx_flat:  # type: ignore[attr-defined]
+            # inside ``flat_transaction``: the step takes no savepoint of its own
+            conn.opctx_depth = depth + 1  # type: ignore[attr-defined]
+            try:
+                yield conn
+            finally:
+                conn.opctx_depth = depth  # type: ignore[attr-defined]
+            return
         if depth:
             name = f"opctx_{depth}"
             mark = len(conn.opctx_undo)  # type: ignore[attr-defined]
@@ -214,6 +224,27 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     """
     with _guard(conn), _write(conn):
         yield conn
+
+
+@contextmanager
+def flat_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """:func:`transaction` whose steps take no savepoint of their own.
+
+    For a writer that never catches a failed step, so the block is all or nothing
+    anyway (``opctx.importers.writer``: one session, one transaction). Why: SQLite's
+    FTS5 writes its pending index out as a new segment at every savepoint, so a session
+    written 256 nodes at a time left a segment per batch (and the merging of them) to
+    the same transaction; without the savepoints the index is written as one bulk
+    insert writes it. A step that fails still rolls the whole block back (its error
+    leaves the block; nested in another transaction, the block is its savepoint).
+    """
+    with transaction(conn):
+        before = conn.opctx_flat  # type: ignore[attr-defined]
+        conn.opctx_flat = True  # type: ignore[attr-defined]
+        try:
+            yield conn
+        finally:
+            conn.opctx_flat = before  # type: ignore[attr-defined]
 
 
 @contextmanager

@@ -20,6 +20,8 @@ from ._text import make_node_storable
 from .nodes import Call, Graph
 
 _DUMPS_KW = {"ensure_ascii": False, "separators": (",", ":"), "allow_nan": False}
+# built once: ``json.dumps`` with options builds an encoder per call (every node stored)
+_ENCODE = json.JSONEncoder(**_DUMPS_KW).encode
 
 
 def _node_data_json(node: Call) -> str:
@@ -29,7 +31,7 @@ def _node_data_json(node: Call) -> str:
     if node.metadata:
         data["metadata"] = node.metadata
     try:
-        text = json.dumps(data, **_DUMPS_KW)
+        text = _ENCODE(data)
     except (TypeError, ValueError):
         pass
     else:  # lone surrogates ("\ud83d" is valid JSON) cannot be stored: see dag/_text.py

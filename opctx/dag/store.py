@@ -165,6 +165,7 @@ from ._connection import (
     _on_rollback,
     _open,
     _write,
+    flat_transaction,
     set_text_index,
     transaction,
 )
@@ -202,6 +203,7 @@ __all__ = [
     "connect_readonly",
     "search_across_sessions",
     "transaction",
+    "flat_transaction",
     "literal_fts_query",
     "fts_text",
     "search_text",
@@ -254,6 +256,7 @@ def connect_readonly(db_path: str | os.PathLike) -> sqlite3.Connection:
     except sqlite3.Error as e:
         raise StoreError(f"{path}: cannot open database ({e})") from e
     conn.opctx_path, conn.opctx_lock, conn.opctx_depth, conn.opctx_undo = path, threading.RLock(), 0, []
+    conn.opctx_flat = False
     conn.opctx_index_text = True
     conn.opctx_readonly = True  # writers that are optional (cached token counts) skip it
     try:

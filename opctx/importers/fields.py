@@ -239,9 +239,34 @@ class FieldTable:
         self.fields = tuple(fields)
         self.is_record = is_record or (lambda value, top: top and isinstance(value, dict))
         self.within = within or (lambda document, path: True)
+        self._when_keys = tuple(sorted({k for f in self.fields for k in f.when}))
+        self._compiled: dict[tuple, _Trie] = {}
 
     def __repr__(self) -> str:
         return f"FieldTable({'/'.join(self.formats)} {self.record}, {len(self.fields)} fields)"
+
+    def _checker(self, record: dict) -> _Trie:
+        """The compiled check of the non-``read`` fields that apply to ``record``.
+
+        Why: ``check_record`` runs on every line of a transcript, and walking each
+        declared field on its own (a generator per path, ``when`` re-tested per field)
+        was half the time of importing a large file. Which fields apply depends only on
+        the record's ``when`` keys (its ``type``), so the fields are compiled once per
+        such combination into one tree that walks each shared prefix once. A hostile
+        file with many distinct ``type`` values gets uncached trees past ``_MAX_CACHED``.
+        """
+        keys = self._when_keys
+        if len(keys) == 1:  # every table but one limits its fields by one key (``type``)
+            value = record.get(keys[0])
+            key: tuple = (value if type(value) is str else _plain(value),)
+        else:
+            key = tuple(_plain(record.get(k)) for k in keys)
+        trie = self._compiled.get(key)
+        if trie is None:
+            trie = _Trie.build([f for f in self.fields if f.on_wrong != "read" and f.applies_to(record)])
+            if len(self._compiled) < _MAX_CACHED:
+                self._compiled[key] = trie
+        return trie
 
     def problems(self, record: Any) -> list[FieldProblem]:
         """Every field of ``record`` whose value is not of its declared type (``read``
@@ -263,8 +288,10 @@ class FieldTable:
         fields replaced by their JSON text, in place), ``False`` to leave it out (an
         ``Issue`` says why). ``on_error="stop"``: ``TranscriptError`` at the first problem.
         ``label`` goes before the field in the message (``message 3: field ...``)."""
+        if not isinstance(record, dict) or not self._checker(record).finds_wrong(record):
+            return True  # the common case: no field to report, nothing to change
         found = [p for p in self.problems(record) if p.field.on_wrong != "read"]
-        if not found:
+        if not found:  # pragma: no cover (the compiled check and ``problems`` agree)
             return True
         prefix = f"{label}: " if label else ""
         if on_error != "skip":
@@ -278,6 +305,75 @@ class FieldTable:
             for p in found:
                 _keep_as_text(record, p)
         return readable
+
+
+_MAX_CACHED = 64  # compiled checks kept per table (one per distinct record kind)
+
+# the exact types each declared type accepts at a glance (anything else: ``_accepts``)
+_EXACT = {"string": (str,), "number": (int, float), "integer": (int,), "boolean": (bool,),
+          "object": (dict,), "list": (list,)}
+
+
+class _Trie:
+    """Fields compiled into one tree of their path steps (``FieldTable._checker``).
+
+    ``finds_wrong(record)`` answers only "is some value of a wrong type?", with no
+    paths built; the caller then asks ``FieldTable.problems`` for the full report, so
+    messages and repairs come from one place. A key whose field ends there (a leaf,
+    most of them) is checked in place, without a call of its own.
+    """
+
+    __slots__ = ("checks", "keys", "eaches", "leaves", "inner")
+
+    def __init__(self) -> None:
+        self.checks: list[tuple[frozenset, tuple[str, ...]]] = []  # (exact types, types)
+        self.keys: dict[str, _Trie] = {}
+        self.eaches: dict[tuple, _Trie] = {}
+        self.leaves: tuple = ()  # (key, its checks): keys whose fields end there
+        self.inner: tuple = ()  # (key, subtree): keys with fields below them
+
+    @classmethod
+    def build(cls, fields: Sequence[Field]) -> _Trie:
+        root = cls()
+        for f in fields:
+            node = root
+            for step in f.steps:  # type: ignore[attr-defined]
+                table = node.keys if step[0] == "key" else node.eaches
+                index = step[1] if step[0] == "key" else step[1:]
+                node = table.setdefault(index, cls())
+            exact = frozenset(t for name in f.types for t in _EXACT[name]) | {type(None)}
+            node.checks.append((exact, f.types))
+        root._split()
+        return root
+
+    def _split(self) -> None:
+        self.leaves = tuple((k, tuple(c.checks)) for k, c in self.keys.items() if not (c.keys or c.eaches))
+        self.inner = tuple((k, c) for k, c in self.keys.items() if c.keys or c.eaches)
+        for child in (*self.keys.values(), *self.eaches.values()):
+            child._split()
+
+    def finds_wrong(self, value: Any) -> bool:
+        for exact, types in self.checks:
+            if type(value) not in exact and not _accepts(types, value):
+                return True
+        if isinstance(value, dict):
+            get = value.get
+            for name, checks in self.leaves:
+                v = get(name)  # absent and null are both accepted
+                if v is not None:
+                    for exact, types in checks:
+                        if type(v) not in exact and not _accepts(types, v):
+                            return True
+            for name, child in self.inner:
+                if name in value and child.finds_wrong(value[name]):
+                    return True
+        elif self.eaches and isinstance(value, list):
+            for (key, allowed), child in self.eaches.items():
+                for item in value:
+                    if (key is None or (isinstance(item, dict) and _plain(item.get(key)) in allowed)) \
+                            and child.finds_wrong(item):
+                        return True
+        return False
 
 
 def _keep_as_text(record: dict, problem: FieldProblem) -> None:

@@ -4,7 +4,9 @@
 the existence check, the deletion of the session it replaces, the session row with its
 final meta, every node (``append_many`` 256 nodes at a time, so that the JSON and search
 text of a large transcript never exist all at once: seq allocated, FTS rows) and HEAD
-all happen inside ``DagSessionManager.transaction()``. Why one: a second connection must never see
+all happen inside one ``flat_transaction`` (a ``transaction()`` whose steps take no
+savepoints: nothing in it catches a failed step, and a savepoint per batch made SQLite's
+full-text index write a segment per batch). Why one: a second connection must never see
 a partial session (a row without its nodes, nodes without HEAD), and a failure or a
 killed process must leave no trace; SQLite's rollback (or, after a crash, the WAL that
 was never committed) gives both for free, where several commits would need a marker and
@@ -74,6 +76,7 @@ def write_session(imported: ImportedSession, db: str | os.PathLike | sqlite3.Con
     error propagates.
     """
     from opctx.dag.session import DagSessionManager
+    from opctx.dag.store import flat_transaction
 
     _make_session_fields_storable(imported)
     sid = imported.session_id
@@ -87,7 +90,7 @@ def write_session(imported: ImportedSession, db: str | os.PathLike | sqlite3.Con
         times = [c.created_at for c in imported.calls]
         meta.setdefault("recorded_started_at", min(times))
         meta.setdefault("recorded_ended_at", max(times))
-    with DagSessionManager(db) as mgr, mgr.transaction():
+    with DagSessionManager(db) as mgr, flat_transaction(mgr.connection):
         # checked inside the write transaction: a concurrent import of the same
         # recording waits for the lock and then sees this one's session
         if mgr.exists(sid):

@@ -844,6 +844,37 @@ def test_transaction_makes_session_creation_nodes_and_meta_one_unit(db_path):
     conn.close()
 
 
+def test_a_flat_transaction_takes_no_savepoints_and_stays_all_or_nothing(db_path):
+    conn = connect(db_path)
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    nodes = [UserMessage("first"), UserMessage("second"), UserMessage("third")]
+    with pytest.raises(StoreError):
+        with store_mod.flat_transaction(conn):
+            store = GraphStore(conn, "imp", title="import")
+            store.append_many(nodes[:2])
+            store.append(nodes[2])
+            store.set_head(nodes[1].id)
+            store.append(UserMessage("again", id=nodes[0].id))  # fails in SQLite, after writes
+    assert not [s for s in statements if s.startswith(("SAVEPOINT", "RELEASE", "ROLLBACK TO"))]
+    assert _sessions(conn) == [] and conn.execute("SELECT COUNT(*) FROM nodes").fetchone()[0] == 0
+    assert conn.execute("SELECT COUNT(*) FROM nodes_fts").fetchone()[0] == 0
+    assert [n.seq for n in nodes] == [-1, -1, -1], "seqs of the rolled-back steps are given back"
+    assert conn.opctx_flat is False, "the connection's later transactions take savepoints again"
+
+    # nested in an ordinary transaction, the flat block is one savepoint, its steps none
+    statements.clear()
+    with store_mod.transaction(conn):
+        GraphStore(conn, "kept", title="kept").append(UserMessage("k"))
+        with pytest.raises(RuntimeError):
+            with store_mod.flat_transaction(conn):
+                GraphStore(conn, "gone", title="gone").append_many([UserMessage("g")])
+                raise RuntimeError("a later step failed")
+    assert _sessions(conn) == ["kept"]
+    assert sum(s.startswith("SAVEPOINT") for s in statements) == 3  # kept's create and append, the block
+    conn.close()
+
+
 def test_a_step_caught_inside_a_transaction_undoes_only_itself(store):
     a = UserMessage("kept")
     dup = UserMessage("dup", id="same")
