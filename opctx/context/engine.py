@@ -802,7 +802,7 @@ class DefaultContextEngine(_CompactionSteps, ContextEngine):
         self, state: _SessionState, history: list[dict], refmap: ReferenceMap, model: str | None = None
     ) -> tuple[list[dict], AgingReport]:
         clearer, cleared = self.thinking_clearer, None
-        if clearer is not None and history:  # first, as the API applies clear_thinking first
+        if clearer is not None and history:  # first (the order the docs list them; assumed)
             history, cleared = clearer.age(history, refmap, retention=thinking_retention(model))
         ager = self._session_ager(state)
         aged, report = (history, AgingReport()) if ager is None or not history else _run_ager(ager, history, refmap)

@@ -434,7 +434,7 @@ class AgingPolicy(_Part):
 
     ``keep_thinking_turns`` is apart from the kind: with any ager (``"none"`` included),
     thinking blocks of assistant turns older than the last N are cleared before the ager
-    runs (Anthropic's ``clear_thinking_20251015``, listed before tool-use clearing;
+    runs (Anthropic's ``clear_thinking_20251015``; the order is assumed;
     ``opctx.context.thinking_clearing``). ``None`` (``"all"`` is accepted) keeps every
     block: off.
     """

@@ -7,8 +7,9 @@ blocks of earlier assistant turns: ``keep: {type: "thinking_turns", value: N}`` 
 thinking of the last N assistant turns, ``keep: "all"`` keeps every block. Without the
 strategy the API keeps "only the thinking blocks from the last assistant turn
 (equivalent to ``keep: {type: "thinking_turns", value: 1}``)" on the models that drop
-earlier thinking. The strategy may be combined with ``clear_tool_uses_20250919``; the
-server applies the edits in the order given, thinking first.
+earlier thinking. The strategy may be combined with ``clear_tool_uses_20250919`` ("each
+strategy can be configured independently and applied together"); opctx clears thinking
+first, then runs the ager (the order the page lists them in; the server's order is assumed).
 
 :class:`ThinkingClearer` does this on the request the engine builds, before the ager
 (``aging.keep_thinking_turns`` of a ``CompactionPolicy``; ``None`` or ``"all"``: off):
