@@ -546,6 +546,8 @@ class _CompactionSteps:
         own). None when the ager cannot be copied."""
         ager = self._session_ager(state)
         estimate = self.estimator.message_tokens
+        if self.thinking_clearer is not None:  # a fresh one: the session's keeps its own record
+            layout, _ = copy.deepcopy(self.thinking_clearer).age(layout)
         if ager is not None:
             try:
                 probe = copy.deepcopy(ager)

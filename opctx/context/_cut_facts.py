@@ -160,7 +160,7 @@ class FactsTable:
 
     __slots__ = (
         "facts", "prefix_tokens", "prefix_text", "prefix_thinking", "users", "forbid", "inside_unit",
-        "turn_start", "_last_call", "_in_unit", "_after_results",
+        "turn_start", "turn_starts", "_last_call", "_in_unit", "_after_results",
     )
 
     def __init__(self) -> None:
@@ -174,6 +174,8 @@ class FactsTable:
         # where the last assistant turn starts: after the last request that does not share
         # a user turn with tool results (a tool loop is one turn, anthropic_messages)
         self.turn_start = 0
+        # where every assistant turn starts, by the same rule (thinking_clearing keeps the last N)
+        self.turn_starts: list[int] = []
         self._last_call: dict[str, int] = {}
         self._in_unit = False
         self._after_results = False
@@ -189,6 +191,7 @@ class FactsTable:
         self.prefix_thinking.append(self.prefix_thinking[-1] + thinking)
         if user and not self._after_results:
             self.turn_start = i
+            self.turn_starts.append(i)
         if results:
             self._after_results = True
         elif calls or unit in (_STARTS, _ANSWERS):

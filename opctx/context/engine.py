@@ -45,7 +45,8 @@ prepare (the six steps)
 1. system prompt: ``build_system_prompt(agent)`` (a ``str`` agent is the prompt
    itself, ``None`` means none);
 2. references: the session's ``ReferenceTracker.update(history)``, incremental;
-3. aging: ``TurnAger`` on the history with the reference map, on copies;
+3. aging: ``TurnAger`` on the history with the reference map, on copies (the
+   thinking of old turns cleared first when ``aging.keep_thinking_turns`` is set);
 4. usage: the provider's last prompt count plus an estimate of what was
    appended since (``UsageTracker.hybrid_estimate``) when the tracker trusts it
    (``"usage:provider"``), else a local estimate (``"usage:estimate"``) from the
@@ -181,6 +182,7 @@ from itertools import compress
 from typing import Any
 
 from ._compaction import _CompactionSteps
+from ._cut_facts import _without_thinking
 from ._engine_state import (
     COMPACT_ATTEMPTS,
     EngineError,
@@ -205,6 +207,7 @@ from .policy import CompactionPolicy
 from .provider_messages import to_provider_messages
 from .references import ReferenceTracker
 from .summarize import MessageFacts, Summarizer, SummarizerConfig
+from .thinking_clearing import joined, thinking_clearer_for
 from .tokens import Estimator, default_estimator, real_context_window
 from .types import (
     AgingReport,
@@ -414,6 +417,8 @@ class DefaultContextEngine(_CompactionSteps, ContextEngine):
             estimator=self.estimator,
         )
         self.ager = ager if ager is not None else _policy_ager(policy, clock, self.estimator)
+        # aging.keep_thinking_turns: runs before any ager (thinking_clearing), None when off
+        self.thinking_clearer = thinking_clearer_for(policy, self.estimator.message_tokens)
         self.summarizer = summarizer or Summarizer(None, config=self.config)
         self.persister = persister or Persister(session_db, clock=clock)
         self._references = references
@@ -548,11 +553,13 @@ class DefaultContextEngine(_CompactionSteps, ContextEngine):
                 else ReferenceMap(last_built_at=self.clock())
             )
             # 3. aging, on copies
-            aged, report = self._age(state, history, refmap)
+            aged, report = self._age(state, history, refmap, model)
             # 4. usage: provider prefix + appended estimate, or the local estimate
             usage = self._usage_figures(state, sid, history, aged, system_prompt, tools, model)
             path.append(f"usage:{usage.source}")
             path.append(f"aging:redacted={report.redacted}")
+            if report.thinking_cleared:
+                path.append(f"aging:thinking_cleared={report.thinking_cleared}")
             # 5. budget
             budget = self.budget_allocator.allocate(
                 window, usage.system, usage.history, usage.tools, model
@@ -573,7 +580,8 @@ class DefaultContextEngine(_CompactionSteps, ContextEngine):
             self._maybe_rearm(state, usage.aged_estimate, budget.input_budget)
             guard = state.guard
             decision = self.decide(
-                pct, auto_disabled=guard.disabled, redacted=report.redacted, reason=guard.reason,
+                pct, auto_disabled=guard.disabled, redacted=report.redacted + report.thinking_cleared,
+                reason=guard.reason,
                 fired=self._count_trigger(aged, budget.input_used),
             )
             path.append(decision.path_word)
@@ -775,6 +783,9 @@ class DefaultContextEngine(_CompactionSteps, ContextEngine):
         estimate = self.estimator.message_tokens
         cache = state.aged_tokens
         deltas: dict[int, int] = {}
+        # thinking the model drops anyway (before the last turn) is not in the table's total:
+        # a copy without it must not subtract it again (table.counted_tokens)
+        dropped = table.turn_start if thinking_retention(model) == "last_turn" else 0
         for i in compress(range(len(history)), map(operator.is_not, aged, history)):
             copy_ = aged[i]
             if copy_ == history[i]:
@@ -783,15 +794,19 @@ class DefaultContextEngine(_CompactionSteps, ContextEngine):
             if hit is None or not (hit[0] is copy_ or hit[0] == copy_):
                 hit = cache[i] = (copy_, estimate(copy_, model))
             deltas[i] = hit[1] - table.tokens_at(i)
+            if i < dropped and _without_thinking(copy_) is None:
+                deltas[i] += table.prefix_thinking[i + 1] - table.prefix_thinking[i]
         return deltas
 
     def _age(
-        self, state: _SessionState, history: list[dict], refmap: ReferenceMap
+        self, state: _SessionState, history: list[dict], refmap: ReferenceMap, model: str | None = None
     ) -> tuple[list[dict], AgingReport]:
+        clearer, cleared = self.thinking_clearer, None
+        if clearer is not None and history:  # first (the order the docs list them; assumed)
+            history, cleared = clearer.age(history, refmap, retention=thinking_retention(model))
         ager = self._session_ager(state)
-        if ager is None or not history:
-            return history, AgingReport()
-        return _run_ager(ager, history, refmap)
+        aged, report = (history, AgingReport()) if ager is None or not history else _run_ager(ager, history, refmap)
+        return (aged, report) if cleared is None else (aged, joined(cleared, report))
 
     def _maybe_rearm(self, state: _SessionState, history_tokens: int, input_budget: int) -> None:
         guard = state.guard

@@ -123,6 +123,7 @@ def _setting(
     positive: bool = False,
     maximum: float | None = None,
     from_client: bool = False,
+    all_is_none: bool = False,
 ) -> Any:
     """A policy field: its default and, in its metadata, what it means and where it comes from.
 
@@ -132,6 +133,8 @@ def _setting(
     ``percent`` (1-100), ``choice`` (one of ``choices``), ``flag`` (bool), ``text``,
     ``names`` (a tuple of names; JSON lists come back as tuples).
     ``from_client``: the field may hold ``"client"`` (the client's rules decide it).
+    ``all_is_none``: ``"all"`` is accepted for ``None`` (a keep count whose source spells
+    "keep everything" ``"all"``) and stored as ``None``.
     """
     return field(
         default=default,
@@ -145,6 +148,7 @@ def _setting(
             "positive": positive,
             "maximum": maximum,
             "from_client": from_client or kind == "threshold",
+            "all_is_none": all_is_none,
         },
     )
 
@@ -159,6 +163,8 @@ def _is_number(value: Any) -> bool:
 def _checked(name: str, value: Any, meta: Mapping[str, Any]) -> Any:
     """``value`` as stored (shares and fractions as floats), or a ``ValueError`` naming ``name``."""
     kind = meta["kind"]
+    if meta["all_is_none"] and isinstance(value, str) and value == "all":
+        value = None
     if value is None and (meta["optional"] or kind == "threshold"):
         return None
     if meta["from_client"] and value == FROM_CLIENT:
@@ -425,6 +431,12 @@ class AgingPolicy(_Part):
     ``"client"`` (the client's clearing for the recording's version: Claude Code's
     microcompaction from 2.1.0, none for an older known version, ``turns`` without a
     version; resolved when an engine is built) or ``"none"``.
+
+    ``keep_thinking_turns`` is apart from the kind: with any ager (``"none"`` included),
+    thinking blocks of assistant turns older than the last N are cleared before the ager
+    runs (Anthropic's ``clear_thinking_20251015``; the order is assumed;
+    ``opctx.context.thinking_clearing``). ``None`` (``"all"`` is accepted) keeps every
+    block: off.
     """
 
     PART: ClassVar[str] = "aging"
@@ -491,6 +503,13 @@ class AgingPolicy(_Part):
         False, kind="flag",
         doc="clear-tool-uses: clear the cleared calls' parameters too",
         source="Anthropic context editing clear_tool_inputs; LangChain ClearToolUsesEdit clear_tool_inputs",
+    )
+    keep_thinking_turns: int | None = _setting(
+        None, kind="count", optional=True, positive=True, all_is_none=True,
+        doc="any ager: keep the thinking of the last N assistant turns, clear it from older ones "
+            "(before the ager; a tool loop is one turn; None or 'all': keep all, off)",
+        source="Anthropic context editing clear_thinking_20251015 keep {type: thinking_turns, value: N} "
+               "('all': keep all)",
     )
 
 

@@ -131,6 +131,9 @@ class AgingReport:
     tokens_freed: int = 0
     references_protected: int = 0
     redacted_ids: list[str] = field(default_factory=list)
+    #: assistant messages whose thinking was cleared (``thinking_clearing``; not in ``redacted``,
+    #: which counts tool results)
+    thinking_cleared: int = 0
 
 
 @dataclass

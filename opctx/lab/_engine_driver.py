@@ -75,6 +75,8 @@ def _replay_clone(engine: DefaultContextEngine, session_db: Any, clock: Callable
     clone.clock = clock
     clone.persister = Persister(session_db, clock=clock)
     clone.usage_tracker = UsageTracker(session_db, clock=clock, estimator=engine.estimator)
+    if getattr(engine, "thinking_clearer", None) is not None:  # its record (acted) is the replay's
+        clone.thinking_clearer = copy.deepcopy(engine.thinking_clearer)
     if engine.ager is not None:
         clone.ager = copy.deepcopy(engine.ager)
         if hasattr(clone.ager, "clock"):

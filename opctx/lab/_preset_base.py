@@ -46,13 +46,13 @@ class PresetSpec:
 
     @property
     def kind(self) -> str:
-        """``"masking"``, ``"none"`` (no ager, never compacts) or ``"default"``."""
+        """``"masking"``, ``"none"`` (no ager, no thinking clearing, never compacts) or ``"default"``."""
         policy = self.policy
         never = all(v is None for v in (policy.trigger.recommend_pct, policy.trigger.auto_pct,
                                         policy.trigger.emergency_pct))
         if policy.aging.kind == "masking":
             return "masking"
-        if never and policy.aging.kind == "none":
+        if never and policy.aging.kind == "none" and policy.aging.keep_thinking_turns is None:
             return "none"
         return "default"
 

@@ -29,6 +29,16 @@ says which was used.
     for tool result clearing"): trigger 100,000 input tokens, keep 3 tool uses,
     ``clear_at_least`` none, ``exclude_tools`` none, ``clear_tool_inputs`` false. The
     server's placeholder text is not published: opctx's own is used.
+``anthropic-clear-thinking``
+    Anthropic context editing, ``clear_thinking_20251015`` with ``keep: {type:
+    "thinking_turns", value: 1}`` (platform.claude.com/docs/en/build-with-claude/
+    context-editing, "Thinking block clearing"): the thinking of the last assistant turn
+    kept, older thinking blocks cleared, nothing else (``aging.keep_thinking_turns`` 1,
+    ``aging.kind`` none, never compacts). 1 is the value the page names as the API's
+    default ("equivalent to keep: {type: 'thinking_turns', value: 1}"); ``"all"`` keeps
+    everything. Turns are counted as ``thinking_retention`` counts them (a tool loop is one
+    turn); savings are counted only for thinking the replayed model would hold
+    (``opctx.context.thinking_clearing``).
 ``openhands-llm-summarizing``
     OpenHands SDK ``LLMSummarizingCondenser`` (OpenHands/software-agent-sdk at 611629e6,
     ``openhands-sdk/openhands/sdk/context/condenser/llm_summarizing_condenser.py``):
@@ -77,6 +87,9 @@ _CT = "JetBrains-Research/the-complexity-trap at bf15b5fb7d279679035a007ac9a8108
 _CT_HISTORY = f"{_CT}, sweagent/agent/history_processors.py"
 _ANTHROPIC = ("platform.claude.com/docs/en/build-with-claude/context-editing, 'Configuration options for "
               "tool result clearing' (clear_tool_uses_20250919, beta context-management-2025-06-27)")
+_ANTHROPIC_THINKING = ("platform.claude.com/docs/en/build-with-claude/context-editing, 'Thinking block "
+                       "clearing' (clear_thinking_20251015, keep {type: thinking_turns, value: 1}, beta "
+                       "context-management-2025-06-27)")
 _OH_SDK = ("OpenHands/software-agent-sdk at 611629e6999ad398dc49c761721eefe18d5e6bd9, openhands-sdk/openhands/"
            "sdk/context/condenser/llm_summarizing_condenser.py")
 _OH_V0 = ("OpenHands/OpenHands at d6fab190bfb55f07cc380993b45ec4f781706a92, openhands/core/config/"
@@ -88,6 +101,7 @@ STRATEGY_SOURCES: dict[str, str] = {
     "complexity-trap-masking": f"Lindenbauer et al. 2025 (arXiv 2508.21433) §3.1, App. C.1; {_CT_HISTORY} (LastNObservations)",
     "complexity-trap-summary": f"Lindenbauer et al. 2025 §3.1, App. B; {_CT_HISTORY} (SummarizeEveryNTurns)",
     "anthropic-clear-tool-uses": _ANTHROPIC,
+    "anthropic-clear-thinking": _ANTHROPIC_THINKING,
     "openhands-llm-summarizing": _OH_SDK,
     "openhands-observation-masking": f"{_OH_V0}observation_masking_condenser.py",
     "openhands-amortized-forgetting": f"{_OH_V0}amortized_forgetting_condenser.py",
@@ -165,6 +179,19 @@ def _clear_tool_uses() -> list[PresetSpec]:
     return [anthropic, langchain]
 
 
+def _clear_thinking() -> PresetSpec:
+    return _spec(
+        "anthropic-clear-thinking",
+        "Anthropic context editing clear_thinking_20251015: keep the last assistant turn's thinking, clear older thinking.",
+        {**_NEVER, "aging.kind": "none", "aging.keep_thinking_turns": 1},
+        {
+            "aging.keep_thinking_turns 1 (keep {type: thinking_turns, value: 1}; the page's default)": _ANTHROPIC_THINKING,
+            "turns counted as thinking_retention counts them (a tool loop is one turn, the running turn the "
+            "last; a turn without thinking counts)": "assumed (the server's count is not published)",
+        },
+    )
+
+
 def _openhands() -> list[PresetSpec]:
     max_size, keep_first = 240, 2
     llm = _spec(
@@ -236,5 +263,6 @@ def _langchain_summarization() -> PresetSpec:
 
 STRATEGY_PRESETS: dict[str, PresetSpec] = {
     spec.name: spec
-    for spec in (*_complexity_trap(), *_clear_tool_uses(), *_openhands(), _langchain_summarization())
+    for spec in (*_complexity_trap(), *_clear_tool_uses(), _clear_thinking(), *_openhands(),
+                 _langchain_summarization())
 }

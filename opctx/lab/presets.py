@@ -83,7 +83,7 @@ token figures to shares of the input budget for the replay's window
     ``None``, ``aging.kind = "none"``). The baseline of every "tokens saved".
 The strategies of the literature
     ``complexity-trap-masking``, ``complexity-trap-summary``, ``anthropic-clear-tool-uses``,
-    ``langchain-clear-tool-uses``, ``openhands-llm-summarizing``,
+    ``langchain-clear-tool-uses``, ``anthropic-clear-thinking``, ``openhands-llm-summarizing``,
     ``openhands-observation-masking``, ``openhands-amortized-forgetting``,
     ``openhands-recent-events``, ``langchain-summarization``: each described, with its
     public source, in ``opctx.lab._strategy_specs`` (and docs/lab.md).

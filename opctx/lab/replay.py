@@ -837,9 +837,9 @@ class _Replay:
     def result(self, started: float, params: dict[str, Any]) -> ReplayResult:
         """Step 4: the ``ReplayResult`` (``steps_df`` built once, at the end); closes the driver."""
         policy = getattr(self.driver.engine, "policy", None)
-        idle = _idle_strategy(self.driver.engine)
-        if idle is not None:
-            self.events.append(idle)
+        for idle in (_idle_strategy(self.driver.engine), _idle_thinking(self.driver.engine)):
+            if idle is not None:
+                self.events.append(idle)
         mode = PROVIDER_USAGE if self.feed_usage else ESTIMATES
         steps_df = _steps_frame(self.rows, policy.to_json() if policy is not None else None, mode)
         elapsed = time.perf_counter() - started
@@ -887,6 +887,18 @@ def _idle_strategy(engine: Any) -> dict | None:
         + (f" once the history passed {ager.trigger_tokens:,} tokens" if getattr(ager, "trigger_tokens", None) else "")
     )
     return {"event": "strategy_idle", "ager": kind, "observations": seen, "message": f"{kind}: nothing masked: {why}"}
+
+
+def _idle_thinking(engine: Any) -> dict | None:
+    """The ``strategy_idle`` event of a replay whose thinking clearing
+    (``aging.keep_thinking_turns``) cleared nothing the model would have held: no thinking
+    in the session, all of it in the turns kept, or only what the model drops anyway."""
+    clearer = getattr(engine, "thinking_clearer", None)
+    why = clearer.idle_reason() if clearer is not None else None
+    if why is None:
+        return None
+    return {"event": "strategy_idle", "ager": "clear-thinking", "observations": int(clearer.thinking_seen),
+            "message": f"clear-thinking: nothing cleared: {why}"}
 
 
 def _register_copies(branch: list[dict], origin_ids: dict[str, int]) -> None:

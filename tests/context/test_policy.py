@@ -94,6 +94,8 @@ def test_diff_lists_what_differs_in_field_order():
     ("client.autocompact_pct_override", 150, r"client.autocompact_pct_override must be a number in \(0, 100\]"),
     ("cut.fold_current_turn", "yes", r"cut.fold_current_turn must be a bool"),
     ("trigger.auto_pct", FROM_CLIENT, r"trigger.auto_pct is 'client' but client.name is None"),
+    ("aging.keep_thinking_turns", 0, r"aging.keep_thinking_turns must be a positive int or None, got 0"),
+    ("aging.keep_thinking_turns", "last", r"aging.keep_thinking_turns must be a positive int"),
 ])
 def test_invalid_values_raise_one_error_naming_the_field(name, value, message):
     with pytest.raises(ValueError, match=message):
@@ -163,7 +165,7 @@ def _values(f):
         return st.floats(low, 1.0)
     if f.kind in ("tokens", "count", "chars"):
         low = 1 if f.name.startswith(("budget.", "client.", "trigger.")) or f.name in (
-            "guard.low_saving_streak", "aging.trigger_tokens") else 0
+            "guard.low_saving_streak", "aging.trigger_tokens", "aging.keep_thinking_turns") else 0
         return st.integers(low, 300_000)
     if f.kind == "seconds":
         return st.floats(0.5 if f.name == "summary.timeout" else 0.0, 1e6)
@@ -209,6 +211,17 @@ def test_random_valid_policies_round_trip_through_json(p):
     assert CompactionPolicy.from_dict(json.loads(text)) == p
     assert CompactionPolicy.from_dict(json.loads(p.to_json())) == p
     assert p.diff(CompactionPolicy.from_dict(p.to_dict())) == []
+
+
+def test_thinking_clearing_is_off_by_default_and_all_means_off():
+    # Anthropic's clear_thinking_20251015 keep: {type: thinking_turns, value: N} or "all"
+    assert CompactionPolicy().aging.keep_thinking_turns is None
+    p = CompactionPolicy().replace(**{"aging.keep_thinking_turns": 2})
+    assert p.to_dict()["aging"]["keep_thinking_turns"] == 2
+    assert CompactionPolicy.from_dict(json.loads(p.to_json())) == p
+    assert [tuple(c) for c in CompactionPolicy().diff(p)] == [("aging.keep_thinking_turns", None, 2)]
+    assert p.replace(**{"aging.keep_thinking_turns": "all"}) == CompactionPolicy()
+    assert CompactionPolicy.from_dict({"aging": {"keep_thinking_turns": "all"}}) == CompactionPolicy()
 
 
 def test_aging_kinds_are_named_once():

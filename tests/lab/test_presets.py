@@ -32,7 +32,7 @@ from opctx.lab.scenarios import generate_session
 def test_every_preset_says_where_its_numbers_come_from():
     assert preset_names() == ["default", "claude-code", "hermes", "codex", "observation-masking", "none",
                               "complexity-trap-masking", "complexity-trap-summary", "anthropic-clear-tool-uses",
-                              "langchain-clear-tool-uses", "openhands-llm-summarizing",
+                              "langchain-clear-tool-uses", "anthropic-clear-thinking", "openhands-llm-summarizing",
                               "openhands-observation-masking", "openhands-amortized-forgetting",
                               "openhands-recent-events", "langchain-summarization"]
     for spec in PRESETS.values():

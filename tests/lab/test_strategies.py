@@ -23,8 +23,9 @@ STRATEGIES = list(STRATEGY_PRESETS)
 def test_the_strategy_library_is_the_literature_s():
     assert STRATEGIES == [
         "complexity-trap-masking", "complexity-trap-summary", "anthropic-clear-tool-uses",
-        "langchain-clear-tool-uses", "openhands-llm-summarizing", "openhands-observation-masking",
-        "openhands-amortized-forgetting", "openhands-recent-events", "langchain-summarization",
+        "langchain-clear-tool-uses", "anthropic-clear-thinking", "openhands-llm-summarizing",
+        "openhands-observation-masking", "openhands-amortized-forgetting", "openhands-recent-events",
+        "langchain-summarization",
     ]
     for name in STRATEGIES:
         assert PRESETS[name] is STRATEGY_PRESETS[name] and STRATEGY_SOURCES[name]
@@ -56,6 +57,18 @@ def test_anthropic_clear_tool_uses_has_the_api_defaults():
     assert (a.kind, a.trigger_tokens, a.keep_last, a.clear_at_least, a.exclude_tools, a.clear_inputs) == (
         "clear-tool-uses", 100_000, 3, 0, (), False)
     assert a.placeholder is None
+
+
+def test_anthropic_clear_thinking_keeps_the_documented_one_turn():
+    # platform.claude.com/docs/en/build-with-claude/context-editing, "Thinking block clearing":
+    # clear_thinking_20251015, keep {type: "thinking_turns", value: N}; the API's default keeps
+    # "only the thinking blocks from the last assistant turn (equivalent to keep: {type:
+    # 'thinking_turns', value: 1})"; keep "all" keeps every block. Nothing else is cleared.
+    p = PRESETS["anthropic-clear-thinking"].policy
+    assert (p.aging.keep_thinking_turns, p.aging.kind) == (1, "none")
+    assert (p.trigger.auto_pct, p.trigger.turns, p.trigger.messages, p.trigger.tokens) == (None, None, None, None)
+    assert p.replace(**{"aging.keep_thinking_turns": "all"}).aging.keep_thinking_turns is None
+    assert "Thinking block clearing" in STRATEGY_SOURCES["anthropic-clear-thinking"]
 
 
 def test_langchain_clear_tool_uses_has_the_library_defaults():
@@ -137,6 +150,70 @@ def test_masking_masks_user_observations_with_the_paper_s_placeholder():
     last = result.context(len(result.steps_df) - 1)
     assert sum(m.get("content") == "Old environment output: (30 lines omitted)" for m in last) == 3
     assert not [e for e in result.events if e.get("event") == "strategy_idle"]
+
+
+def _thinking_session(n_turns: int = 4) -> list[dict]:
+    """Turns of a user request, a thinking tool call, its result and a thinking answer."""
+    def thinking(text: str) -> list[dict]:
+        return [{"type": "thinking", "thinking": f"{text} " * 150, "signature": f"sig-{text}"}]
+
+    msgs = [{"role": "system", "content": "You are an agent."}]
+    for k in range(n_turns):
+        msgs.append({"role": "user", "content": f"task {k}"})
+        msgs.append({"role": "assistant", "content": "", "thinking": thinking(f"plan{k}"),
+                     "tool_calls": [{"id": f"c{k}", "name": "ls", "arguments": {"path": f"d{k}"}}]})
+        msgs.append({"role": "tool", "tool_call_id": f"c{k}", "name": "ls", "content": f"a{k}.py"})
+        msgs.append({"role": "assistant", "content": f"done {k}", "thinking": thinking(f"sum{k}")})
+    return msgs
+
+
+@pytest.mark.parametrize("keep", [1, 2])
+def test_clear_thinking_keeps_the_thinking_of_the_last_turns_only(keep):
+    msgs = _thinking_session()
+    # a model that holds every earlier thinking block: the clearing saves what it clears
+    model = "claude-opus-4-5-20251101"
+    result = replay(msgs, "anthropic-clear-thinking", keep_contexts=True, model=model,
+                    **{"aging.keep_thinking_turns": keep})
+    base = replay(msgs, "none", keep_contexts=True, model=model)
+    check_replay(result)
+    turn_of = {i: sum(1 for m in msgs[:i + 1] if m["role"] == "user") - 1 for i in range(len(msgs))}
+    for k in range(len(result.steps_df)):
+        context = result.context(k)
+        origins = [result.origin_of(m) for m in context]
+        running = turn_of[max(origins)]
+        for m, origin in zip(context, origins, strict=True):
+            if msgs[origin].get("thinking"):
+                # thinking kept exactly in the last `keep` turns (the running one counts)
+                assert bool(m.get("thinking")) == (turn_of[origin] > running - keep), (k, origin)
+        # the calls, results and texts are those of the store
+        assert [m.get("tool_calls") for m in context] == [msgs[o].get("tool_calls") for o in origins]
+        assert [m.get("content") for m in context] == [msgs[o].get("content") for o in origins]
+    # the store is never modified, and the last request is smaller than without the strategy
+    assert all(m.get("thinking") for m in result.stream if m["role"] == "assistant")
+    assert result.steps_df["tokens"].iloc[-1] < base.steps_df["tokens"].iloc[-1]
+    assert result.steps_df["tokens_freed_by_aging"].iloc[-1] > 0
+    assert not [e for e in result.events if e.get("event") == "strategy_idle"]
+
+
+def test_clear_thinking_claims_nothing_a_model_drops_anyway():
+    # Sonnet 4.5 keeps only the last turn's thinking (anthropic_messages.thinking_retention):
+    # clearing older thinking saves nothing, and the replay says the strategy was idle
+    msgs = _thinking_session()
+    model = "claude-sonnet-4-5-20250929"
+    result = replay(msgs, "anthropic-clear-thinking", keep_contexts=True, model=model)
+    base = replay(msgs, "none", keep_contexts=True, model=model)
+    check_replay(result)
+    assert list(result.steps_df["tokens"]) == list(base.steps_df["tokens"])
+    assert (result.steps_df["tokens_freed_by_aging"] == 0).all()
+    idle = [e for e in result.events if e.get("event") == "strategy_idle"]
+    assert len(idle) == 1 and "drops anyway" in idle[0]["message"]
+
+
+def test_clear_thinking_without_thinking_says_so():
+    result = replay(_observation_session(3), "anthropic-clear-thinking", keep_contexts=True)
+    idle = [e for e in result.events if e.get("event") == "strategy_idle"]
+    assert len(idle) == 1 and "no thinking" in idle[0]["message"] and idle[0]["ager"] == "clear-thinking"
+    assert result.metrics()["strategy_idle"] == 1
 
 
 def test_a_strategy_with_nothing_to_act_on_says_so():
