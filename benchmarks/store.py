@@ -51,7 +51,9 @@ CPU time much less.
   Rank window: a query with ``SEARCH_RANK_WINDOW`` (2,000) matches or more is
   not the same work either: opctx ranks only the newest 2,000 matches, sqlite-utils
   ranks them all (every common word at 100,000 nodes, some mid words and pairs);
-  the output counts these queries per kind.
+  the output counts these queries per kind. Operator-laden text is quoted
+  otherwise by ``quote_fts`` (an unbalanced quote makes one phrase of the rest;
+  opctx makes a phrase of each word); neither finds anything here.
 * **load** of the largest size: ``GraphStore.load()`` (target < 1.5 s) against a bare
   ``SELECT ... ; json.loads`` of the same rows.
 
