@@ -239,11 +239,19 @@ def _search(
         return []
     limit = int(limit)
     with conn.opctx_lock:  # type: ignore[attr-defined]
+        # One read transaction around every statement and name read of the search
+        # (unless the caller's transaction already is one): on its own, each of
+        # them begins and ends a WAL read transaction, and the ~20 blob reads of
+        # the names cost twice as much for it. The counts, the ranking and the
+        # names also see one snapshot of the database.
+        own = not conn.in_transaction
         try:
+            if own:
+                conn.execute("BEGIN")
             if session_id is not None and _only_session(conn, session_id):
-                # The filter would keep every row: skip its lookups. A session
-                # written in between by another connection shows in the hits,
-                # and then the search runs again with the filter.
+                # The filter would keep every row: skip its lookups. Should a
+                # hit of another session show all the same (the check and the
+                # search read one snapshot), the search runs again with the filter.
                 hits = _hits(conn, _top(conn, fts_query, None, limit, rank_window))
                 if all(hit.session_id == session_id for hit in hits):
                     return hits
@@ -257,6 +265,9 @@ def _search(
         except sqlite3.Error as e:
             path = getattr(conn, "opctx_path", "?")
             raise StoreError(f"{path}: search for {query!r} failed: {e}") from e
+        finally:
+            if own and conn.in_transaction:
+                conn.execute("COMMIT")  # it only read: nothing to write back
 
 
 def _only_session(conn: sqlite3.Connection, session_id: str) -> bool:

@@ -80,7 +80,9 @@ Choices, where the specification leaves room (docs/design.md):
   bm25 ``rank`` (more negative = better); hits come best first. FTS5 ranks the
   matches itself and snippets and names are built for the rows returned only
   (``_search._ranked`` says why), and a session's search in a database that holds
-  no other session skips the session filter.
+  no other session skips the session filter. A search is one read transaction
+  (or part of the caller's): one snapshot, and one WAL read lock, not one per
+  statement and name read.
 * **Rank window.** Ranking costs ~1.5 µs per matching row and a word found in
   half of 100,000 nodes took ~90 ms to rank, so when a query matches more than
   ``SEARCH_RANK_WINDOW`` (2,000) rows of the database, only the 2,000 newest

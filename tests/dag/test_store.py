@@ -484,6 +484,21 @@ def test_raw_search_is_opt_in_and_syntax_errors_are_store_errors(searchable):
             searchable.search(bad, raw=True)
 
 
+def test_search_leaves_no_transaction_open_and_joins_the_callers(searchable):
+    # A search reads in one transaction of its own, ended on every way out (errors
+    # included); inside the caller's transaction it reads that one, own writes and all.
+    conn = searchable.connection
+    assert _ids(searchable.search("foo")) == ["foo", "minus", "star"] and not conn.in_transaction
+    with pytest.raises(StoreError):
+        searchable.search('"unbalanced', raw=True)
+    assert not conn.in_transaction
+    with searchable.transaction():
+        searchable.append(UserMessage("foo again", id="later"))
+        assert "later" in _ids(searchable.search("foo"))
+        assert conn.in_transaction
+    assert "later" in _ids(search_across_sessions(conn, "foo")) and not conn.in_transaction
+
+
 def test_hits_carry_snippet_rank_and_are_best_first(store):
     a = store.append(UserMessage("needle " * 30))
     b = store.append(UserMessage("one needle among hay " + "hay " * 200))
