@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests._benchmarks import load_benchmark
+from _benchmarks import load_benchmark
 
 sqlite_utils = pytest.importorskip("sqlite_utils")
 bench = load_benchmark("store")
