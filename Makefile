@@ -9,8 +9,9 @@ PYTEST_ARGS ?=
 
 .PHONY: install system-deps data lab lab-files test lint bench clean notebook-outputs
 
-# setup.py builds the C core of references.py: a change to it reinstalls (recompiles)
-$(STAMP): pyproject.toml setup.py opctx/context/_refscan.c
+# setup.py builds the C core of references.py and the CJK segmentation of the search
+# index: a change to either reinstalls (recompiles)
+$(STAMP): pyproject.toml setup.py opctx/context/_refscan.c opctx/dag/_segment.c
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	@echo "installing opctx[all]: the first time, llama-cpp-python (llm-local) builds from source (~30 min of CPU, about 15 min on two idle cores); pip caches the wheel"

@@ -1,7 +1,8 @@
-"""Build of the optional C core of opctx.context.references (everything else is in pyproject.toml).
+"""Build of the optional C parts (everything else is in pyproject.toml): the core of
+opctx.context.references and the CJK segmentation of opctx.dag._search.
 
-The extension is ``optional``: where no C compiler is available the install still
-succeeds and ``opctx.context.references`` runs its pure-Python path (same results, slower).
+Each extension is ``optional``: where no C compiler is available the install still
+succeeds and its module runs its pure-Python path (same results, slower).
 """
 
 from setuptools import Extension, setup
@@ -13,6 +14,12 @@ setup(
             sources=["opctx/context/_refscan.c"],
             optional=True,
             extra_compile_args=["-O2"],
-        )
+        ),
+        Extension(
+            "opctx.dag._segment",
+            sources=["opctx/dag/_segment.c"],
+            optional=True,
+            extra_compile_args=["-O2"],
+        ),
     ]
 )

@@ -14,7 +14,11 @@ times, interleaved with a minimal baseline, and the median of each is compared:
 
 Target: opctx / baseline <= 1.5x (wall; CPU time is printed beside it, and the load
 average: other processes inflate the wall clock). Peak memory is
-``import_memory.py``'s.
+``import_memory.py``'s. Under each file, where opctx's CPU time goes (the fastest of
+``--repeat`` runs of each stage alone): the decoding of the lines (orjson where it
+is installed, ``json`` for what it refuses: ``dag/_fastjson.py``), the rest of the parse, the nodes' JSON (``data_json``), their search text (``fts_text``, of which CJK
+segmentation), and the SQL writes the baseline makes too: the stages beyond the
+baseline's are what the ratio pays for.
 
 **The whole corpus** (``../shared/corpus`` or $OPCTX_CORPUS). Three things are timed
 side by side, each ``--repeat`` times (median and p95 printed):
@@ -53,7 +57,7 @@ from import_memory import claude_code_lines, codex_lines, write  # noqa: E402
 
 from opctx.dag.store import connect  # noqa: E402
 from opctx.importers import detect, import_paths, iter_transcript_files, parse_path  # noqa: E402
-from opctx.importers.base import UnknownFormatError  # noqa: E402
+from opctx.importers.base import UnknownFormatError, iter_jsonl, load_json  # noqa: E402
 from opctx.importers.claude_code import owned_side_files  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,8 +88,8 @@ def written_rows(path: Path, work: Path) -> dict[str, list[tuple]]:
     return rows
 
 
-def baseline(path: Path, rows: dict[str, list[tuple]], db: Path) -> None:
-    """``json.loads`` of every line the import reads, then the same rows in one transaction."""
+def load_lines(path: Path) -> None:
+    """``json.loads`` of every line the import of ``path`` reads (side files too)."""
     for f in [str(path), *side_files(path)]:
         with open(f, "rb") as fh:
             if f.endswith(".jsonl"):
@@ -95,6 +99,23 @@ def baseline(path: Path, rows: dict[str, list[tuple]], db: Path) -> None:
             else:
                 records = fh.read()
         del records
+
+
+def decode_lines(path: Path) -> None:
+    """The importers' decoding of every line ``load_lines`` reads (``iter_jsonl``, ``load_json``)."""
+    for f in [str(path), *side_files(path)]:
+        if f.endswith(".jsonl"):
+            records = [jl.value for jl in iter_jsonl(f)]
+        elif f.endswith(".json"):
+            records = load_json(f)
+        else:
+            records = Path(f).read_bytes()
+        del records
+
+
+def baseline(path: Path, rows: dict[str, list[tuple]], db: Path) -> None:
+    """``json.loads`` of every line the import reads, then the same rows in one transaction."""
+    load_lines(path)
     conn = connect(db)
     conn.execute("BEGIN IMMEDIATE")
     for table, cols in _TABLES.items():
@@ -175,9 +196,34 @@ def bench_large(files: list[tuple[str, Path]], work: Path, repeat: int) -> bool:
         print(f"{label:<28} {size:6.1f} {len(rows['nodes']):6d} {wall['opctx']:8.2f} {wall['baseline']:7.2f} "
               f"{ratio:5.2f}x {cpu['opctx'] / cpu['baseline']:8.2f}x {size / wall['opctx']:10.1f} "
               f"{size / wall['baseline']:9.1f}")
+        stages = cpu_stages(path, repeat)
+        print("    cpu s: " + ", ".join(f"{k} {v:.3f}" for k, v in stages.items())
+              + f"; baseline {cpu['baseline']:.3f}")
     print(f"target: opctx / baseline <= {TARGET_RATIO}x (median of {repeat} interleaved runs; "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores): {'OK' if ok else 'MISSED'}")
     return ok
+
+
+def cpu_stages(path: Path, repeat: int) -> dict[str, float]:
+    """The CPU seconds of each stage of an import of ``path``, each the fastest of ``repeat``."""
+    from opctx.dag import _search
+    from opctx.dag._rows import _node_data_json
+
+    calls = [c for s in parse_path(str(path)) for c in s.calls]
+    # the search texts before segmentation (near enough for timing it)
+    texts = [_search.fts_text(c).replace("\u200b", "") for c in calls]
+    stages = {"decoding": lambda: decode_lines(path), "parse": lambda: parse_path(str(path)),
+              "node JSON": lambda: [_node_data_json(c) for c in calls],
+              "FTS text": lambda: [_search.fts_text(c) for c in calls],
+              "CJK": lambda: [_search._segment_cjk(t) for t in texts]}
+    best = {}
+    for name, fn in stages.items():
+        best[name] = min(timed_run(fn)[1] for _ in range(repeat))
+    best["parse"] -= best["decoding"]  # what the importer adds to the decoding
+    best["CJK"] = min(best["CJK"], best["FTS text"])  # (of which) CJK segmentation
+    return {"decoding": best["decoding"], "rest of parse": best["parse"],
+            "node JSON": best["node JSON"], "FTS text": best["FTS text"],
+            "of which CJK": best["CJK"]}
 
 
 # -- the whole corpus ---------------------------------------------------------------------------

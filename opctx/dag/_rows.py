@@ -2,7 +2,8 @@
 
 ``_node_data_json`` packs ``name / input / output / reads / metadata`` into
 ``data_json`` (standard JSON: ``allow_nan=False``; a value that is not JSON is a
-``StoreError`` naming the node and the field). ``_row_to_call`` builds a ``Call``
+``StoreError`` naming the node and the field; orjson writes it where its text is
+the ``json`` module's, see ``_fastjson``). ``_row_to_call`` builds a ``Call``
 from a trusted row; ``_StoredCall`` / ``_row_to_lazy_call`` are the same with the
 JSON payload decoded on first use (what ``GraphStore.load`` returns), and
 ``_graph_from_sorted`` builds a ``Graph`` of rows already in seq order without
@@ -16,6 +17,7 @@ import json
 from typing import Any
 
 from ._errors import StoreError
+from ._fastjson import dumps_plain
 from ._text import make_node_storable
 from .nodes import Call, Graph
 
@@ -30,6 +32,10 @@ def _node_data_json(node: Call) -> str:
         data["reads"] = node.reads
     if node.metadata:
         data["metadata"] = node.metadata
+    if dumps_plain is not None:  # orjson: the same text, or None where it might differ
+        text = dumps_plain(data)
+        if text is not None:
+            return text  # orjson refuses lone surrogates: nothing to make storable
     try:
         text = _ENCODE(data)
     except (TypeError, ValueError):

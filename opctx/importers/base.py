@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from opctx.dag._fastjson import loads_plain
 from opctx.dag.nodes import Call, new_id
 
 __all__ = [
@@ -210,6 +211,9 @@ def decode_json(text: str) -> Any:
     >>> decode_json('{"t": NaN, "n": 1e999, "ok": 1.5}')
     {'t': 'NaN', 'n': '1e999', 'ok': 1.5}
     """
+    value = _decode_plain(text)
+    if value is not _NOT_PLAIN:
+        return value
     try:
         value = _DECODER.decode(text)
     except RecursionError:  # the decoder ran out of stack
@@ -221,6 +225,23 @@ def decode_json(text: str) -> Any:
         raise json.JSONDecodeError(f"nesting deeper than {MAX_NESTING} levels", text,
                                    _too_deep(text) or 0)
     return value
+
+
+_NOT_PLAIN = object()
+
+
+def _decode_plain(data: str | bytes) -> Any:
+    """``data`` decoded by orjson (``dag/_fastjson.py``), or ``_NOT_PLAIN``.
+
+    ``_NOT_PLAIN`` where orjson refuses it, and where it nests deeper than
+    ``MAX_NESTING``: ``decode_json`` then answers, with its own values and errors.
+    """
+    if loads_plain is None:
+        return _NOT_PLAIN
+    try:
+        return loads_plain(data, MAX_NESTING)
+    except ValueError:
+        return _NOT_PLAIN
 
 
 def _deeper_than(value: Any, limit: int) -> bool:
@@ -302,22 +323,24 @@ def _jsonl_records(lines: Iterable[bytes], path: str, on_error: str,
             raw = raw[3:]
         if raw.isspace() or not raw:  # a blank line (isspace stops at the first other byte)
             continue
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            refuse(lineno, f"invalid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})",
-                   "decoded with U+FFFD")
-            text = raw.decode("utf-8", errors="replace")
-        try:
-            value = decode_json(text)
-        except ValueError as exc:
-            msg = getattr(exc, "msg", str(exc))
-            if not raw.endswith(b"\n") and not msg.startswith("nesting"):
-                reason = f"truncated last line (JSON ends early: {msg})"
-            else:
-                reason = f"invalid JSON: {msg} at column {getattr(exc, 'colno', '?')}"
-            refuse(lineno, reason)
-            continue
+        value = _decode_plain(raw)  # valid UTF-8 and plain JSON: no text decoded first
+        if value is _NOT_PLAIN:
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                refuse(lineno, f"invalid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})",
+                       "decoded with U+FFFD")
+                text = raw.decode("utf-8", errors="replace")
+            try:
+                value = decode_json(text)
+            except ValueError as exc:
+                msg = getattr(exc, "msg", str(exc))
+                if not raw.endswith(b"\n") and not msg.startswith("nesting"):
+                    reason = f"truncated last line (JSON ends early: {msg})"
+                else:
+                    reason = f"invalid JSON: {msg} at column {getattr(exc, 'colno', '?')}"
+                refuse(lineno, reason)
+                continue
         if not isinstance(value, dict):
             refuse(lineno, f"expected a JSON object, got {type(value).__name__}")
             continue
