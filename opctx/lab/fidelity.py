@@ -47,7 +47,11 @@ Modes
     (``RecordedHistory.resume_after``). The prediction is the first firing of the segment.
 ``"free"``
     One replay of the whole session from its start; recorded compaction ``k`` is matched
-    with the first firing after recorded compaction ``k-1``'s point, in order.
+    with the first firing after recorded compaction ``k-1``'s point, in order. A client
+    preset on its own client's recording whose compaction falls on the very request where
+    the client compacted rejoins the recording there (``replay(..., follow_recording=True)``:
+    it has the client's state, and what the client sent next, its summary and re-attached
+    files included, is in the recorded counts); one that compacted elsewhere goes on alone.
 
 Every segment is scored, also those that end without an automatic compaction (a manual
 one, the end of the recording, a session that never compacted): a firing there is a
@@ -363,7 +367,8 @@ def _needs_follow_up(messages: Sequence[dict], start: int, index: int) -> bool:
 
 
 def _replay(history: RecordedHistory, run: _Run, *, context_window: int | None, feed_usage: bool,
-            trigger_check: str | None, params: dict[str, Any], version: str | None = None) -> Any:
+            trigger_check: str | None, params: dict[str, Any], version: str | None = None,
+            follow_recording: bool = False) -> Any:
     from .presets import CLIENT_PARAMETERS
     from .replay import replay
 
@@ -380,7 +385,7 @@ def _replay(history: RecordedHistory, run: _Run, *, context_window: int | None, 
                                 context_window=int(context_window or _window(history)))
         other["microcompact"] = rule if rule is not None else False
     return replay(history, run.preset, context_window=context_window, feed_usage=feed_usage, keep_contexts=False,
-                  trigger_check=trigger_check, **client, **other)
+                  trigger_check=trigger_check, follow_recording=follow_recording, **client, **other)
 
 
 def _attempts(result: Any) -> list[_Firing]:
@@ -438,7 +443,9 @@ def _resync_firings(history: RecordedHistory, run: _Run, window: int, turns: lis
 
 
 def _free_firings(history: RecordedHistory, run: _Run, replay_kw: dict[str, Any]) -> tuple[list[_Firing], Any]:
-    result = _replay(history, run, **replay_kw)
+    # a client preset on its own client's recording, compacting on the very request where the
+    # client did, has the client's state there: it takes the recording's counts again
+    result = _replay(history, run, **replay_kw, follow_recording=run.own_client)
     return _attempts(result), result
 
 

@@ -180,3 +180,39 @@ def test_corpus_engine_sees_the_providers_count_at_the_real_compaction(dd09):
         # with aging, the replay cleared what the client had not: the count less what it cleared
         assert abs(believed - recorded) / recorded < tolerance, (params, believed, recorded)
     assert row["claude-code_believed_tokens"] > 150_000
+
+
+def _rejoined(result) -> list[int]:
+    return [e["stream_index"] for e in result.events if e.get("event") == "rejoined_recording"]
+
+
+def test_a_compaction_on_the_recordings_own_request_rejoins_the_recording():
+    # the client re-attaches 30,000 tokens after each compaction, more than the preset's constant:
+    # alone, the replay believes too little after its first compaction and compacts late
+    hist = simulated_recording(155_000, requests=130, seed=5, post_compaction_tokens=30_000)
+    requests = [i for i, m in enumerate(hist.messages) if m.get("role") == "assistant"]
+    recorded = [next(i for i in requests if i >= c.stream_index) for c in hist.compactions]
+    assert len(recorded) == 3 and all(c.trigger == "auto" for c in hist.compactions)
+    followed = replay(hist, "claude-code", feed_usage=True, keep_contexts=False, follow_recording=True)
+    alone = replay(hist, "claude-code", feed_usage=True, keep_contexts=False)
+    assert [c.stream_index for c in followed.compactions] == recorded
+    assert _rejoined(followed) == recorded and not _rejoined(alone)
+    assert [c.stream_index for c in alone.compactions][0] == recorded[0]
+    assert [c.stream_index for c in alone.compactions][1] > recorded[1]
+    # after rejoining, each request is fed the recording's own count: the next request's check
+    # is the recorded prompt + output
+    df = followed.steps_df
+    after = df[(df["stream_index"] >= recorded[0]) & (df["stream_index"] < hist.compactions[1].stream_index)]
+    fed = (after["provider_input_tokens"] + after["output_tokens"]).tolist()[:-1]
+    assert len(fed) > 10 and after["check_tokens"].tolist()[1:] == fed
+    # the "none" baseline keeps the overhead measured before the replay's own compaction
+    assert followed.steps_df["tokens_none"].tolist() == alone.steps_df["tokens_none"].tolist()
+
+
+def test_a_compaction_elsewhere_does_not_rejoin():
+    hist = simulated_recording(155_000, requests=130, seed=5, post_compaction_tokens=30_000)
+    early = replay(hist, "claude-code", feed_usage=True, keep_contexts=False, follow_recording=True,
+                   trigger_before_window=80_000)
+    assert early.compactions and not _rejoined(early)
+    assert early.steps_df.equals(replay(hist, "claude-code", feed_usage=True, keep_contexts=False,
+                                        trigger_before_window=80_000).steps_df)
