@@ -70,8 +70,9 @@ Choices
   and says so in ``events`` (``"rejoined_recording"``). Measured against its own request,
   a clearing the replay and the client both made (the client's counts already hold it)
   is not counted twice. A compaction one request off, or of a recording without a count
-  there, does not rejoin. ``tokens_none`` keeps the overhead measured before the first
-  rejoin.
+  there, does not rejoin; one of its own after a rejoin ends the measuring (the replay
+  no longer sends what the client sent: the last figure is carried). ``tokens_none``
+  keeps the overhead measured before the first rejoin.
 * **Trigger check.** ``trigger_check="last-response"`` decides to compact the way
   Claude Code and Codex do: before a request, from the *last response's* count
   (its prompt, as fed or estimated, plus its output), not from the estimate of the
@@ -603,6 +604,9 @@ class _Replay:
                 if self._coincides(index, msg):
                     self._rejoin(index)
                 else:
+                    if self.none_overhead is not None:
+                        # rejoined, its own request measured what the client sent; no longer
+                        self.recording_diverged = True
                     prep = self._with_overhead(prep)
                 record = _compaction_record(comp, driver, len(self.rows), index, self.turn, decision, self.origin_ids)
                 record.tokens_before = tokens_before

@@ -216,3 +216,19 @@ def test_a_compaction_elsewhere_does_not_rejoin():
     assert early.compactions and not _rejoined(early)
     assert early.steps_df.equals(replay(hist, "claude-code", feed_usage=True, keep_contexts=False,
                                         trigger_before_window=80_000).steps_df)
+
+
+def test_a_compaction_of_its_own_after_a_rejoin_goes_on_alone():
+    # a trigger between the checks before the client's first and second compactions: the replay
+    # compacts with the client the first time, one request early the second
+    hist = simulated_recording(155_000, requests=130, seed=5, post_compaction_tokens=30_000)
+    requests = [i for i, m in enumerate(hist.messages) if m.get("role") == "assistant"]
+    recorded = [next(i for i in requests if i >= c.stream_index) for c in hist.compactions]
+    result = replay(hist, "claude-code", feed_usage=True, keep_contexts=False, follow_recording=True,
+                    trigger_before_window=48_000)
+    own = [c.stream_index for c in result.compactions]
+    assert own[0] == recorded[0] and own[1] < recorded[1] and _rejoined(result) == [recorded[0]]
+    # after it, the replay counts its own compacted context, not the client's uncompacted one
+    df = result.steps_df
+    at, after = df[df["stream_index"] == own[1]].iloc[0], df[df["stream_index"] > own[1]].iloc[0]
+    assert at["provider_input_tokens"] > 150_000 and after["check_tokens"] < 100_000
