@@ -442,10 +442,11 @@ def _resync_firings(history: RecordedHistory, run: _Run, window: int, turns: lis
     return firings, believed, "client-check" if client_check else "replay"
 
 
-def _free_firings(history: RecordedHistory, run: _Run, replay_kw: dict[str, Any]) -> tuple[list[_Firing], Any]:
+def _free_firings(history: RecordedHistory, run: _Run, replay_kw: dict[str, Any],
+                  follow_recording: bool = True) -> tuple[list[_Firing], Any]:
     # a client preset on its own client's recording, compacting on the very request where the
     # client did, has the client's state there: it takes the recording's counts again
-    result = _replay(history, run, **replay_kw, follow_recording=run.own_client)
+    result = _replay(history, run, **replay_kw, follow_recording=follow_recording and run.own_client)
     return _attempts(result), result
 
 
@@ -506,7 +507,7 @@ def _delta(firing: _Firing | None, request_idx: list[int], point: dict) -> int |
 
 
 def _session_rows(history: RecordedHistory, runs: list[_Run], points: list[dict], mode: str, window: int,
-                  replay_kw: dict[str, Any]) -> tuple[list[dict], list[dict]]:
+                  replay_kw: dict[str, Any], follow_recording: bool = True) -> tuple[list[dict], list[dict]]:
     request_idx = [i for i, m in enumerate(history.messages) if m.get("role") == "assistant"]
     turns = _turns(history.messages)
     base = {"session": history.session_id or history.title, "format": history.format, "model": history.model,
@@ -528,7 +529,7 @@ def _session_rows(history: RecordedHistory, runs: list[_Run], points: list[dict]
                     believed[seg_of[comp]] = b
             all_firings: list[_Firing | None] = list(firings)
         else:
-            all_firings, result = _free_firings(history, run, replay_kw)
+            all_firings, result = _free_firings(history, run, replay_kw, follow_recording)
             matches = _match_free(points, all_firings)
             believed = [_believed(result, p["recorded_index"]) if p["replayable"] else None for p in points]
             method = "replay"
@@ -568,6 +569,7 @@ def fidelity_table(
     trigger_check: str | None = None,
     settings: str = "loso",
     foreign: bool = False,
+    follow_recording: bool = True,
     **params: Any,
 ) -> Any:
     """One row per recorded compaction of ``sessions`` (module docstring); the predictions,
@@ -580,7 +582,9 @@ def fidelity_table(
     client's recordings (default: each on its own). ``params``: preset parameters for every replay (a
     client's own settings, such as ``max_output_tokens``, reach its client check too).
     ``trigger_check``: ``replay``'s (default: the client's way for a client preset on a
-    recording of its client).
+    recording of its client). ``follow_recording``: in ``free`` mode, whether a client
+    preset's compaction on the client's own compaction request rejoins the recording
+    (module docstring; ``False``: the replay goes on alone whatever it does).
     """
     import pandas as pd
 
@@ -601,7 +605,8 @@ def fidelity_table(
         runs = _runs(history, presets, setting, params, window, foreign)
         unsourced.update(f"{history.client} {r.resolution.version!r}" for r in runs
                          if r.resolution is not None and not r.resolution.known)
-        session_rows, session_predictions = _session_rows(history, runs, points, mode, window, replay_kw)
+        session_rows, session_predictions = _session_rows(history, runs, points, mode, window, replay_kw,
+                                                          follow_recording)
         rows += session_rows
         predictions += session_predictions
     if unsourced:
