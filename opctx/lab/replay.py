@@ -57,22 +57,23 @@ Choices
   ``claude-code`` preset's re-read files). A
   session that *starts* from a summary (a recorded compaction at stream index 0) is
   fed from its first request. See :meth:`_Replay._feed_usage`.
-* **Rejoining the recording** (``follow_recording=True``, with ``feed_usage``; the
+* **Following the recording** (``follow_recording=True``, with ``feed_usage``; the
   ``free`` mode of ``opctx.lab.fidelity`` turns it on for a client preset on its own
-  client's recording). When the replay's own compaction falls on the very request where
-  the recording compacted (the first request at or after the recorded point), the
-  replay has reached the client's state there by itself: what the client then sent (its
-  LLM summary, the files, todo list and plan it re-attached, none of it in the
-  transcript, all of it in the recorded counts) is what a replay of that client sends.
-  The replay then measures the overhead afresh from that request's recorded count,
-  against its own request (its structural summary standing for the client's; the
-  preset's ``post_compaction_tokens`` is not added), until the recording compacts again,
-  and says so in ``events`` (``"rejoined_recording"``). Measured against its own request,
-  a clearing the replay and the client both made (the client's counts already hold it)
-  is not counted twice. A compaction one request off, or of a recording without a count
-  there, does not rejoin; one of its own after a rejoin ends the measuring (the replay
-  no longer sends what the client sent: the last figure is carried). ``tokens_none``
-  keeps the overhead measured before the first rejoin.
+  client's recording, whose aging and compactions stand for the client's). The overhead
+  is measured against the replay's *own* request: a clearing of old tool results that
+  the replay and the client both made is then counted once (the recorded counts hold
+  the client's; measured against the whole stream it came off twice: 2.1.19's 560343df,
+  112,640 believed where the provider counted 160,832). A compaction of the replay's
+  own ends the measuring (it no longer sends what the client sent: the last figure is
+  carried), unless it falls on the very request where the recording compacted (the
+  first request at or after the recorded point, with a count): then the replay has
+  reached the client's state by itself, and what the client sent next (its LLM summary,
+  the files, todo list and plan it re-attached, none of it in the transcript, all of it
+  in the recorded counts) is what a replay of that client sends. It **rejoins** the
+  recording: the overhead is measured afresh from that count (its structural summary
+  standing for the client's; the preset's ``post_compaction_tokens`` is not added) until
+  the recording compacts again, said in ``events`` (``"rejoined_recording"``).
+  ``tokens_none`` keeps the overhead measured before the first rejoin.
 * **Trigger check.** ``trigger_check="last-response"`` decides to compact the way
   Claude Code and Codex do: before a request, from the *last response's* count
   (its prompt, as fed or estimated, plus its output), not from the estimate of the
@@ -331,8 +332,9 @@ def replay(
     provider usage; ``result.mode`` says which ran). ``trigger_check``: ``"request"``,
     ``"last-response"`` or ``None`` (the client's own way for a client preset on a
     recording of its client, else ``"request"``; module docstring). ``follow_recording``:
-    after a compaction of the replay's own on the very request where the recording
-    compacted, feed the recording's counts again (module docstring, "Rejoining the
+    the replay stands for the recording's client: the overhead is measured against its
+    own request, and a compaction of its own on the very request where the recording
+    compacted rejoins the recording's counts (module docstring, "Following the
     recording"; ``feed_usage`` only).
 
     The steps: :func:`_load` (the history and the settings it is replayed with),
@@ -467,8 +469,8 @@ class _Replay:
         self.overhead_base = 0
         self.overhead_drift = 0
         self.overhead_history = 0
-        # "Rejoining the recording" (module docstring): whether it may, and the overhead before
-        # the first rejoin (the "none" baseline's; set once it rejoined)
+        # "Following the recording" (module docstring): whether the replay follows it, and the
+        # overhead before the first rejoin (the "none" baseline's; set once it rejoined)
         self.follow_recording = follow_recording
         self.none_overhead: tuple[int | None, int, int, int] | None = None
         # what the client re-attaches after each of the replay's own compactions (files it
@@ -604,8 +606,8 @@ class _Replay:
                 if self._coincides(index, msg):
                     self._rejoin(index)
                 else:
-                    if self.none_overhead is not None:
-                        # rejoined, its own request measured what the client sent; no longer
+                    if self.follow_recording:
+                        # its own request stood for what the client sent; no longer
                         self.recording_diverged = True
                     prep = self._with_overhead(prep)
                 record = _compaction_record(comp, driver, len(self.rows), index, self.turn, decision, self.origin_ids)
@@ -631,7 +633,7 @@ class _Replay:
 
     def _rejoin(self, index: int) -> None:
         """After a compaction on the recording's own request: measure the overhead afresh, from
-        this request's recorded count (module docstring, "Rejoining the recording")."""
+        this request's recorded count (module docstring, "Following the recording")."""
         if self.none_overhead is None:
             self.none_overhead = (self.overhead, self.overhead_base, self.overhead_drift, self.overhead_history)
         self.pending_recorded = None
@@ -686,12 +688,13 @@ class _Replay:
 
         The recorded context is everything appended so far (``stream_tokens_sum``:
         display-only lines cost nothing) until the recording's next compaction;
-        after it, the last figure is carried. After a rejoin (module docstring) it is the
-        replay's own request (``request_estimate``), which stands for what the client sent.
+        after it, the last figure is carried. Following the recording (module docstring) it
+        is the replay's own request (``request_estimate``), which stands for what the client
+        sent.
         """
         if provider_tokens is not None and provider_tokens > 0 and not self.recording_diverged:
-            sent = (self.stream_tokens_sum if self.none_overhead is None
-                    else max(0, int(request_estimate) - self.fixed_tokens))
+            sent = (max(0, int(request_estimate) - self.fixed_tokens) if self.follow_recording
+                    else self.stream_tokens_sum)
             overhead = int(provider_tokens) - (self.fixed_tokens + sent)
             if self.overhead is None:
                 self.overhead_base = overhead

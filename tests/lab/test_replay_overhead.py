@@ -232,3 +232,30 @@ def test_a_compaction_of_its_own_after_a_rejoin_goes_on_alone():
     df = result.steps_df
     at, after = df[df["stream_index"] == own[1]].iloc[0], df[df["stream_index"] > own[1]].iloc[0]
     assert at["provider_input_tokens"] > 150_000 and after["check_tokens"] < 100_000
+
+
+def test_corpus_following_the_recording_counts_the_clients_clearing_once(corpus_dir):
+    # 2.1.19 clears old tool results itself (its counts hold that); the replay clears them too.
+    # Measured against the whole stream the overhead took the client's clearing off a second
+    # time (the replay's figure 112,640 where the provider counted 160,832 + output)
+    from opctx.importers import parse_path
+    from opctx.lab.microcompact import rule_for_version
+
+    path = next(corpus_dir.glob("claude_code_jsonl/*560343df*/*.jsonl"), None)
+    if path is None:
+        pytest.skip("session 560343df is not in this corpus")
+    history = as_history(parse_path(path)[0])
+    rule = rule_for_version(history.client_version, model=history.model, auto_compact=False, context_window=200_000)
+
+    def last_check(follow: bool) -> tuple[int, int]:
+        df = replay(history, "claude-code", feed_usage=True, keep_contexts=False, auto_compact=False,
+                    microcompact=rule, follow_recording=follow).steps_df
+        assert df["tokens_freed_by_aging"].iloc[-1] > 0 and not df["compacted"].any()
+        counted = df.dropna(subset=["provider_input_tokens"])
+        last, previous = df.iloc[-1], counted[counted["step"] < df["step"].iloc[-1]].iloc[-1]
+        return int(last["check_tokens"]), int(previous["provider_input_tokens"] + previous["output_tokens"])
+
+    check, provider = last_check(True)
+    assert abs(check - provider) <= 0.02 * provider
+    check, provider = last_check(False)
+    assert check < 0.8 * provider
