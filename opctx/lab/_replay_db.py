@@ -6,10 +6,34 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
 __all__ = ["ReplayClock"]
+
+# opctx.dag.nodes.new_id's shape: a prefix, then 16 hex digits with a uuid4's version digit
+_MINTED_ID = re.compile(r"([a-z]+)_[0-9a-f]{12}4[0-9a-f]{3}")
+
+
+def replay_message_id(recorded_id: Any, index: int) -> Any:
+    """The id a recorded message has in the replay's session: its own, or a stable one.
+
+    An importer names every message it reads with a fresh random id
+    (``opctx.dag.nodes.new_id``), so the same transcript read by two processes has two
+    sets of ids. A chained structural summary quotes the ids of the messages it folds
+    (``opctx.context._structural``), and their token count varies with the hex digits:
+    replays of one transcript differed by a few tokens from the second compaction on.
+    An id of ``new_id``'s shape becomes one of the same shape derived from the stream
+    index (a position in the recording is the same in every process); any other id (a
+    recording's own, a test's ``m0``) is kept. The replay maps ids back to stream
+    indices (``ReplayResult.origin_of``), never to the recorded ids.
+    """
+    match = _MINTED_ID.fullmatch(recorded_id) if isinstance(recorded_id, str) else None
+    if match is None:
+        return recorded_id
+    digest = hashlib.sha1(f"opctx-replay-recorded:{index}".encode()).hexdigest()
+    return f"{match.group(1)}_{digest[:12]}4{digest[13:16]}"
 
 
 class ReplayClock:

@@ -25,6 +25,9 @@ Choices
   injected into every preset's time-dependent parts (aging's wall-clock gate,
   usage timestamps), so a replay gives the same result on every run. The request
   for an assistant message happens "at" that message's timestamp.
+* **Ids.** An import names messages with random ids, and a chained structural summary
+  quotes some; in the replay's session such a message is named after its stream index
+  (``_replay_db.replay_message_id``), so two parses of one transcript replay alike.
 * **Provider usage is fed back where the recording has it** (``feed_usage=None``,
   the default: on when an assistant message of the recording carries the provider's
   prompt count, ``has_provider_usage``). A replay on estimates alone misses what no
@@ -150,7 +153,7 @@ from ._replay_client import (
     resolve_trigger_check,
     with_client_version,
 )
-from ._replay_db import ReplayClock, _RecordedSummaryProvider, _ReplaySessionDB
+from ._replay_db import ReplayClock, _RecordedSummaryProvider, _ReplaySessionDB, replay_message_id
 from ._replay_result import ReplayCompaction, ReplayResult
 from ._summary_meter import SummaryMeter, SummaryUsage
 from .feasibility import ESTIMATES, PROVIDER_USAGE, REPLAY_MODES
@@ -812,6 +815,9 @@ class _Replay:
     def _append(self, index: int, msg: dict) -> None:
         """The recorded message joins the in-memory session and the active history."""
         active = self.active
+        renamed = replay_message_id(msg.get("id"), index)
+        if renamed != msg.get("id"):
+            msg = {**msg, "id": renamed}  # an import's random id: a stable one (_replay_db.replay_message_id)
         stored = self.driver.append(msg, parent=active[-1]["id"] if active else None, now=self.clock.now, index=index)
         self.origin_ids[stored["id"]] = index
         active.append(stored)
