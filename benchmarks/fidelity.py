@@ -10,7 +10,9 @@ compactions that a replay predicts within one request of the real one
 ``resync``
     each compaction predicted from the context the agent had after the previous one;
 ``free``
-    one replay of the whole session from its start.
+    one replay of the whole session from its start (a client preset on its own client's
+    recording rejoins the recording where its compaction falls on the client's own
+    compaction request: ``replay(..., follow_recording=True)``).
 
 Every Claude Code and Codex recording under ``--corpus`` is read, also those that never
 compacted: a stretch that ran past a preset's trigger without compacting is a false

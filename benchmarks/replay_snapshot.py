@@ -19,9 +19,10 @@ and infinities as strings.
 
 The corpus is read from one database (``--corpus-db``: imported from ``--corpus`` with
 ``opctx.importers.import_paths`` on the first run, reused after). Parsing a transcript
-mints fresh message ids each time, and a structural summary quotes the ids it folds, so
-two parses of one recording replay to figures a few tokens apart: the runs compared must
-read the same database.
+mints fresh ids each time; a replay names imported messages by their position
+(``opctx.lab._replay_db.replay_message_id``), so its figures do not depend on the parse,
+but the request digests here hold whatever else an import mints (call ids a transcript
+lacks): the runs compared still read the same database.
 
 Run::
 

@@ -175,7 +175,7 @@ class EngineDriver:
         one ``append_messages`` transaction instead of one per message.
         """
         if self._pending:
-            # the replay's database keeps recorded ids on this path (opctx.lab.replay._ReplaySessionDB)
+            # the replay's database keeps recorded ids on this path (opctx.lab._replay_db._ReplaySessionDB)
             append = getattr(self.db, "append_recorded", self.db.append_messages)
             append(self.session_id, self._pending)
             self._pending = []

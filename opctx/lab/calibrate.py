@@ -590,6 +590,7 @@ def simulated_recording(
     context_window: int | None = None,
     session_id: str = "",
     auto_compact: bool = True,
+    post_compaction_tokens: int = 0,
 ) -> RecordedHistory:
     """A recording by a simulated client whose trigger is known: for testing calibration and fidelity.
 
@@ -600,8 +601,8 @@ def simulated_recording(
     response's prompt + output, plus what came after it from Claude Code 2.1.2:
     ``opctx.lab.client_rules``) reaches ``trigger_tokens`` (``trigger="auto"``,
     ``preTokens`` = that figure; never with ``auto_compact=False``), or
-    after the requests listed in ``manual_at`` (``trigger="manual"``). After a
-    compaction its context is the summary alone. Tool results are ``result_tokens``
+    after the requests listed in ``manual_at`` (``trigger="manual"``). After a compaction
+    its context is the summary and ``post_compaction_tokens`` (re-attached, not in the file). Tool results are ``result_tokens``
     tokens, drawn with ``random.Random(seed)``; the user asks for the next step
     every ``user_every`` requests. ``context_window``: the window the recording
     reports (a Codex rollout reports 95% of its model's: 258,400 for gpt-5.x, the
@@ -646,7 +647,7 @@ def simulated_recording(
             source_ids=[f"{sid}-boundary-{k}"],
         ))
         nonlocal context_tokens
-        context_tokens = estimator.message_tokens(summary, model)
+        context_tokens = estimator.message_tokens(summary, model) + post_compaction_tokens
 
     add({"role": "user", "content": "please work through the task list"})
     for r in range(requests):

@@ -47,7 +47,11 @@ Modes
     (``RecordedHistory.resume_after``). The prediction is the first firing of the segment.
 ``"free"``
     One replay of the whole session from its start; recorded compaction ``k`` is matched
-    with the first firing after recorded compaction ``k-1``'s point, in order.
+    with the first firing after recorded compaction ``k-1``'s point, in order. A client
+    preset on its own client's recording whose compaction falls on the very request where
+    the client compacted rejoins the recording there (``replay(..., follow_recording=True)``:
+    it has the client's state, and what the client sent next, its summary and re-attached
+    files included, is in the recorded counts); one that compacted elsewhere goes on alone.
 
 Every segment is scored, also those that end without an automatic compaction (a manual
 one, the end of the recording, a session that never compacted): a firing there is a
@@ -363,7 +367,8 @@ def _needs_follow_up(messages: Sequence[dict], start: int, index: int) -> bool:
 
 
 def _replay(history: RecordedHistory, run: _Run, *, context_window: int | None, feed_usage: bool,
-            trigger_check: str | None, params: dict[str, Any], version: str | None = None) -> Any:
+            trigger_check: str | None, params: dict[str, Any], version: str | None = None,
+            follow_recording: bool = False) -> Any:
     from .presets import CLIENT_PARAMETERS
     from .replay import replay
 
@@ -380,7 +385,7 @@ def _replay(history: RecordedHistory, run: _Run, *, context_window: int | None, 
                                 context_window=int(context_window or _window(history)))
         other["microcompact"] = rule if rule is not None else False
     return replay(history, run.preset, context_window=context_window, feed_usage=feed_usage, keep_contexts=False,
-                  trigger_check=trigger_check, **client, **other)
+                  trigger_check=trigger_check, follow_recording=follow_recording, **client, **other)
 
 
 def _attempts(result: Any) -> list[_Firing]:
@@ -437,8 +442,11 @@ def _resync_firings(history: RecordedHistory, run: _Run, window: int, turns: lis
     return firings, believed, "client-check" if client_check else "replay"
 
 
-def _free_firings(history: RecordedHistory, run: _Run, replay_kw: dict[str, Any]) -> tuple[list[_Firing], Any]:
-    result = _replay(history, run, **replay_kw)
+def _free_firings(history: RecordedHistory, run: _Run, replay_kw: dict[str, Any],
+                  follow_recording: bool = True) -> tuple[list[_Firing], Any]:
+    # a client preset on its own client's recording, compacting on the very request where the
+    # client did, has the client's state there: it takes the recording's counts again
+    result = _replay(history, run, **replay_kw, follow_recording=follow_recording and run.own_client)
     return _attempts(result), result
 
 
@@ -499,7 +507,7 @@ def _delta(firing: _Firing | None, request_idx: list[int], point: dict) -> int |
 
 
 def _session_rows(history: RecordedHistory, runs: list[_Run], points: list[dict], mode: str, window: int,
-                  replay_kw: dict[str, Any]) -> tuple[list[dict], list[dict]]:
+                  replay_kw: dict[str, Any], follow_recording: bool = True) -> tuple[list[dict], list[dict]]:
     request_idx = [i for i, m in enumerate(history.messages) if m.get("role") == "assistant"]
     turns = _turns(history.messages)
     base = {"session": history.session_id or history.title, "format": history.format, "model": history.model,
@@ -521,7 +529,7 @@ def _session_rows(history: RecordedHistory, runs: list[_Run], points: list[dict]
                     believed[seg_of[comp]] = b
             all_firings: list[_Firing | None] = list(firings)
         else:
-            all_firings, result = _free_firings(history, run, replay_kw)
+            all_firings, result = _free_firings(history, run, replay_kw, follow_recording)
             matches = _match_free(points, all_firings)
             believed = [_believed(result, p["recorded_index"]) if p["replayable"] else None for p in points]
             method = "replay"
@@ -561,6 +569,7 @@ def fidelity_table(
     trigger_check: str | None = None,
     settings: str = "loso",
     foreign: bool = False,
+    follow_recording: bool = True,
     **params: Any,
 ) -> Any:
     """One row per recorded compaction of ``sessions`` (module docstring); the predictions,
@@ -573,7 +582,9 @@ def fidelity_table(
     client's recordings (default: each on its own). ``params``: preset parameters for every replay (a
     client's own settings, such as ``max_output_tokens``, reach its client check too).
     ``trigger_check``: ``replay``'s (default: the client's way for a client preset on a
-    recording of its client).
+    recording of its client). ``follow_recording``: in ``free`` mode, whether a client
+    preset's compaction on the client's own compaction request rejoins the recording
+    (module docstring; ``False``: the replay goes on alone whatever it does).
     """
     import pandas as pd
 
@@ -594,7 +605,8 @@ def fidelity_table(
         runs = _runs(history, presets, setting, params, window, foreign)
         unsourced.update(f"{history.client} {r.resolution.version!r}" for r in runs
                          if r.resolution is not None and not r.resolution.known)
-        session_rows, session_predictions = _session_rows(history, runs, points, mode, window, replay_kw)
+        session_rows, session_predictions = _session_rows(history, runs, points, mode, window, replay_kw,
+                                                          follow_recording)
         rows += session_rows
         predictions += session_predictions
     if unsourced:

@@ -25,6 +25,9 @@ Choices
   injected into every preset's time-dependent parts (aging's wall-clock gate,
   usage timestamps), so a replay gives the same result on every run. The request
   for an assistant message happens "at" that message's timestamp.
+* **Ids.** An import names messages with random ids, and a chained structural summary
+  quotes some; in the replay's session such a message is named after its stream index
+  (``_replay_db.replay_message_id``), so two parses of one transcript replay alike.
 * **Provider usage is fed back where the recording has it** (``feed_usage=None``,
   the default: on when an assistant message of the recording carries the provider's
   prompt count, ``has_provider_usage``). A replay on estimates alone misses what no
@@ -57,6 +60,23 @@ Choices
   ``claude-code`` preset's re-read files). A
   session that *starts* from a summary (a recorded compaction at stream index 0) is
   fed from its first request. See :meth:`_Replay._feed_usage`.
+* **Following the recording** (``follow_recording=True``, with ``feed_usage``; the
+  ``free`` mode of ``opctx.lab.fidelity`` turns it on for a client preset on its own
+  client's recording, whose aging and compactions stand for the client's). The overhead
+  is measured against the replay's *own* request: a clearing of old tool results that
+  the replay and the client both made is then counted once (the recorded counts hold
+  the client's; measured against the whole stream it came off twice: 2.1.19's 560343df,
+  112,640 believed where the provider counted 160,832). A compaction of the replay's
+  own ends the measuring (it no longer sends what the client sent: the last figure is
+  carried), unless it falls on the very request where the recording compacted (the
+  first request at or after the recorded point, with a count): then the replay has
+  reached the client's state by itself, and what the client sent next (its LLM summary,
+  the files, todo list and plan it re-attached, none of it in the transcript, all of it
+  in the recorded counts) is what a replay of that client sends. It **rejoins** the
+  recording: the overhead is measured afresh from that count (its structural summary
+  standing for the client's; the preset's ``post_compaction_tokens`` is not added) until
+  the recording compacts again, said in ``events`` (``"rejoined_recording"``).
+  ``tokens_none`` keeps the overhead measured before the first rejoin.
 * **Trigger check.** ``trigger_check="last-response"`` decides to compact the way
   Claude Code and Codex do: before a request, from the *last response's* count
   (its prompt, as fed or estimated, plus its output), not from the estimate of the
@@ -116,12 +136,10 @@ model and client version; ``steps_df`` and ``compactions_df()`` carry it as JSON
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
-import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,6 +153,7 @@ from ._replay_client import (
     resolve_trigger_check,
     with_client_version,
 )
+from ._replay_db import ReplayClock, _RecordedSummaryProvider, _ReplaySessionDB, replay_message_id
 from ._replay_result import ReplayCompaction, ReplayResult
 from ._summary_meter import SummaryMeter, SummaryUsage
 from .feasibility import ESTIMATES, PROVIDER_USAGE, REPLAY_MODES
@@ -267,85 +286,6 @@ def _log_guard_summary(result: ReplayResult) -> None:
         logger.warning("%s", text)
 
 
-class ReplayClock:
-    """A settable clock: ``clock()`` returns ``clock.now`` (the recording's time)."""
-
-    def __init__(self, now: float = 0.0) -> None:
-        self.now = float(now)
-
-    def __call__(self) -> float:
-        return self.now
-
-    def set(self, now: float | None) -> None:
-        if now is not None and not (isinstance(now, float) and math.isnan(now)):
-            # never run backwards: recordings sometimes have out-of-order stamps
-            self.now = max(self.now, float(now))
-
-
-class _RecordedSummaryProvider:
-    """A provider call that answers with the recording's summary when one is armed."""
-
-    def __init__(self) -> None:
-        self.text: str | None = None
-
-    def __call__(self, messages: Any, model: Any = None, system: Any = None, tools: Any = None) -> str:
-        if self.text is None:
-            raise RuntimeError("no recorded summary at this point of the recording")
-        return self.text
-
-
-class _ReplaySessionDB:
-    """``DagSessionDB(":memory:")`` whose compaction copies get deterministic ids.
-
-    The persister names the copies and the summary node it writes with random
-    ids (``k_<hex>``, ``summary_<hex>``), and a chained structural summary
-    quotes the ids of the branch it folds, so random ids would change the
-    summary's text, its token count and every figure after it: two replays of
-    one history would differ by a few tokens (and a sweep would differ between
-    executors). ``append_messages`` - the persister's one write - renames
-    every message of the batch (and the parent links inside it), in place, to
-    ids derived from a per-replay counter, keeping each id's prefix and length,
-    so everything downstream sees the new ids. Recorded messages are written with ``append_recorded`` and keep
-    the recording's ids.
-    """
-
-    def __init__(self, clock: ReplayClock) -> None:
-        from opctx.dag.session_db import DagSessionDB
-        from opctx.dag.store import set_text_index
-
-        self._db = DagSessionDB(":memory:", clock=clock)
-        set_text_index(self._db.connection, False)  # a scratch database nobody searches
-        self._minted = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._db, name)
-
-    def _mint(self, old: str) -> str:
-        prefix, sep, tail = old.rpartition("_")
-        if not sep:
-            prefix, tail = "n", old
-        self._minted += 1
-        digest = hashlib.sha1(f"opctx-replay:{self._minted}".encode()).hexdigest()
-        return f"{prefix}_{digest[: max(8, min(len(tail), 40))]}"
-
-    def append_recorded(self, session_id: str, msgs: Sequence[dict]) -> list[dict]:
-        return self._db.append_messages(session_id, msgs)
-
-    def append_messages(self, session_id: str, msgs: Sequence[dict]) -> list[dict]:
-        # renamed in place: the persister's PersistResult.summary_id is read from its own
-        # summary dict, not from the returned messages, so that dict must carry the new id
-        renamed: dict[str, str] = {}
-        batch = list(msgs)
-        for msg in batch:
-            old = msg.get("id")
-            if old:
-                renamed[old] = msg["id"] = self._mint(str(old))
-            parent = msg.get("parent_id")
-            if parent in renamed:
-                msg["parent_id"] = renamed[parent]
-        return self._db.append_messages(session_id, batch)
-
-
 def _post_compaction_tokens(engine: Any) -> int:
     """What the client adds after a compaction that no history holds
     (``client.post_compaction_tokens`` of the engine's policy)."""
@@ -373,6 +313,7 @@ def replay(
     feed_usage: bool | None = None,
     agent: Any = None,
     trigger_check: str | None = None,
+    follow_recording: bool = False,
     **params: Any,
 ) -> ReplayResult:
     """Replay a recorded history through an engine (see the module docstring).
@@ -393,7 +334,11 @@ def replay(
     ``feed_usage``: see the module docstring (``None``: on where the recording has
     provider usage; ``result.mode`` says which ran). ``trigger_check``: ``"request"``,
     ``"last-response"`` or ``None`` (the client's own way for a client preset on a
-    recording of its client, else ``"request"``; module docstring).
+    recording of its client, else ``"request"``; module docstring). ``follow_recording``:
+    the replay stands for the recording's client: the overhead is measured against its
+    own request, and a compaction of its own on the very request where the recording
+    compacted rejoins the recording's counts (module docstring, "Following the
+    recording"; ``feed_usage`` only).
 
     The steps: :func:`_load` (the history and the settings it is replayed with),
     :class:`_Replay` (the in-memory database, the engine and its driver),
@@ -418,6 +363,7 @@ def replay(
         feed_usage=bool(feed_usage),
         trigger_check=check,
         check_count=count,
+        follow_recording=follow_recording,
     )
     for index, msg in enumerate(history.messages):
         run.step(index, msg)
@@ -507,6 +453,7 @@ class _Replay:
         feed_usage: bool,
         trigger_check: str = "request",
         check_count: str = "last-response",
+        follow_recording: bool = False,
     ) -> None:
         from opctx.context.tokens import Estimator
 
@@ -525,6 +472,10 @@ class _Replay:
         self.overhead_base = 0
         self.overhead_drift = 0
         self.overhead_history = 0
+        # "Following the recording" (module docstring): whether the replay follows it, and the
+        # overhead before the first rejoin (the "none" baseline's; set once it rejoined)
+        self.follow_recording = follow_recording
+        self.none_overhead: tuple[int | None, int, int, int] | None = None
         # what the client re-attaches after each of the replay's own compactions (files it
         # re-reads: SummarizerConfig.post_compaction_tokens), carried until the next one
         self.reattached = 0
@@ -654,7 +605,14 @@ class _Replay:
                 self.reattached = _post_compaction_tokens(driver.engine)
                 self.active = driver.branch()
                 _register_copies(self.active, self.origin_ids)
-                prep = self._with_overhead(driver.prepare(self.active))
+                prep = driver.prepare(self.active)
+                if self._coincides(index, msg):
+                    self._rejoin(index)
+                else:
+                    if self.follow_recording:
+                        # its own request stood for what the client sent; no longer
+                        self.recording_diverged = True
+                    prep = self._with_overhead(prep)
                 record = _compaction_record(comp, driver, len(self.rows), index, self.turn, decision, self.origin_ids)
                 record.tokens_before = tokens_before
                 record.tokens_after = driver.tokens(prep)
@@ -665,6 +623,28 @@ class _Replay:
                 self.setup.count_summary(slot, failed)
                 self.events.append(failed)
         self._record_step(index, msg, prep, decision, tokens_before, compacted)
+
+    def _coincides(self, index: int, msg: dict) -> bool:
+        """Whether the replay's own compaction falls on the request where the recording compacted
+        (the first request at or after the recorded point, with the provider's count)."""
+        pending = self.pending_recorded
+        if not (self.follow_recording and self.feed_usage and pending is not None):
+            return False
+        if provider_prompt_tokens(msg, self.history.format, self.setup.model) is None:
+            return False
+        return not any(_is_request(m) for m in self.history.messages[pending.stream_index:index])
+
+    def _rejoin(self, index: int) -> None:
+        """After a compaction on the recording's own request: measure the overhead afresh, from
+        this request's recorded count (module docstring, "Following the recording")."""
+        if self.none_overhead is None:
+            self.none_overhead = (self.overhead, self.overhead_base, self.overhead_drift, self.overhead_history)
+        self.pending_recorded = None
+        self.recording_diverged = False
+        self.reattached = 0
+        self.overhead, self.overhead_base, self.overhead_drift, self.overhead_history = None, 0, 0, 0
+        self.events.append({"step": len(self.rows), "stream_index": index, "event": "rejoined_recording",
+                            "message": "compacted on the recording's own compaction request: its counts are fed again"})
 
     # -- the client's trigger check and the unseen overhead (module docstring) -------------------
 
@@ -706,22 +686,26 @@ class _Replay:
         view = dataclasses.replace(prep, budget_pct=pct, decision=decision)
         return self.driver.decide(view)
 
-    def _measure_overhead(self, provider_tokens: int | None) -> None:
+    def _measure_overhead(self, provider_tokens: int | None, request_estimate: int) -> None:
         """Provider count minus the estimate of the recorded context, while the replay knows it.
 
         The recorded context is everything appended so far (``stream_tokens_sum``:
         display-only lines cost nothing) until the recording's next compaction;
-        after it, the last figure is carried.
+        after it, the last figure is carried. Following the recording (module docstring) it
+        is the replay's own request (``request_estimate``), which stands for what the client
+        sent.
         """
         if provider_tokens is not None and provider_tokens > 0 and not self.recording_diverged:
-            overhead = int(provider_tokens) - (self.fixed_tokens + self.stream_tokens_sum)
+            sent = (max(0, int(request_estimate) - self.fixed_tokens) if self.follow_recording
+                    else self.stream_tokens_sum)
+            overhead = int(provider_tokens) - (self.fixed_tokens + sent)
             if self.overhead is None:
                 self.overhead_base = overhead
             self.overhead = overhead
             self.overhead_drift = overhead - self.overhead_base
-            self.overhead_history = self.stream_tokens_sum
+            self.overhead_history = sent
 
-    def _overhead_for(self, request_estimate: int) -> int:
+    def _overhead_for(self, request_estimate: int, state: tuple[int | None, int, int, int] | None = None) -> int:
         """The overhead carried to a request whose estimate is ``request_estimate``.
 
         Two parts: what the first counted request had beyond its estimate (system
@@ -730,14 +714,17 @@ class _Replay:
         (what the estimate misses of the content added since), which belongs to the
         history it was measured on and scales with it: a compaction that folds the
         history folds its drift too. While the replay sends what the recording sent,
-        the sum is exactly the measured overhead.
+        the sum is exactly the measured overhead. ``state``: another ``(overhead, base,
+        drift, history)`` than the current one (the "none" baseline's, after a rejoin).
         """
-        if self.overhead is None:
+        overhead, base, drift, measured_on = state or (
+            self.overhead, self.overhead_base, self.overhead_drift, self.overhead_history)
+        if overhead is None:
             return 0
         history = max(0, int(request_estimate) - self.fixed_tokens)
-        if not self.overhead_drift or not self.overhead_history or history == self.overhead_history:
-            return self.overhead_base + self.overhead_drift
-        return self.overhead_base + int(round(self.overhead_drift * history / self.overhead_history))
+        if not drift or not measured_on or history == measured_on:
+            return base + drift
+        return base + int(round(drift * history / measured_on))
 
     def _request_estimate(self, prep: Any) -> int:
         """opctx's estimate of the request as the replay sends it (display-only lines excluded)."""
@@ -790,9 +777,10 @@ class _Replay:
             output_tokens = self.est(msg)
         diverged = self.diverged or self.recording_diverged
         if self.feed_usage:
-            self._measure_overhead(provider_tokens)
+            self._measure_overhead(provider_tokens, self.fixed_tokens + cum[-1])
         # the "none" baseline as the provider would count it too, when counts are fed
-        overhead = self._overhead_for(self.fixed_tokens + self.stream_tokens_sum) if self.feed_usage else 0
+        overhead = (self._overhead_for(self.fixed_tokens + self.stream_tokens_sum, self.none_overhead)
+                    if self.feed_usage else 0)
         rows.append(
             {
                 "step": len(rows),
@@ -827,6 +815,9 @@ class _Replay:
     def _append(self, index: int, msg: dict) -> None:
         """The recorded message joins the in-memory session and the active history."""
         active = self.active
+        renamed = replay_message_id(msg.get("id"), index)
+        if renamed != msg.get("id"):
+            msg = {**msg, "id": renamed}  # an import's random id: a stable one (_replay_db.replay_message_id)
         stored = self.driver.append(msg, parent=active[-1]["id"] if active else None, now=self.clock.now, index=index)
         self.origin_ids[stored["id"]] = index
         active.append(stored)

@@ -153,9 +153,10 @@ def test_replay_counts_post_compaction_tokens_after_its_own_compactions_only() -
 def test_free_replay_follows_a_client_that_keeps_only_its_summary() -> None:
     history = _recording()
 
-    def deltas(**kw) -> list[int]:
+    def deltas(follow_recording: bool = False, **kw) -> list[int]:
+        # the layout on its own: the replay goes on alone after compacting with the client
         table = fidelity_table([history], presets=("claude-code",), mode="free", post_compaction_tokens=0,
-                               trigger_before_window=140_000, aging=False, **kw)
+                               trigger_before_window=140_000, aging=False, follow_recording=follow_recording, **kw)
         auto = table[table["trigger"].astype(str) == "auto"]
         return [int(d) for d in auto["claude-code_delta_requests"]]
 
@@ -167,6 +168,9 @@ def test_free_replay_follows_a_client_that_keeps_only_its_summary() -> None:
     assert all(abs(d) <= 1 for d in folded[:4])
     # keeping the current turn verbatim made every later prediction several requests early
     assert all(d <= -5 for d in kept[1:])
+    # rejoining the recording where it compacts with the client (the free mode's default), every
+    # compaction is on the very request whatever the layout
+    assert deltas(True) == deltas(True, fold_current_turn=False) == [0] * len(folded)
 
 
 def test_corpus_first_request_after_a_compaction_is_near_the_real_one(corpus_dir) -> None:

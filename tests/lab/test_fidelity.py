@@ -249,3 +249,10 @@ def test_recorded_points_are_inside_the_stream(histories):
         for point in recorded_compaction_points(h):
             assert 0 <= point["recorded_index"] <= len(h.messages)
             assert point["recorded_request"] <= h.n_requests
+
+
+def test_free_mode_follows_the_recording_after_a_coinciding_compaction():
+    # what the client re-attached after its compaction is in the recorded counts, not in the preset
+    hist = simulated_recording(155_000, requests=130, seed=5, post_compaction_tokens=30_000)
+    table = fidelity_table([hist], presets=("claude-code",), mode="free", settings="default")
+    assert table["claude-code_delta_requests"].tolist() == [0, 0, 0]

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import subprocess
+import sys
+
 import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from opctx.context.engine import DefaultContextEngine
+from opctx.lab._replay_db import replay_message_id
 from opctx.lab.history import RecordedCompaction, RecordedHistory
 from opctx.lab.replay import DECISIONS, ReplayClock, replay
 from opctx.lab.scenarios import generate_session
@@ -199,6 +206,39 @@ def test_chained_structural_summaries_stay_deterministic():
     assert [c.summary_text for c in a.compactions] == [c.summary_text for c in b.compactions]
     assert [c.summary_id for c in a.compactions] == [c.summary_id for c in b.compactions]
     pd.testing.assert_frame_equal(a.steps_df, b.steps_df)
+
+
+_IMPORT_AND_REPLAY = """
+import json, sys
+from opctx.importers.message_lists import parse_openai
+from opctx.lab.replay import replay
+session = parse_openai(sys.argv[1])[0]
+r = replay(session, "default", context_window=24_000, summary_output_tokens=800, keep_contexts=False)
+print(json.dumps({"summaries": [c.summary_text for c in r.compactions], "tokens": r.steps_df["tokens"].tolist()}))
+"""
+
+
+def test_a_replay_of_an_imported_transcript_is_the_same_in_every_process(tmp_path):
+    # an import names messages with random ids, and a chained structural summary names the
+    # first and last ids of the messages it does not list: the replay's own ids for imported
+    # messages keep that text, and its tokens, the same in every process (and hash seed)
+    path = tmp_path / "session.json"
+    path.write_text(json.dumps(generate_session(7, n_turns=12).messages))
+    runs = [subprocess.Popen([sys.executable, "-c", _IMPORT_AND_REPLAY, str(path)], stdout=subprocess.PIPE,
+                             env={**os.environ, "PYTHONHASHSEED": seed}, text=True) for seed in ("0", "1")]
+    outs = [json.loads(run.communicate(timeout=120)[0]) for run in runs]
+    assert all(run.returncode == 0 for run in runs)
+    assert re.search(r"\(ids \S+ \.\. [lu]_", "\n".join(outs[0]["summaries"])), "must name an imported message"
+    assert outs[0] == outs[1]
+
+
+def test_only_an_imports_random_ids_are_replaced():
+    assert replay_message_id("m0", 3) == "m0" and replay_message_id("replay_000003", 3) == "replay_000003"
+    minted = replay_message_id("l_0123456789ab4cde", 3)  # opctx.dag.nodes.new_id's shape
+    assert minted != "l_0123456789ab4cde" and re.fullmatch(r"l_[0-9a-f]{12}4[0-9a-f]{3}", minted)
+    assert replay_message_id("l_fedcba9876544321", 3) == minted  # the position decides, not the random digits
+    assert replay_message_id("u_fedcba9876544321", 3) == "u_" + minted[2:]
+    assert replay_message_id("l_fedcba9876544321", 4) != minted
 
 
 def test_engine_guard_notes_become_one_clear_warning(caplog):

@@ -180,3 +180,82 @@ def test_corpus_engine_sees_the_providers_count_at_the_real_compaction(dd09):
         # with aging, the replay cleared what the client had not: the count less what it cleared
         assert abs(believed - recorded) / recorded < tolerance, (params, believed, recorded)
     assert row["claude-code_believed_tokens"] > 150_000
+
+
+def _rejoined(result) -> list[int]:
+    return [e["stream_index"] for e in result.events if e.get("event") == "rejoined_recording"]
+
+
+def test_a_compaction_on_the_recordings_own_request_rejoins_the_recording():
+    # the client re-attaches 30,000 tokens after each compaction, more than the preset's constant:
+    # alone, the replay believes too little after its first compaction and compacts late
+    hist = simulated_recording(155_000, requests=130, seed=5, post_compaction_tokens=30_000)
+    requests = [i for i, m in enumerate(hist.messages) if m.get("role") == "assistant"]
+    recorded = [next(i for i in requests if i >= c.stream_index) for c in hist.compactions]
+    assert len(recorded) == 3 and all(c.trigger == "auto" for c in hist.compactions)
+    followed = replay(hist, "claude-code", feed_usage=True, keep_contexts=False, follow_recording=True)
+    alone = replay(hist, "claude-code", feed_usage=True, keep_contexts=False)
+    assert [c.stream_index for c in followed.compactions] == recorded
+    assert _rejoined(followed) == recorded and not _rejoined(alone)
+    assert [c.stream_index for c in alone.compactions][0] == recorded[0]
+    assert [c.stream_index for c in alone.compactions][1] > recorded[1]
+    # after rejoining, each request is fed the recording's own count: the next request's check
+    # is the recorded prompt + output
+    df = followed.steps_df
+    after = df[(df["stream_index"] >= recorded[0]) & (df["stream_index"] < hist.compactions[1].stream_index)]
+    fed = (after["provider_input_tokens"] + after["output_tokens"]).tolist()[:-1]
+    assert len(fed) > 10 and after["check_tokens"].tolist()[1:] == fed
+    # the "none" baseline keeps the overhead measured before the replay's own compaction
+    assert followed.steps_df["tokens_none"].tolist() == alone.steps_df["tokens_none"].tolist()
+
+
+def test_a_compaction_elsewhere_does_not_rejoin():
+    hist = simulated_recording(155_000, requests=130, seed=5, post_compaction_tokens=30_000)
+    early = replay(hist, "claude-code", feed_usage=True, keep_contexts=False, follow_recording=True,
+                   trigger_before_window=80_000)
+    assert early.compactions and not _rejoined(early)
+    assert early.steps_df.equals(replay(hist, "claude-code", feed_usage=True, keep_contexts=False,
+                                        trigger_before_window=80_000).steps_df)
+
+
+def test_a_compaction_of_its_own_after_a_rejoin_goes_on_alone():
+    # a trigger between the checks before the client's first and second compactions: the replay
+    # compacts with the client the first time, one request early the second
+    hist = simulated_recording(155_000, requests=130, seed=5, post_compaction_tokens=30_000)
+    requests = [i for i, m in enumerate(hist.messages) if m.get("role") == "assistant"]
+    recorded = [next(i for i in requests if i >= c.stream_index) for c in hist.compactions]
+    result = replay(hist, "claude-code", feed_usage=True, keep_contexts=False, follow_recording=True,
+                    trigger_before_window=48_000)
+    own = [c.stream_index for c in result.compactions]
+    assert own[0] == recorded[0] and own[1] < recorded[1] and _rejoined(result) == [recorded[0]]
+    # after it, the replay counts its own compacted context, not the client's uncompacted one
+    df = result.steps_df
+    at, after = df[df["stream_index"] == own[1]].iloc[0], df[df["stream_index"] > own[1]].iloc[0]
+    assert at["provider_input_tokens"] > 150_000 and after["check_tokens"] < 100_000
+
+
+def test_corpus_following_the_recording_counts_the_clients_clearing_once(corpus_dir):
+    # 2.1.19 clears old tool results itself (its counts hold that); the replay clears them too.
+    # Measured against the whole stream the overhead took the client's clearing off a second
+    # time (the replay's figure 112,640 where the provider counted 160,832 + output)
+    from opctx.importers import parse_path
+    from opctx.lab.microcompact import rule_for_version
+
+    path = next(corpus_dir.glob("claude_code_jsonl/*560343df*/*.jsonl"), None)
+    if path is None:
+        pytest.skip("session 560343df is not in this corpus")
+    history = as_history(parse_path(path)[0])
+    rule = rule_for_version(history.client_version, model=history.model, auto_compact=False, context_window=200_000)
+
+    def last_check(follow: bool) -> tuple[int, int]:
+        df = replay(history, "claude-code", feed_usage=True, keep_contexts=False, auto_compact=False,
+                    microcompact=rule, follow_recording=follow).steps_df
+        assert df["tokens_freed_by_aging"].iloc[-1] > 0 and not df["compacted"].any()
+        counted = df.dropna(subset=["provider_input_tokens"])
+        last, previous = df.iloc[-1], counted[counted["step"] < df["step"].iloc[-1]].iloc[-1]
+        return int(last["check_tokens"]), int(previous["provider_input_tokens"] + previous["output_tokens"])
+
+    check, provider = last_check(True)
+    assert abs(check - provider) <= 0.02 * provider
+    check, provider = last_check(False)
+    assert check < 0.8 * provider
