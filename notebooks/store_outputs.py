@@ -18,6 +18,7 @@ removed: stored outputs are the sample's, whatever data the machine points at), 
 * execution counts are the cells' positions (1, 2, ...: nbval compares only a cell with
   one, an empty output included; a cell that is not compared has none); timing
   metadata, the kernel's version details and the notebook's widget state are dropped;
+* the checkout's path is written ``<checkout>``, as the sanitiser writes it;
 * the notebook is marked ``metadata.opctx.outputs = "compared"``. nbval compares the cells
   of marked notebooks only: a new notebook runs as before (an exception fails it, its
   printout is not compared) until its outputs are stored with this script.
@@ -86,8 +87,12 @@ def store(path: Path, out_dir: Path | None = None, timeout: int = 900) -> Path:
     nbformat.write(nb, target)
     # the tracked notebooks end with a newline, as the editors write them
     text = target.read_text(encoding="utf-8")
+    # the machine's checkout path is written as the sanitiser writes it ("[checkout path]"
+    # in nbval_sanitize.cfg): the stored notebooks say nothing of the machine that ran them
+    text = text.replace(f"{HERE.parent}/", "<checkout>/")
     if not text.endswith("\n"):
-        target.write_text(text + "\n", encoding="utf-8")
+        text += "\n"
+    target.write_text(text, encoding="utf-8")
     return target
 
 
