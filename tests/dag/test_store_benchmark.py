@@ -6,7 +6,6 @@ import random
 import re
 
 import pytest
-
 from _benchmarks import load_benchmark
 
 sqlite_utils = pytest.importorskip("sqlite_utils")
