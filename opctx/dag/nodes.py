@@ -47,6 +47,7 @@ from __future__ import annotations
 import bisect
 import copy
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -60,6 +61,8 @@ __all__ = [
     "ModelCall",
     "FunctionCall",
     "new_id",
+    "minted_id",
+    "MINTED_ID",
     "last_user_message",
     "linear_back_to",
     "branch_terminals",
@@ -86,8 +89,17 @@ def new_id(prefix: str = "n") -> str:
     digit ``4``, 3 random ones) because ``uuid.UUID``'s checks cost more than the
     random bytes, and an import makes one id per node.
     """
-    h = os.urandom(8).hex()
-    return f"{prefix}_{h[:12]}4{h[13:]}"
+    return minted_id(prefix, os.urandom(8).hex())
+
+
+def minted_id(prefix: str, hex16: str) -> str:
+    """The id ``new_id`` makes from 16 hex digits (the 13th becomes the version digit
+    ``4``): the one home of its shape, which ``MINTED_ID`` recognises."""
+    return f"{prefix}_{hex16[:12]}4{hex16[13:16]}"
+
+
+# an id of ``new_id``'s making (group 1: its prefix)
+MINTED_ID = re.compile(r"([a-z]+)_[0-9a-f]{12}4[0-9a-f]{3}")
 
 
 def _norm_edge(value: str | None) -> str | None:

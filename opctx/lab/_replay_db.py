@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["ReplayClock"]
+from opctx.dag.nodes import MINTED_ID, minted_id
 
-# opctx.dag.nodes.new_id's shape: a prefix, then 16 hex digits with a uuid4's version digit
-_MINTED_ID = re.compile(r"([a-z]+)_[0-9a-f]{12}4[0-9a-f]{3}")
+__all__ = ["ReplayClock"]
 
 
 def replay_message_id(recorded_id: Any, index: int) -> Any:
@@ -29,11 +27,11 @@ def replay_message_id(recorded_id: Any, index: int) -> Any:
     recording's own, a test's ``m0``) is kept. The replay maps ids back to stream
     indices (``ReplayResult.origin_of``), never to the recorded ids.
     """
-    match = _MINTED_ID.fullmatch(recorded_id) if isinstance(recorded_id, str) else None
+    match = MINTED_ID.fullmatch(recorded_id) if isinstance(recorded_id, str) else None
     if match is None:
         return recorded_id
     digest = hashlib.sha1(f"opctx-replay-recorded:{index}".encode()).hexdigest()
-    return f"{match.group(1)}_{digest[:12]}4{digest[13:16]}"
+    return minted_id(match.group(1), digest)
 
 
 class ReplayClock:
