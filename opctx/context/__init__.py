@@ -8,8 +8,9 @@ estimator identity: a cold cut without a tokenizer pass), ``budget``, ``usage``,
 ``masking``, ``system_prompt``, ``prompts``, ``summarize`` (with its private ``_cut``,
 ``_cut_facts``, ``_summary_config``, ``_transcript``, ``_structural``), ``persistence``,
 ``provider_messages``, ``anthropic_messages``, ``fit`` (the last step of a prepare: the
-request as sent fits the window), ``engine``, ``turn``.
-Depends only on ``opctx.dag`` and the standard library (plus tiktoken).
+request as sent fits the window; with its private ``_cut_counts``), ``engine``, ``turn``.
+Depends only on ``opctx.dag`` and the standard library (plus tiktoken, and the ``regex``
+module tiktoken itself requires).
 
 The request shapes are exported here: ``to_provider_messages`` (OpenAI chat messages)
 and ``to_anthropic_request`` (Anthropic Messages ``{"system", "messages"}``), both built

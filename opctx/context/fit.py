@@ -35,6 +35,12 @@ a request is rejected by the provider (or, worse, silently cut by it).
 
 Only the request is changed: the messages are copies, the store keeps the originals.
 
+A session that stays over its window (nothing compacts) is fitted again on every request,
+so the cost of a fit is kept near the size of what it cuts, not of the history: floors
+are worked out only for the units the water level reaches (``_Floors``), and the cuts of
+a text are counted from its pre-tokeniser pieces, exactly, without encoding each cut
+(``_cut_counts``).
+
 Example::
 
     >>> from opctx.context.tokens import Estimator
@@ -58,6 +64,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._cut_counts import KnownCuts, known_cuts
 from .tokens import Estimator, default_estimator
 
 __all__ = [
@@ -95,10 +102,13 @@ class FittedRequest:
         return self.overflow is None
 
 
-def truncate_text(text: str, target: int, count: Callable[[str], int]) -> str:
+def truncate_text(text: str, target: int, count: Callable[[str], int], *, known: KnownCuts | None = None) -> str:
     """``text`` cut to at most ``target`` tokens (by ``count``): its head and tail around
     a marker naming how many tokens were left out; the marker alone when even a few
-    characters of each end do not fit. Returned unchanged when it already fits."""
+    characters of each end do not fit. Returned unchanged when it already fits.
+
+    ``known``: ``text``'s pieces, when ``count`` counts with the estimator they belong to:
+    the cuts are then counted from them (exactly; ``_cut_counts``) instead of encoded."""
     total = count(text)
     if total <= target:
         return text
@@ -109,8 +119,12 @@ def truncate_text(text: str, target: int, count: Callable[[str], int]) -> str:
             break
         head = text[: int(keep_chars * _HEAD_SHARE)]
         tail = text[len(text) - (keep_chars - len(head)) :] if keep_chars > len(head) else ""
+        if known is not None:
+            known.remember(head, tail)
         removed = max(1, total - count(head) - count(tail))
         out = "\n".join(p for p in (head, TRUNCATION_MARKER.format(n=removed), tail) if p)
+        if known is not None:
+            known.remember(head, tail, out)
         used = count(out)
         if used <= target:
             return out
@@ -131,6 +145,47 @@ def _water_level(sizes: Sequence[int], floors: Sequence[int], room: int) -> int 
         else:
             hi = mid - 1
     return lo
+
+
+class _Floors:
+    """Each unit's floor (its size with every text cut down to a marker), worked out only
+    for the units the water level reaches.
+
+    A unit no larger than the level is sent whole whatever its floor: only the largest
+    units need one, and working out a floor parses and counts the unit's texts (for a
+    session that stays over its window, every request of a long history would pay that).
+    Floors are computed largest unit first; a unit not yet computed is taken as unable to
+    shrink (its floor its size), which can only lower the level. Once the level found
+    that way is at least the size of every unit not computed, it is the level with all
+    floors known: above it, the two ways of counting agree, and they agree on the largest
+    level that fits. Otherwise more floors are computed (twice as many) and the level is
+    sought again."""
+
+    def __init__(self, units: Sequence[Any], sizes: Sequence[int], count: Callable[[str], int]):
+        self.units, self.sizes, self.count = units, sizes, count
+        self.order = sorted(range(len(sizes)), key=lambda i: -sizes[i])
+        self.values = list(sizes)  # a unit's floor, or its size while not computed
+        self.parts: dict[int, _Part] = {}
+        self.done = 0  # floors computed: those of ``order[:done]``
+
+    def _compute(self, upto: int) -> None:
+        for i in self.order[self.done : upto]:
+            part = self.parts[i] = _Part(self.units[i])
+            if part.texts:
+                texts_t, markers = _text_sizes(part, self.count)
+                s = self.sizes[i]
+                self.values[i] = min(s, max(0, s - sum(texts_t)) + sum(markers))
+        self.done = max(self.done, upto)
+
+    def level(self, room: int) -> int | None:
+        """:func:`_water_level` of the units with all their floors (None when the floors
+        alone do not fit)."""
+        n = len(self.order)
+        while True:
+            level = _water_level(self.sizes, self.values, room)
+            if self.done == n or (level is not None and level >= self.sizes[self.order[self.done]]):
+                return level
+            self._compute(min(n, max(8, 2 * self.done)))
 
 
 _ARGS = object()  # in a text's place: what follows is a path inside JSON-text arguments
@@ -300,30 +355,23 @@ def fit_request(
     if total <= budget:
         return FittedRequest(system_prompt, messages, total, budget)
     room = budget - tools_t
-    parts: dict[int, _Part] = {}
-    floors = []
-    for i, (unit, s) in enumerate(zip(units, sizes, strict=True)):
-        part = parts[i] = _Part(unit)
-        if not part.texts:
-            floors.append(s)
-            continue
-        texts_t, markers = _text_sizes(part, count)
-        floors.append(min(s, max(0, s - sum(texts_t)) + sum(markers)))
-    if sum(floors) > room:
+    floors = _Floors(units, sizes, count)
+    known = lambda text, in_json: known_cuts(text, est, model, in_json)  # noqa: E731
+    if floors.level(room) is None:
         return FittedRequest(
             system_prompt, messages, total, budget,
-            overflow=_overflow(budget, tools_t, sum(floors), len(messages)),
+            overflow=_overflow(budget, tools_t, sum(floors.values), len(messages)),
         )
     fitted_units, fitted_sizes, truncated = list(units), list(sizes), 0
     slack = 0
     for _ in range(_ATTEMPTS):
-        level = _water_level(sizes, floors, room - slack)
+        level = floors.level(room - slack)
         if level is None:
             break
         fitted_units, fitted_sizes, truncated = list(units), list(sizes), 0
         for i, s in enumerate(sizes):
-            if s > level and parts[i].texts:
-                fitted_units[i] = _shrink(parts[i], max(level, floors[i]), size, count)
+            if s > level and floors.parts[i].texts:
+                fitted_units[i] = _shrink(floors.parts[i], max(level, floors.values[i]), size, count, known)
                 fitted_sizes[i] = size(fitted_units[i])
                 truncated += 1
         total = tools_t + sum(fitted_sizes)
@@ -336,9 +384,13 @@ def fit_request(
     )
 
 
-def _shrink(part: _Part, target: int, size: Callable[[Any], int], count: Callable[[str], int]) -> Any:
+def _shrink(
+    part: _Part, target: int, size: Callable[[Any], int], count: Callable[[str], int],
+    known: Callable[[str, bool], KnownCuts | None] = lambda text, in_json: None,
+) -> Any:
     """``part``'s unit with its texts cut (largest first, by water level) so that the
-    unit's estimate is at most ``target`` where the markers allow."""
+    unit's estimate is at most ``target`` where the markers allow. ``known``: a text's
+    pieces (``truncate_text``)."""
     counters = part.counters(count)
     texts_t, floors = _text_sizes(part, count)
     fixed = max(0, size(part.unit) - sum(texts_t))
@@ -349,8 +401,8 @@ def _shrink(part: _Part, target: int, size: Callable[[Any], int], count: Callabl
         if level is None:
             level = 0  # markers only: as small as this unit gets
         texts = [
-            truncate_text(t, max(level, f), counter) if n > level else t
-            for t, n, f, counter in zip(part.texts, texts_t, floors, counters, strict=True)
+            truncate_text(t, max(level, f), counter, known=known(t, in_json)) if n > level else t
+            for t, n, f, counter, in_json in zip(part.texts, texts_t, floors, counters, part.in_json, strict=True)
         ]
         best = part.rebuilt(texts)
         used = size(best)

@@ -218,6 +218,12 @@ class Estimator:
             return self._count_raw(text, counter)
         return self._cached(counter, text, lambda: self._count_raw(text, counter))
 
+    def remember_count(self, text: str, counter: str, tokens: int) -> None:
+        """Cache ``tokens`` as ``count(text, counter)``: a count known exactly without the
+        tokenizer (``fit``'s cuts of a text it has split into pieces once)."""
+        if len(text) >= _MIN_CACHED_CHARS:
+            self._cached(counter, text, lambda: tokens)
+
     def text_count(self, text: str, counter: str, split: bool = True) -> TextCount:
         """``text`` counted for a profile: whole, without CJK characters, CJK characters,
         line-number prefixes (``split=False`` fills only the whole count)."""

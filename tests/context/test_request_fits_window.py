@@ -451,3 +451,25 @@ def test_corpus_prefixes_fit_small_windows(corpus_dir) -> None:
                                               prep.budget.input_budget, to_provider_messages(prep.history_dicts))
                         checked += 1
     assert checked > 50
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    units=st.lists(st.tuples(st.integers(0, 4000), st.integers(0, 300)), min_size=1, max_size=40),
+    room=st.integers(0, 30_000),
+)
+def test_floors_worked_out_largest_first_give_the_level_of_all_floors(units, room):
+    """Only the largest units' floors are worked out; the water level is the one every
+    floor known gives, and so is the overflow (None)."""
+    from opctx.context.fit import _Floors, _water_level
+
+    count = lambda text: len(text) // 4 + 1  # noqa: E731
+    texts = ["x" * n for n, _ in units]
+    sizes = [(count(t) if t else 0) + extra for t, (_, extra) in zip(texts, units, strict=True)]
+    every = _Floors(texts, sizes, count)
+    every._compute(len(texts))
+    lazy = _Floors(texts, sizes, count)
+    for r in (room, room // 2, room // 7):
+        assert lazy.level(r) == _water_level(sizes, every.values, r)
+    if lazy.level(room) is None:
+        assert lazy.values == every.values

@@ -1,0 +1,269 @@
+"""Exact token counts of a text's cuts without re-encoding them: what keeps ``fit_request``
+linear when a request stays over the window for hundreds of requests.
+
+Private to ``opctx.context.fit``. When nothing compacts (preset ``none``, or a client
+whose compaction is off) every request past the window truncates the same oversized
+messages again, each to a slightly lower water level, and :func:`~.fit.truncate_text`
+measures each candidate cut (its head ``text[:k]``, its tail ``text[a:]`` and the two
+joined around the marker) with the tokenizer: per request, a few times the whole
+window's worth of text is encoded.
+
+A tiktoken count is the sum, over the pieces the encoding's pre-tokeniser regex finds,
+of the byte-pair tokens of each piece (``CoreBPE.encode_ordinary``: the regex, then
+``encode_single_piece`` per piece); a text over ``ENCODE_CHUNK_CHARS`` is counted chunk
+by chunk (``chunk_bounds``). A cut is the text with one stretch replaced (by the marker,
+or by nothing), so its pieces are mostly the text's, and its count is worked out from
+the text's pieces, split once per text (an LRU of texts):
+
+* once a piece of the cut ends where a piece of the text ends (at the same characters),
+  the next pieces are the text's for as long as the characters are the same: the regex
+  reads no character before where it starts a match (the patterns have no look-behind),
+  and it reads at most a few characters past a match. So the cut's pieces are the text's
+  up to a boundary ``b`` at least ``_MARGIN`` characters before the stretch (or the chunk)
+  ends, where a blank starts a piece and a non-blank ends the piece before: every
+  alternative of the pattern reads a run of one class of characters (letters, digits,
+  punctuation, blanks) and at most a character past it, so no match before ``b`` can
+  see past it. Those pieces are counted by the text's prefix sums;
+* from ``b`` (or from a chunk's start) the cut's own pieces are matched one by one until
+  one ends where a piece of the text ends, past the replaced stretch; then the text's
+  prefix sums again; at the end of a chunk that is not the end of the text, the last
+  characters are matched one by one.
+
+The chunks of a cut are found on the cut itself (``chunk_bounds``), each counted as
+above, as ``bpe_token_count`` counts them. The counts are placed in the estimator's
+cache (``Estimator.remember_count``), where the measure that follows finds them: the
+figures are those of encoding each cut, only cheaper. A text whose pieces do not sum to
+tiktoken's own count of it (a pattern the ``regex`` module would read otherwise), or
+that holds a piece too long to split cheaply, is left to the tokenizer.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from ._heuristic import _CJK
+from ._tiktoken_offline import chunk_bounds
+from .tokens import _MIN_CACHED_CHARS, ENCODE_CHUNK_CHARS, Estimator, get_encoding
+
+_MARGIN = 64  # characters between a safe boundary and where the copied characters end
+_MAX_TEXTS = 256
+_MAX_TEXT_CHARS = 64_000_000  # of the texts split and kept (their pieces take as much again)
+_MAX_PIECE_CHARS = 4_096  # a longer piece (a blob): byte-pair merging it is slow; left to the tokenizer
+_MAX_PIECES = 200_000
+_BLANKS = frozenset(" \n")
+
+
+class _Encoding:
+    """One tiktoken encoding: its pre-tokeniser compiled with ``regex``, piece counts cached."""
+
+    def __init__(self, enc: Any):
+        import regex
+
+        self.enc = enc
+        self.pattern = regex.compile(enc._pat_str)
+        self.pieces: dict[str, int] = {}
+
+    def piece(self, text: str) -> int:
+        n = self.pieces.get(text)
+        if n is None:
+            n = len(self.enc._encode_single_piece(text))
+            if len(self.pieces) >= _MAX_PIECES:
+                self.pieces.clear()
+            self.pieces[text] = n
+        return n
+
+    def encoded(self, text: str) -> int:
+        return len(self.enc.encode_ordinary(text))
+
+    def scan(self, text: str) -> tuple[list[int], list[int]] | None:
+        """Piece boundaries of ``text`` (its end included) and the tokens before each; None
+        when a piece is too long to split cheaply."""
+        bounds, before, total = [0], [0], 0
+        for m in self.pattern.finditer(text):
+            if m.end() - m.start() > _MAX_PIECE_CHARS:
+                return None
+            total += self.piece(m.group())
+            bounds.append(m.end())
+            before.append(total)
+        return bounds, before
+
+
+_ENCODINGS: dict[str, _Encoding | None] = {}
+_TEXTS: OrderedDict[tuple[str, str], CutCounts | None] = OrderedDict()
+_TEXTS_CHARS = [0]
+_LOCK = threading.Lock()
+
+
+def _encoding(counter: str) -> _Encoding | None:
+    if counter not in _ENCODINGS:
+        enc = get_encoding(counter) if counter != "heuristic" else None
+        try:
+            _ENCODINGS[counter] = _Encoding(enc) if enc is not None else None
+        except (ImportError, AttributeError):  # no regex module, or another tiktoken
+            _ENCODINGS[counter] = None
+    return _ENCODINGS[counter]
+
+
+class CutCounts:
+    """The pieces of one text, and the exact raw counts of its cuts."""
+
+    def __init__(self, text: str, enc: _Encoding):
+        self.text, self.enc = text, enc
+        scanned = enc.scan(text)
+        self.valid = scanned is not None
+        self.bounds, self.before = scanned or ([0], [0])
+        n = len(text)
+        # boundaries (indices into ``bounds``) a run of pieces can be taken up to: a blank
+        # starts the piece there, a non-blank ends the piece before (module docstring)
+        self.safe = [
+            i for i, b in enumerate(self.bounds) if 0 < b < n and text[b] in _BLANKS and not text[b - 1].isspace()
+        ]
+        self.safe_at = [self.bounds[i] for i in self.safe]
+        self.valid = self.valid and self.before[-1] == enc.encoded(text)
+
+    def _boundary(self, r: int) -> int | None:
+        """The index in ``bounds`` of position ``r`` of the text, when a piece ends there."""
+        i = bisect.bisect_left(self.bounds, r)
+        return i if i < len(self.bounds) and self.bounds[i] == r else None
+
+    def count(self, s: str, k: int, cut: int) -> int | None:
+        """Tokens of ``s`` = ``text[:k]`` + a middle + the last ``cut`` characters of the
+        text, counted as ``bpe_token_count`` counts it (chunk by chunk); None when the
+        pattern does not read it as expected (left to the tokenizer)."""
+        total = 0
+        for start, end in chunk_bounds(s) if len(s) > ENCODE_CHUNK_CHARS else [(0, len(s))]:
+            tokens = self._chunk(s, start, end, k, cut)
+            if tokens is None:
+                return None
+            total += tokens
+        return total
+
+    def _chunk(self, s: str, start: int, end: int, k: int, cut: int) -> int | None:
+        """Tokens of ``s[start:end]`` encoded alone (module docstring)."""
+        text, bounds, before = self.text, self.bounds, self.before
+        n, tail_at = len(text), len(s) - cut  # the copied tail: s[tail_at:] is text[n - cut:]
+        chunk = s[start:end] if start or end < len(s) else s
+        pattern, piece = self.enc.pattern, self.enc.piece
+        total, pos = 0, 0  # pos: in ``chunk``
+        while pos < len(chunk):
+            x = start + pos  # in ``s``
+            if x < k:
+                shift, stretch_end = 0, min(k, end)
+            elif cut and x >= tail_at:
+                shift, stretch_end = n - cut - tail_at, end
+            else:
+                shift = None
+            if shift is not None:
+                i = self._boundary(x + shift)
+                if i is not None:
+                    if cut and x >= tail_at and end == len(s):
+                        return total + before[-1] - before[i]  # the same characters to the end of both
+                    j = bisect.bisect_right(self.safe_at, stretch_end + shift - _MARGIN) - 1
+                    if j >= 0 and self.safe_at[j] > x + shift:
+                        b = self.safe[j]
+                        total += before[b] - before[i]
+                        pos = bounds[b] - shift - start
+                        continue
+            m = pattern.match(chunk, pos)
+            if m is None or m.end() == pos:
+                return None
+            total += piece(m.group())
+            pos = m.end()
+        return total
+
+
+class KnownCuts:
+    """One text's cuts as its estimator counts them, placed in the estimator's cache before
+    they are measured (``remember``).
+
+    ``in_json``: the text is a string inside tool-call arguments, counted as its JSON
+    encoding (``json.dumps``: escaping is per character, so the encoding of a cut is a cut
+    of the text's encoding between two quotes). The CJK-stripped text a profile also
+    counts (``_split_count``) is stripped per character too, so it is cut the same way.
+    Every string is checked against its reference (same start, same end) before its count
+    is used, so a wrong guess of where a cut lies costs an encoding, never a figure."""
+
+    def __init__(self, text: str, estimator: Estimator, counter: str, enc: _Encoding, in_json: bool):
+        self.text, self.estimator, self.counter, self.enc, self.in_json = text, estimator, counter, enc, in_json
+        self.ref = _dumps(text) if in_json else text
+        self.stripped = _CJK.sub("", self.ref) if not self.ref.isascii() and _CJK.search(self.ref) else None
+
+    def remember(self, head: str, tail: str, out: str | None = None) -> None:
+        """Counts of ``head`` (``text[:len(head)]``) and ``tail`` (``text`` from
+        ``len(text) - len(tail)``), or with ``out`` (the two around the marker) of ``out``
+        alone, as the estimator counts them."""
+        if self.in_json:
+            k = len(_dumps(head)) - 1 if head else 1  # the encoding's opening quote at least
+            cut = len(_dumps(tail)) - 1 if tail else 0
+            strings = [(_dumps(out), k, cut)] if out is not None else [
+                (_dumps(head), k, 0) if head else None, (_dumps(tail), 1, cut) if tail else None,
+            ]
+        else:
+            k, cut = len(head), len(tail)
+            strings = [(out, k, cut)] if out is not None else [(head, k, 0), (tail, 0, cut)]
+        for item in strings:
+            if item is None or not item[0]:
+                continue
+            s, s_k, s_cut = item
+            self._remember(self.ref, s, s_k, s_cut)
+            if self.stripped is not None:
+                stripped = _CJK.sub("", s)
+                if len(stripped) != len(s):
+                    s_k2 = len(_CJK.sub("", s[:s_k]))
+                    s_cut2 = len(_CJK.sub("", s[len(s) - s_cut:])) if s_cut else 0
+                    self._remember(self.stripped, stripped, s_k2, s_cut2)
+
+    def _remember(self, ref: str, s: str, k: int, cut: int) -> None:
+        """``s`` is ``ref[:k]``, a middle, and the last ``cut`` characters of ``ref``."""
+        if len(s) < _MIN_CACHED_CHARS or k + cut > len(s):
+            return
+        n = len(ref)
+        if not (s.startswith(ref[:k]) and (cut == 0 or s.endswith(ref[n - cut:]))):
+            return
+        cuts = cut_counts(ref, self.counter)
+        if cuts is None:
+            return
+        tokens = cuts.count(s, k, cut)
+        if tokens is not None:
+            self.estimator.remember_count(s, self.counter, tokens)
+
+
+def _dumps(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def known_cuts(text: str, estimator: Estimator, model: str | None, in_json: bool = False) -> KnownCuts | None:
+    """:class:`KnownCuts` of ``text`` for ``estimator`` and ``model``, or None when its cuts
+    are left to the tokenizer (a heuristic counter, a short text)."""
+    if len(text) <= ENCODE_CHUNK_CHARS // 4:
+        return None  # a short text encodes faster than it splits
+    counter, _ = estimator.profile(model)
+    with _LOCK:
+        enc = _encoding(counter)
+    return KnownCuts(text, estimator, counter, enc, in_json) if enc is not None else None
+
+
+def cut_counts(text: str, counter: str) -> CutCounts | None:
+    """The pieces of ``text`` under ``counter`` (an LRU of texts), or None when they do not
+    add up to tiktoken's count (left to the tokenizer)."""
+    key = (counter, text)
+    with _LOCK:
+        if key in _TEXTS:
+            _TEXTS.move_to_end(key)
+            return _TEXTS[key]
+        enc = _encoding(counter)
+    cuts = CutCounts(text, enc) if enc is not None else None
+    if cuts is not None and not cuts.valid:
+        cuts = None
+    with _LOCK:
+        if key not in _TEXTS:
+            _TEXTS[key] = cuts
+            _TEXTS_CHARS[0] += len(text)
+        while len(_TEXTS) > _MAX_TEXTS or _TEXTS_CHARS[0] > _MAX_TEXT_CHARS:
+            (_, old), _ = _TEXTS.popitem(last=False)
+            _TEXTS_CHARS[0] -= len(old)
+    return cuts

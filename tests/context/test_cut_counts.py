@@ -1,0 +1,129 @@
+"""Cuts of a text counted from its pieces agree with the tokenizer (opctx.context._cut_counts).
+
+``fit`` counts the head, the tail and the two joined around the marker of every text it
+truncates; ``_cut_counts`` works those counts out from the text's pre-tokeniser pieces
+and places them in the estimator's cache. A wrong count there would change a fitted
+request without any other sign, so every count it places is checked here against a
+fresh tiktoken count, on texts made to meet the pattern's edge cases (runs of blanks,
+punctuation before newlines, contractions, digits, CJK, one long word), plain and as
+JSON string values.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from opctx.context import _cut_counts
+from opctx.context._heuristic import _CJK
+from opctx.context._tiktoken_offline import bpe_token_count, get_encoding
+from opctx.context.fit import TRUNCATION_MARKER, truncate_text
+from opctx.context.tokens import Estimator
+
+MODELS = ["gpt-4o", "gpt-4"]  # o200k and cl100k
+
+_PIECES = [
+    "word", " word", "  two", "\n", "\n\n", " \n ", "\t", "it's", " they'll", "I'M", "1234567", " 42",
+    "...", ".\n", "?!\r\n", "()", " {", "};\n", "    ", "  \n\n  ", "//", " /path/to/file.py", "\u4e2d\u6587",
+    "\u65e5\u672c\u8a9e\u306e\u6587", "caf\u00e9", " na\u00efve", "\U0001F600", "=" * 30, "a" * 300, "x=1;y=2",
+    "\u2192", "   12\u2192line", "<tag attr=\"v\">", "\\n", "\"quoted\"",
+]
+
+
+def _text(rng: random.Random, n: int) -> str:
+    out, size = [], 0
+    while size < n:
+        piece = rng.choice(_PIECES)
+        out.append(piece)
+        size += len(piece)
+    return "".join(out)
+
+
+def _counter(est: Estimator, model: str) -> str:
+    return est.profile(model)[0]
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("in_json", [False, True])
+def test_every_count_placed_is_the_tokenizers(model, in_json, monkeypatch):
+    est = Estimator()
+    counter = _counter(est, model)
+    enc = get_encoding(counter)
+    if enc is None:
+        pytest.skip("no tiktoken encoding offline")
+    placed: list[tuple[str, int]] = []
+    original = Estimator.remember_count
+
+    def spy(self, text, counter_, tokens):
+        placed.append((text, tokens))
+        original(self, text, counter_, tokens)
+
+    monkeypatch.setattr(Estimator, "remember_count", spy)
+    rng = random.Random(7)
+    for _ in range(60):
+        text = _text(rng, rng.choice([2_500, 6_000, 8_100, 9_000, 20_000, 45_000]))
+        known = _cut_counts.known_cuts(text, est, model, in_json)
+        assert known is not None
+        for _ in range(6):
+            keep = rng.randrange(0, len(text))
+            head = text[: int(keep * 0.6)]
+            tail = text[len(text) - (keep - len(head)):] if keep > len(head) else ""
+            known.remember(head, tail)
+            out = "\n".join(p for p in (head, TRUNCATION_MARKER.format(n=rng.randrange(1, 9999)), tail) if p)
+            known.remember(head, tail, out)
+    assert len(placed) > 300
+    for text, tokens in placed:
+        assert tokens == bpe_token_count(enc, text), text[:80]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_truncated_texts_are_the_same_with_and_without_pieces(model):
+    """``truncate_text`` gives the same cut when its counts come from the pieces."""
+    rng = random.Random(11)
+    for _ in range(25):
+        text = _text(rng, rng.choice([3_000, 7_000, 12_000, 30_000]))
+        plain, pieces = Estimator(), Estimator()
+        count_plain = lambda t, est=plain: est.text_tokens(t, model)  # noqa: E731
+        count_pieces = lambda t, est=pieces: est.text_tokens(t, model)  # noqa: E731
+        total = count_plain(text)
+        for target in (total // 2, total // 5, total // 20, 40):
+            expected = truncate_text(text, target, count_plain)
+            known = _cut_counts.known_cuts(text, pieces, model)
+            assert truncate_text(text, target, count_pieces, known=known) == expected
+
+
+def test_cjk_stripped_copies_are_counted_too():
+    """A profile that counts CJK apart also counts the text without it: those counts are
+    placed as well, and agree."""
+    est = Estimator()
+    model = "gpt-4o"
+    counter = _counter(est, model)
+    enc = get_encoding(counter)
+    if enc is None:
+        pytest.skip("no tiktoken encoding offline")
+    rng = random.Random(3)
+    text = _text(rng, 7_000)
+    assert _CJK.search(text)
+    known = _cut_counts.known_cuts(text, est, model)
+    head, tail = text[:2_000], text[-1_500:]
+    out = head + "\n" + TRUNCATION_MARKER.format(n=5) + "\n" + tail
+    known.remember(head, tail, out)
+    stripped = _CJK.sub("", out)
+    assert est._cache.get((counter, stripped)) == bpe_token_count(enc, stripped)
+
+
+def test_json_values_are_counted_as_encoded():
+    est = Estimator()
+    model = "gpt-4o"
+    counter = _counter(est, model)
+    enc = get_encoding(counter)
+    if enc is None:
+        pytest.skip("no tiktoken encoding offline")
+    text = "line one\n\t\"quoted\" \\ back\n" * 200
+    known = _cut_counts.known_cuts(text, est, model, in_json=True)
+    head, tail = text[:1_000], text[-900:]
+    known.remember(head, tail)
+    encoded = json.dumps(head, ensure_ascii=False)
+    assert est._cache.get((counter, encoded)) == bpe_token_count(enc, encoded)
