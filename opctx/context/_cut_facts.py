@@ -336,6 +336,29 @@ class MessageFacts:
             self._table, self._seen = table, list(messages)
         return table
 
+    def probe_table(self, messages: Sequence[dict]) -> FactsTable:
+        """A :class:`FactsTable` of ``messages`` that changes nothing here: cached facts
+        where a message has them (checked as in :meth:`get`), the others computed and
+        not kept, and the last history's table left as it is.
+
+        For a history that is not the branch (a compaction's predicted new branch, its
+        messages aged by a probe): its aged copies must not displace their originals'
+        entries, and the branch's own messages are not estimated again (a fresh cache
+        did that for every kept message of every compaction)."""
+        table = FactsTable()
+        cache, estimate = self._cache, self.estimate
+        for m in messages:
+            key = self._key(m)
+            try:
+                hit = cache.get(key) if key is not None else None
+            except TypeError:  # an unhashable id from a malformed transcript
+                hit = None
+            if hit is not None and (hit[0] is m or hit[0] == m):
+                table.append(hit[1])
+            else:
+                table.append(_compute_facts(m, estimate))
+        return table
+
     def _copied(self, msg: dict, key: tuple) -> Facts | None:
         """The facts of the message ``msg`` is a copy of (``copied_from``: a compaction's
         new branch), when the two differ only in identity; else None.
