@@ -10,7 +10,9 @@ reads (prefix sums, user positions, and for every boundary the number of tool
 call/result pairs it would split), growing by :meth:`FactsTable.append`.
 :class:`MessageFacts` caches the facts per message (keyed by id, role and content
 length, checked against the message) and extends the last table when the history
-only grew. See "Speed" in the ``opctx.context.summarize`` docstring.
+only grew; :meth:`MessageFacts.probe_table` counts another history (a compaction's
+predicted branch) from the same cache without changing it. See "Speed" in the
+``opctx.context.summarize`` docstring.
 
 Two more ways facts arrive without a tokenizer pass: :meth:`MessageFacts.seed` enters
 counts persisted in the database (``opctx.context.token_counts``; the other facts come
