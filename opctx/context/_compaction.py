@@ -555,8 +555,15 @@ class _CompactionSteps:
                 return None
             tracker = ReferenceTracker(clock=self.clock)
             layout, _ = _run_ager(probe, layout, tracker.build(layout))
-        # counted like the branch before it (display-only lines, thinking the model drops)
-        table = MessageFacts(lambda m: estimate(m, model)).table(layout)
+        # counted like the branch before it (display-only lines, thinking the model drops),
+        # with the session's facts of the messages it keeps unchanged when they are
+        # estimated for this model (the same estimate; _measure_branch just filled them)
+        facts = state.facts if state.facts is not None and state.facts_model == model else None
+        table = (
+            facts.probe_table(layout)
+            if facts is not None
+            else MessageFacts(lambda m: estimate(m, model)).table(layout)
+        )
         return table.counted_tokens(thinking_retention(model))
 
 

@@ -10,7 +10,9 @@ reads (prefix sums, user positions, and for every boundary the number of tool
 call/result pairs it would split), growing by :meth:`FactsTable.append`.
 :class:`MessageFacts` caches the facts per message (keyed by id, role and content
 length, checked against the message) and extends the last table when the history
-only grew. See "Speed" in the ``opctx.context.summarize`` docstring.
+only grew; :meth:`MessageFacts.probe_table` counts another history (a compaction's
+predicted branch) from the same cache without changing it. See "Speed" in the
+``opctx.context.summarize`` docstring.
 
 Two more ways facts arrive without a tokenizer pass: :meth:`MessageFacts.seed` enters
 counts persisted in the database (``opctx.context.token_counts``; the other facts come
@@ -334,6 +336,29 @@ class MessageFacts:
             table.append(self._get(m, self._key(m)))
         with self._lock:
             self._table, self._seen = table, list(messages)
+        return table
+
+    def probe_table(self, messages: Sequence[dict]) -> FactsTable:
+        """A :class:`FactsTable` of ``messages`` that changes nothing here: cached facts
+        where a message has them (checked as in :meth:`get`), the others computed and
+        not kept, and the last history's table left as it is.
+
+        For a history that is not the branch (a compaction's predicted new branch, its
+        messages aged by a probe): its aged copies must not displace their originals'
+        entries, and the branch's own messages are not estimated again (a fresh cache
+        did that for every kept message of every compaction)."""
+        table = FactsTable()
+        cache, estimate = self._cache, self.estimate
+        for m in messages:
+            key = self._key(m)
+            try:
+                hit = cache.get(key) if key is not None else None
+            except TypeError:  # an unhashable id from a malformed transcript
+                hit = None
+            if hit is not None and (hit[0] is m or hit[0] == m):
+                table.append(hit[1])
+            else:
+                table.append(_compute_facts(m, estimate))
         return table
 
     def _copied(self, msg: dict, key: tuple) -> Facts | None:

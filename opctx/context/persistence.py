@@ -57,7 +57,7 @@ What the persister needs of a session database is :class:`SessionStore` (a
 compare-and-set ``expected``, one-call ``append_messages``, the session's extra
 metadata, and ``transaction()``.
 
-Copies are deep copies of the message dicts minus ``id``/``parent_id``, so every
+Copies are new message dicts minus ``id``/``parent_id`` (``copy_message``), so every
 other key (tool calls, blocks, model, usage, timestamps) is preserved verbatim.
 
 ``Persister.insert_summary_node`` reads as its steps: ``_split_branch`` (check the
@@ -71,7 +71,6 @@ runs first inside the transaction.
 from __future__ import annotations
 
 import contextlib
-import copy
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -143,8 +142,18 @@ def new_summary_id() -> str:
 
 
 def copy_message(msg: dict, parent_id: str | None) -> dict:
-    """A copy of ``msg`` for the new branch: fresh id, new parent, ``copied_from`` set."""
-    out = copy.deepcopy({k: v for k, v in msg.items() if k not in ("id", "parent_id", "seq")})
+    """A copy of ``msg`` for the new branch: fresh id, new parent, ``copied_from`` set.
+
+    A new dict whose values are the original's own objects (content blocks, tool calls,
+    usage), not copies of them: a copy differs from its original only in the top-level
+    keys set here, which are the new dict's, and the store serialises every value as it
+    writes the node, so the stored copy shares nothing with the stored original (which
+    is never rewritten). Nothing on the way mutates a nested value: ``append_messages``
+    builds its ``Call`` from the dict and a store that renames ids (the lab's replay)
+    sets top-level keys only. A deep copy of every kept message was the largest single
+    cost of a compaction on a long branch.
+    """
+    out = {k: v for k, v in msg.items() if k not in ("id", "parent_id", "seq")}
     out["id"] = new_copy_id()
     out["parent_id"] = parent_id
     out["copied_from"] = msg.get("id")

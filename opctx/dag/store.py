@@ -176,6 +176,7 @@ from ._errors import NodeNotFound, SessionNotFound, StoreError
 from ._rows import (
     _DUMPS_KW,
     _NODE_COLUMNS,
+    _NODE_COLUMNS_BYTES,
     _graph_from_sorted,
     _node_data_json,
     _row_to_call,
@@ -708,7 +709,7 @@ class GraphStore:
                 chunk = ids[i : i + 500]
                 marks = ",".join("?" * len(chunk))
                 for row in self._conn.execute(
-                    f"SELECT {_NODE_COLUMNS} FROM nodes WHERE session_id = ? AND id IN ({marks})",
+                    f"SELECT {_NODE_COLUMNS_BYTES} FROM nodes WHERE session_id = ? AND id IN ({marks})",
                     [self.session_id, *chunk],
                 ):
                     found[row[0]] = _row_to_call(tuple(row))

@@ -267,6 +267,31 @@ def test_facts_of_a_compaction_copy_come_from_its_original_unless_it_differs() -
     assert calls[-1] == "k_edited"  # same size, other content: estimated
 
 
+def test_a_probe_table_takes_cached_facts_and_keeps_nothing() -> None:
+    # a compaction's predicted branch: the kept messages as they are, one aged copy, the
+    # summary (no id); counted as a fresh cache would, estimating only what is new
+    calls: list[str | None] = []
+
+    def counting(msg: dict) -> int:
+        calls.append(msg.get("id"))
+        return char_tokens(msg)
+
+    facts = MessageFacts(counting)
+    history = chat_turns(10, size=100)
+    table = facts.table(history)
+    seen = len(calls)
+    aged = dict(history[4], content="[cleared]")
+    summary = {"role": "system", "content": "[Previous conversation summary]\nS"}
+    layout = history[:1] + [summary] + history[3:4] + [aged] + history[5:]
+    probe = facts.probe_table(layout)
+    assert probe.prefix_tokens == MessageFacts(char_tokens).table(layout).prefix_tokens
+    assert probe.users == MessageFacts(char_tokens).table(layout).users
+    assert sorted(calls[seen:], key=str) == sorted([None, aged["id"]], key=str)
+    # nothing kept: the aged copy did not displace its original, the last table stands
+    assert facts.get(history[4]) == table.facts[4] and len(calls) == seen + 2
+    assert facts.table(history) is table
+
+
 def test_config_validation() -> None:
     with pytest.raises(ValueError, match="keep_min_tokens"):
         SummarizerConfig(keep_min_tokens=50_000, keep_max_tokens=40_000)

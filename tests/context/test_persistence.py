@@ -192,3 +192,46 @@ def test_a_failure_after_the_branch_was_written_undoes_all_of_it(db: DagSessionD
         Persister(MetaFails()).insert_summary_node(sid, "S", 8, history, 2)
     assert {m["id"] for m in db.get_messages(sid)} == before
     assert [m["id"] for m in db.get_branch(sid)] == [m["id"] for m in history]
+
+
+def test_a_copy_is_a_new_dict_and_its_original_is_left_as_it_was() -> None:
+    # copy_message: the original's values, a dict of its own (what the copy sets and a
+    # store renaming ids in place touch is the copy's alone)
+    from opctx.context.persistence import copy_message
+
+    c = call("read")
+    orig = {**assistant("ok"), "id": "m1", "parent_id": "m0", "seq": 4, "tool_calls": c["tool_calls"]}
+    before = {k: v for k, v in orig.items()}
+    copy_ = copy_message(orig, "p9")
+    assert copy_ is not orig and copy_["copied_from"] == "m1" and copy_["parent_id"] == "p9"
+    assert "seq" not in copy_ and copy_["id"].startswith("k_")
+    copy_["id"], copy_["parent_id"] = "renamed", "renamed_parent"
+    assert orig == before
+    assert {k: v for k, v in copy_.items() if k not in ("id", "parent_id", "copied_from")} == {
+        k: v for k, v in orig.items() if k not in ("id", "parent_id", "seq")
+    }
+
+
+def test_a_compaction_leaves_the_history_it_read_and_the_stored_originals_as_they_were(
+    db: DagSessionDB,
+) -> None:
+    # the copies hold the history's own values; a store that renames the written ids in
+    # place (as the lab's replay does) changes only the copies
+    c = call("read")
+    sid, history = store_history(db, [user("task"), *chat_turns(3), c, *results(c), assistant("done")])
+    read = [dict(m) for m in history]
+    append = db.append_messages
+
+    def renaming(session_id: str, msgs: list[dict]) -> list[dict]:
+        for m in msgs:
+            m["id"] = "r_" + m["id"]
+            if m.get("parent_id"):
+                m["parent_id"] = "r_" + m["parent_id"]
+        return append(session_id, msgs)
+
+    db.append_messages = renaming
+    res = Persister(db).insert_summary_node(sid, "S", 4, history, 1)
+    assert history == read
+    assert [db.get_message(sid, m["id"]) for m in read] == read
+    assert all(m["id"].startswith("r_") for m in res.branch)
+    assert [m["copied_from"] for m in db.get_branch(sid)[2:]] == [m["id"] for m in read[4:]]
