@@ -41,18 +41,20 @@ def _text(rng: random.Random, n: int) -> str:
     return "".join(out)
 
 
-def _counter(est: Estimator, model: str) -> str:
-    return est.profile(model)[0]
+def _fresh(model: str):
+    """A fresh estimator, the counter it uses for ``model`` and that counter's encoding."""
+    est = Estimator()
+    counter = est.profile(model)[0]
+    enc = get_encoding(counter)
+    if enc is None:
+        pytest.skip("no tiktoken encoding offline")
+    return est, counter, enc
 
 
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("in_json", [False, True])
 def test_every_count_placed_is_the_tokenizers(model, in_json, monkeypatch):
-    est = Estimator()
-    counter = _counter(est, model)
-    enc = get_encoding(counter)
-    if enc is None:
-        pytest.skip("no tiktoken encoding offline")
+    est, _, enc = _fresh(model)
     placed: list[tuple[str, int]] = []
     original = Estimator.remember_count
 
@@ -97,12 +99,8 @@ def test_truncated_texts_are_the_same_with_and_without_pieces(model):
 def test_cjk_stripped_copies_are_counted_too():
     """A profile that counts CJK apart also counts the text without it: those counts are
     placed as well, and agree."""
-    est = Estimator()
     model = "gpt-4o"
-    counter = _counter(est, model)
-    enc = get_encoding(counter)
-    if enc is None:
-        pytest.skip("no tiktoken encoding offline")
+    est, counter, enc = _fresh(model)
     rng = random.Random(3)
     text = _text(rng, 7_000)
     assert _CJK.search(text)
@@ -115,12 +113,8 @@ def test_cjk_stripped_copies_are_counted_too():
 
 
 def test_json_values_are_counted_as_encoded():
-    est = Estimator()
     model = "gpt-4o"
-    counter = _counter(est, model)
-    enc = get_encoding(counter)
-    if enc is None:
-        pytest.skip("no tiktoken encoding offline")
+    est, counter, enc = _fresh(model)
     text = "line one\n\t\"quoted\" \\ back\n" * 200
     known = _cut_counts.known_cuts(text, est, model, in_json=True)
     head, tail = text[:1_000], text[-900:]
