@@ -29,6 +29,11 @@ the text's pieces, split once per text (an LRU of texts):
   prefix sums again; at the end of a chunk that is not the end of the text, the last
   characters are matched one by one.
 
+The same holds for a message rebuilt with a text cut (:func:`remember_rebuilt`): the
+segments the estimate counts (a JSON document of tool arguments with one value cut, a
+tool result) keep a head and a tail of the segments they replace, and are counted from
+those.
+
 The chunks of a cut are found on the cut itself (``chunk_bounds``), each counted as
 above, as ``bpe_token_count`` counts them. The counts are placed in the estimator's
 cache (``Estimator.remember_count``), where the measure that follows finds them: the
@@ -267,3 +272,69 @@ def cut_counts(text: str, counter: str) -> CutCounts | None:
             (_, old), _ = _TEXTS.popitem(last=False)
             _TEXTS_CHARS[0] -= len(old)
     return cuts
+
+
+def remember_rebuilt(old: Any, new: Any, estimator: Estimator, model: str | None) -> None:
+    """Counts of the text segments of ``new``, a message rebuilt from ``old`` with some of
+    its texts cut, placed in the estimator's cache before the message is measured.
+
+    A segment is what the estimate counts (``message_parts``): a cut text is one, but so is
+    a JSON document of tool arguments or a ``tool_use`` input with one value cut, which is
+    a new string as long as the rest of the document. A segment that changed keeps a head
+    and a tail of the segment it replaces (their common prefix and suffix), so it is
+    counted from that segment's pieces (:class:`CutCounts`), as are their copies without
+    CJK when the profile counts CJK apart."""
+    if isinstance(old, str) or isinstance(new, str):
+        return  # a system prompt: its one text is the cut itself, counted already
+    from ._message_parts import message_parts
+
+    counter, profile = estimator.profile(model)
+    with _LOCK:
+        if _encoding(counter) is None:
+            return
+    before, after = message_parts(old).segments, message_parts(new).segments
+    if len(before) != len(after):
+        return
+    for (_, a), (_, b) in zip(before, after, strict=True):
+        if a is b or len(b) <= ENCODE_CHUNK_CHARS // 4 or a == b:
+            continue
+        _remember_spliced(a, b, estimator, counter)
+        if profile.splits_text and not b.isascii() and _CJK.search(b):
+            _remember_spliced(_CJK.sub("", a), _CJK.sub("", b), estimator, counter)
+
+
+def _remember_spliced(ref: str, s: str, estimator: Estimator, counter: str) -> None:
+    """Place the count of ``s`` when it shares a head and a tail with ``ref``."""
+    k = _common_prefix(ref, s)
+    cut = min(_common_suffix(ref, s), len(ref) - k, len(s) - k)
+    if k + cut < len(s) // 2:
+        return  # little in common: encoding it costs no more
+    cuts = cut_counts(ref, counter)
+    tokens = cuts.count(s, k, cut) if cuts is not None else None
+    if tokens is not None:
+        estimator.remember_count(s, counter, tokens)
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """Length of the longest common prefix (a bisection of slice comparisons, done in C)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _common_suffix(a: str, b: str) -> int:
+    """Length of the longest common suffix."""
+    na, nb = len(a), len(b)
+    lo, hi = 0, min(na, nb)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[na - mid : na - lo] == b[nb - mid : nb - lo]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

@@ -64,7 +64,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._cut_counts import KnownCuts, known_cuts
+from ._cut_counts import KnownCuts, known_cuts, remember_rebuilt
 from .tokens import Estimator, default_estimator
 
 __all__ = [
@@ -357,6 +357,7 @@ def fit_request(
     room = budget - tools_t
     floors = _Floors(units, sizes, count)
     known = lambda text, in_json: known_cuts(text, est, model, in_json)  # noqa: E731
+    rebuilt = lambda old, new: remember_rebuilt(old, new, est, model)  # noqa: E731
     if floors.level(room) is None:
         return FittedRequest(
             system_prompt, messages, total, budget,
@@ -371,7 +372,7 @@ def fit_request(
         fitted_units, fitted_sizes, truncated = list(units), list(sizes), 0
         for i, s in enumerate(sizes):
             if s > level and floors.parts[i].texts:
-                fitted_units[i] = _shrink(floors.parts[i], max(level, floors.values[i]), size, count, known)
+                fitted_units[i] = _shrink(floors.parts[i], max(level, floors.values[i]), size, count, known, rebuilt)
                 fitted_sizes[i] = size(fitted_units[i])
                 truncated += 1
         total = tools_t + sum(fitted_sizes)
@@ -387,10 +388,12 @@ def fit_request(
 def _shrink(
     part: _Part, target: int, size: Callable[[Any], int], count: Callable[[str], int],
     known: Callable[[str, bool], KnownCuts | None] = lambda text, in_json: None,
+    rebuilt: Callable[[Any, Any], None] = lambda old, new: None,
 ) -> Any:
     """``part``'s unit with its texts cut (largest first, by water level) so that the
     unit's estimate is at most ``target`` where the markers allow. ``known``: a text's
-    pieces (``truncate_text``)."""
+    pieces (``truncate_text``); ``rebuilt``: told each rebuilt unit before it is measured
+    (``_cut_counts.remember_rebuilt``)."""
     counters = part.counters(count)
     texts_t, floors = _text_sizes(part, count)
     fixed = max(0, size(part.unit) - sum(texts_t))
@@ -405,6 +408,7 @@ def _shrink(
             for t, n, f, counter, in_json in zip(part.texts, texts_t, floors, counters, part.in_json, strict=True)
         ]
         best = part.rebuilt(texts)
+        rebuilt(part.unit, best)
         used = size(best)
         if used <= target or level == 0:
             return best

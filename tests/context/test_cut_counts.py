@@ -15,6 +15,8 @@ import json
 import random
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from opctx.context import _cut_counts
 from opctx.context._heuristic import _CJK
@@ -121,3 +123,60 @@ def test_json_values_are_counted_as_encoded():
     known.remember(head, tail)
     encoded = json.dumps(head, ensure_ascii=False)
     assert est._cache.get((counter, encoded)) == bpe_token_count(enc, encoded)
+
+
+def _oversized_request(rng: random.Random) -> list[dict]:
+    """Messages whose texts are cut in every shape ``fit`` knows: a plain text, OpenAI
+    tool-call arguments, an Anthropic ``tool_use`` input and ``tool_result`` content."""
+    big = lambda: _text(rng, rng.choice([6_000, 15_000, 30_000]))  # noqa: E731
+    return [
+        {"role": "user", "content": big()},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "write", "arguments": json.dumps({"path": "/a.py", "content": big(), "mode": "w"})}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": big()},
+        {"role": "assistant", "content": [
+            {"type": "text", "text": "editing"},
+            {"type": "tool_use", "id": "t1", "name": "Edit", "input": {"edits": [{"old": big(), "new": big()}]}},
+        ]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [
+            {"type": "text", "text": big()}]}]},
+    ]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_rebuilt_messages_are_counted_as_the_tokenizer_counts_them(model, monkeypatch):
+    """Every count placed while fitting (cuts, and the segments of each rebuilt message:
+    JSON arguments with a value cut, tool results) is the tokenizer's, and the fitted
+    request is the one a fit that encodes everything makes."""
+    from opctx.context import fit as fit_module
+
+    est, _, enc = _fresh(model)
+    placed: list[tuple[str, int]] = []
+    original = Estimator.remember_count
+
+    def spy(self, text, counter_, tokens):
+        placed.append((text, tokens))
+        original(self, text, counter_, tokens)
+
+    rng = random.Random(5)
+    for _ in range(4):
+        messages = _oversized_request(rng)
+        total = Estimator().history_tokens(messages, model)
+        for budget in (total // 2, total // 6):
+            monkeypatch.setattr(Estimator, "remember_count", spy)
+            fitted = fit_module.fit_request("", messages, None, budget, model=model, estimator=est)
+            monkeypatch.setattr(Estimator, "remember_count", lambda self, text, counter_, tokens: None)
+            plain = fit_module.fit_request("", messages, None, budget, model=model, estimator=Estimator())
+            assert fitted.messages == plain.messages and fitted.tokens == plain.tokens
+    assert len(placed) > 50
+    for text, tokens in placed:
+        assert tokens == bpe_token_count(enc, text), text[:80]
+
+
+@given(st.text(max_size=60), st.text(max_size=60), st.text(max_size=60))
+def test_common_prefix_and_suffix(a, b, shared):
+    import os
+
+    x, y = shared + a + shared, shared + b + shared
+    assert _cut_counts._common_prefix(x, y) == len(os.path.commonprefix([x, y]))
+    assert _cut_counts._common_suffix(x, y) == len(os.path.commonprefix([x[::-1], y[::-1]]))
