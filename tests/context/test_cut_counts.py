@@ -53,16 +53,23 @@ def _fresh(model: str):
     return est, counter, enc
 
 
+def _recording(placed: list[tuple[str, int]]):
+    """``Estimator.remember_count`` that also notes each count placed in ``placed``."""
+    original = Estimator.remember_count
+
+    def spy(self, text, counter, tokens):
+        placed.append((text, tokens))
+        original(self, text, counter, tokens)
+
+    return spy
+
+
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("in_json", [False, True])
 def test_every_count_placed_is_the_tokenizers(model, in_json, monkeypatch):
     est, _, enc = _fresh(model)
     placed: list[tuple[str, int]] = []
-    original = Estimator.remember_count
-
-    def spy(self, text, counter_, tokens):
-        placed.append((text, tokens))
-        original(self, text, counter_, tokens)
+    spy = _recording(placed)
 
     monkeypatch.setattr(Estimator, "remember_count", spy)
     rng = random.Random(7)
@@ -152,11 +159,7 @@ def test_rebuilt_messages_are_counted_as_the_tokenizer_counts_them(model, monkey
 
     est, _, enc = _fresh(model)
     placed: list[tuple[str, int]] = []
-    original = Estimator.remember_count
-
-    def spy(self, text, counter_, tokens):
-        placed.append((text, tokens))
-        original(self, text, counter_, tokens)
+    spy = _recording(placed)
 
     rng = random.Random(5)
     for _ in range(4):
