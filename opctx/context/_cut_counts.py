@@ -192,8 +192,9 @@ class KnownCuts:
     Every string is checked against its reference (same start, same end) before its count
     is used, so a wrong guess of where a cut lies costs an encoding, never a figure."""
 
-    def __init__(self, text: str, estimator: Estimator, counter: str, enc: _Encoding, in_json: bool):
+    def __init__(self, text: str, estimator: Estimator, counter: str, enc: _Encoding, in_json: bool, split: bool):
         self.text, self.estimator, self.counter, self.enc, self.in_json = text, estimator, counter, enc, in_json
+        self.split = split  # the profile counts CJK apart
         self.ref = _dumps(text) if in_json else text
         self.stripped = _CJK.sub("", self.ref) if not self.ref.isascii() and _CJK.search(self.ref) else None
 
@@ -211,8 +212,8 @@ class KnownCuts:
             k, cut = len(head), len(tail)
             strings = [(out, k, cut)] if out is not None else [(head, k, 0), (tail, 0, cut)]
         for item in strings:
-            if item is None or not item[0]:
-                continue
+            if item is None or not item[0] or self.estimator.has_count(item[0], self.counter, self.split):
+                continue  # nothing to count, or counted already (by a replay before this one)
             s, s_k, s_cut = item
             self._remember(self.ref, s, s_k, s_cut)
             if self.stripped is not None:
@@ -246,10 +247,10 @@ def known_cuts(text: str, estimator: Estimator, model: str | None, in_json: bool
     are left to the tokenizer (a heuristic counter, a short text)."""
     if len(text) <= ENCODE_CHUNK_CHARS // 4:
         return None  # a short text encodes faster than it splits
-    counter, _ = estimator.profile(model)
+    counter, profile = estimator.profile(model)
     with _LOCK:
         enc = _encoding(counter)
-    return KnownCuts(text, estimator, counter, enc, in_json) if enc is not None else None
+    return KnownCuts(text, estimator, counter, enc, in_json, profile.splits_text) if enc is not None else None
 
 
 def cut_counts(text: str, counter: str) -> CutCounts | None:
@@ -296,8 +297,8 @@ def remember_rebuilt(old: Any, new: Any, estimator: Estimator, model: str | None
     if len(before) != len(after):
         return
     for (_, a), (_, b) in zip(before, after, strict=True):
-        if a is b or len(b) <= ENCODE_CHUNK_CHARS // 4 or a == b:
-            continue
+        if a is b or len(b) <= ENCODE_CHUNK_CHARS // 4 or estimator.has_count(b, counter, profile.splits_text) or a == b:
+            continue  # short, or counted already (the same text, or by a replay before this one)
         _remember_spliced(a, b, estimator, counter)
         if profile.splits_text and not b.isascii() and _CJK.search(b):
             _remember_spliced(_CJK.sub("", a), _CJK.sub("", b), estimator, counter)

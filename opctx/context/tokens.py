@@ -148,6 +148,7 @@ def family_counters() -> dict[str, str]:
 # --------------------------------------------------------------------------- estimator
 
 _MIN_CACHED_CHARS = 48
+_SPLIT = "\x00split"  # cache key suffix of a text's counts per class (``text_count``)
 
 
 class Estimator:
@@ -224,6 +225,13 @@ class Estimator:
         if len(text) >= _MIN_CACHED_CHARS:
             self._cached(counter, text, lambda: tokens)
 
+    def has_count(self, text: str, counter: str, split: bool = False) -> bool:
+        """Whether ``text_count(text, counter, split)`` would find everything in the cache
+        (no tokenizer pass): ``fit``'s cut counting skips the strings already counted."""
+        if len(text) < _MIN_CACHED_CHARS or (counter, text) not in self._cache:
+            return False
+        return not split or text.isascii() or (counter + _SPLIT, text) in self._cache
+
     def text_count(self, text: str, counter: str, split: bool = True) -> TextCount:
         """``text`` counted for a profile: whole, without CJK characters, CJK characters,
         line-number prefixes (``split=False`` fills only the whole count)."""
@@ -233,7 +241,7 @@ class Estimator:
         if len(text) < _MIN_CACHED_CHARS:
             return _split_count(text, tokens, lambda t: self._count_raw(t, counter))
         return self._cached(
-            counter + "\x00split", text, lambda: _split_count(text, tokens, lambda t: self.count(t, counter))
+            counter + _SPLIT, text, lambda: _split_count(text, tokens, lambda t: self.count(t, counter))
         )
 
     def _cached(self, prefix: str, text: str, compute: Any) -> Any:

@@ -183,3 +183,22 @@ def test_common_prefix_and_suffix(a, b, shared):
     x, y = shared + a + shared, shared + b + shared
     assert _cut_counts._common_prefix(x, y) == len(os.path.commonprefix([x, y]))
     assert _cut_counts._common_suffix(x, y) == len(os.path.commonprefix([x[::-1], y[::-1]]))
+
+
+def test_a_cut_counted_already_is_not_worked_out_again(monkeypatch):
+    """A replay that meets the cuts an earlier one made finds them in the cache: nothing
+    is split or counted again (the counts would be the same)."""
+    model = "gpt-4o"
+    est, counter, _ = _fresh(model)
+    text = _text(random.Random(9), 9_000)
+    head, tail = text[:3_000], text[-2_000:]
+    out = head + "\n" + TRUNCATION_MARKER.format(n=7) + "\n" + tail
+    placed: list[tuple[str, int]] = []
+    monkeypatch.setattr(Estimator, "remember_count", _recording(placed))
+    _cut_counts.known_cuts(text, est, model).remember(head, tail, out)
+    assert placed
+    est.text_tokens(out, model)  # measured, as fit measures each cut
+    assert est.has_count(out, counter, split=est.profile(model)[1].splits_text)
+    placed.clear()
+    _cut_counts.known_cuts(text, est, model).remember(head, tail, out)
+    assert placed == []
