@@ -29,7 +29,7 @@ class _Writer:
     def add(self, kind: str, uuid: str, parent: str | None, **fields: Any) -> str:
         self.minute += 1
         self.lines.append({"type": kind, "uuid": uuid, "parentUuid": parent, "sessionId": SESSION,
-                           "version": VERSION, "cwd": "/tmp/sample", "isSidechain": False, "userType": "external",
+                           "version": VERSION, "cwd": "/workspace/sample", "isSidechain": False, "userType": "external",
                            "timestamp": f"2026-03-10T{10 + self.minute // 60:02d}:{self.minute % 60:02d}:00.000Z",
                            **fields})
         return uuid
