@@ -22,7 +22,7 @@ VERSION = "2.1.15"
 
 def _line(kind: str, uuid: str, parent: str | None, minute: int, session: str = SESSION, **fields: Any) -> dict:
     return {"type": kind, "uuid": uuid, "parentUuid": parent, "sessionId": session,
-            "version": VERSION, "cwd": "/tmp/sample", "isSidechain": False, "userType": "external",
+            "version": VERSION, "cwd": "/workspace/sample", "isSidechain": False, "userType": "external",
             "timestamp": f"2026-03-10T10:{minute:02d}:00.000Z", **fields}
 
 
@@ -46,7 +46,7 @@ def sample_lines(n_reads: int = 6, n_cleared: int = 3, result_chars: int = 40_00
     minute = 1
     for i in range(n_reads + 1):
         name = "Task" if i == 1 else "Read"
-        args = {"prompt": "look around"} if name == "Task" else {"file_path": f"/tmp/sample/f{i}.py"}
+        args = {"prompt": "look around"} if name == "Task" else {"file_path": f"/workspace/sample/f{i}.py"}
         add(_line("assistant", f"a-{i:03d}", parent, minute, message={
             "id": f"msg_{i:03d}", "role": "assistant", "model": "claude-opus-4-5",
             "content": [{"type": "tool_use", "id": tool_id(i), "name": name, "input": args}],

@@ -74,7 +74,7 @@ def test_tool_result_is_a_code_node_called_by_its_llm(main):
     code = by_source(main, 6)
     assert code.role == "code" and code.caller == llm.id and code.predecessor == llm.id
     assert code.name == "Read"
-    assert code.input == {"file_path": "/home/demo/shop-api/src/orders/list.py"}
+    assert code.input == {"file_path": "/workspace/shop-api/src/orders/list.py"}
     assert code.metadata["tool_call_id"] == "toolu_01SampleRead"
     assert code.metadata["tool_use_result"]["file"]["numLines"] == 3
     msg = call_to_message(code)
@@ -148,7 +148,7 @@ def test_synthetic_and_unknown_entries_kept(main):
     snap_holder = by_source(main, 2)
     assert snap_holder.metadata["file_history_snapshots"][0]["messageId"].endswith("0002")
     assert main.title == "修复订单接口的分页错误 (pagination fix)"
-    assert main.meta["claude_code"]["cwd"] == "/home/demo/shop-api"
+    assert main.meta["claude_code"]["cwd"] == "/workspace/shop-api"
 
 
 def test_subagent_linked_to_parent_and_task_call(parsed, main):
@@ -263,11 +263,11 @@ def test_walk_a_claude_projects_folder(tmp_path, db_path):
 
     from opctx.importers import import_paths, iter_transcript_files
 
-    project = tmp_path / ".claude" / "projects" / "-home-demo-shop-api"
+    project = tmp_path / ".claude" / "projects" / "-workspace-shop-api"
     project.mkdir(parents=True)
     shutil.copy(SAMPLE, project / SAMPLE.name)
     shutil.copytree(SAMPLE.with_suffix(""), project / SAMPLE.with_suffix("").name)
-    other = tmp_path / ".claude" / "projects" / "-home-demo-blog"
+    other = tmp_path / ".claude" / "projects" / "-workspace-blog"
     other.mkdir()
     shutil.copy(SAMPLES / "claude_code_hook_chat.json", other / "chat.json")
     files = [f for f, _ in iter_transcript_files([tmp_path / ".claude" / "projects"])]

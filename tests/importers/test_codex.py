@@ -39,7 +39,7 @@ def test_one_model_response_is_one_llm_node(session):
     assert first.metadata["reasoning_encrypted"] == ["gAAAAsample-encrypted-reasoning"]
     (tc,) = first.metadata["tool_calls"]
     assert tc == {"id": "call_SampleRg01", "name": "shell_command",
-                  "arguments": {"command": "rg -n TODO notes", "workdir": "/Users/demo/notes"}}
+                  "arguments": {"command": "rg -n TODO notes", "workdir": "/workspace/notes"}}
     # Codex input includes the cached part; opctx splits it Anthropic-style
     assert first.metadata["usage"] == {"input_tokens": 1100, "output_tokens": 40,
                                        "cache_read_tokens": 3000, "cache_write_tokens": 0}
