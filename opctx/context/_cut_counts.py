@@ -45,11 +45,13 @@ that holds a piece too long to split cheaply, is left to the tokenizer.
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import threading
 from collections import OrderedDict
 from typing import Any
 
+from ._family_profiles import _NUMBERED_LINE, TextCount
 from ._heuristic import _CJK
 from ._tiktoken_offline import chunk_bounds
 from .tokens import _MIN_CACHED_CHARS, ENCODE_CHUNK_CHARS, Estimator, get_encoding
@@ -116,8 +118,8 @@ def _encoding(counter: str) -> _Encoding | None:
 class CutCounts:
     """The pieces of one text, and the exact raw counts of its cuts."""
 
-    def __init__(self, text: str, enc: _Encoding):
-        self.text, self.enc = text, enc
+    def __init__(self, text: str, enc: _Encoding, counter: str):
+        self.text, self.enc, self.counter = text, enc, counter
         scanned = enc.scan(text)
         self.valid = scanned is not None
         self.bounds, self.before = scanned or ([0], [0])
@@ -129,6 +131,57 @@ class CutCounts:
         ]
         self.safe_at = [self.bounds[i] for i in self.safe]
         self.valid = self.valid and self.before[-1] == enc.encoded(text)
+
+    @functools.cached_property
+    def cjk_at(self) -> list[int]:
+        """Where the text's CJK characters are (a profile that counts them apart)."""
+        return [] if self.text.isascii() else [m.start() for m in _CJK.finditer(self.text)]
+
+    @functools.cached_property
+    def numbered_at(self) -> list[int]:
+        """Where the text's line-number prefixes (``   12→``) start."""
+        return [m.start() for m in _NUMBERED_LINE.finditer(self.text)] if "\u2192" in self.text else []
+
+    @functools.cached_property
+    def without_cjk(self) -> str:
+        return _CJK.sub("", self.text) if self.cjk_at else self.text
+
+    def split_count(self, s: str, k: int, cut: int, tokens: int) -> TextCount | None:
+        """What ``Estimator.text_count`` counts of ``s`` (laid out as for :meth:`count`,
+        ``tokens`` of it), from the text's CJK characters and line-number prefixes: only
+        the stretch between the copied head and tail is searched, widened to whole lines
+        (a prefix is matched at a line's start and ends before its newline, so the lines
+        outside the stretch hold the text's prefixes). None when the count without CJK is
+        left to the tokenizer."""
+        n, m = len(self.text), len(s)
+        tail_at, shift = m - cut, n - m  # s[x] is text[x + shift] from tail_at on
+        middle = s[k:tail_at]
+        cjk_at = self.cjk_at
+        head_cjk = bisect.bisect_left(cjk_at, k)
+        tail_cjk = len(cjk_at) - bisect.bisect_left(cjk_at, n - cut)
+        middle_cjk = 0 if middle.isascii() else len(_CJK.findall(middle))
+        cjk = head_cjk + middle_cjk + tail_cjk
+        non_cjk: int | None = tokens
+        if cjk:
+            of_stripped = cut_counts(self.without_cjk, self.counter) if cjk_at else self
+            k2, cut2 = k - head_cjk, cut - tail_cjk
+            stripped = self.without_cjk
+            s2 = stripped[:k2] + _CJK.sub("", middle) + (stripped[len(stripped) - cut2:] if cut2 else "")
+            non_cjk = of_stripped.count(s2, k2, cut2) if of_stripped is not None else None
+            if non_cjk is None:
+                return None
+        numbered = 0
+        if "\u2192" in s:
+            a = s.rfind("\n", 0, k) + 1
+            b = s.find("\n", tail_at)
+            b = m if b < 0 else b + 1
+            at = self.numbered_at
+            numbered = (
+                bisect.bisect_left(at, a)
+                + len(_NUMBERED_LINE.findall(s, a, b))
+                + len(at) - bisect.bisect_left(at, b + shift if b < m else n)
+            )
+        return TextCount(tokens, non_cjk, cjk, numbered)
 
     def _boundary(self, r: int) -> int | None:
         """The index in ``bounds`` of position ``r`` of the text, when a piece ends there."""
@@ -186,59 +239,33 @@ class KnownCuts:
     they are measured (``remember``).
 
     ``in_json``: the text is a string inside tool-call arguments, counted as its JSON
-    encoding (``json.dumps``: escaping is per character, so the encoding of a cut is a cut
-    of the text's encoding between two quotes). The CJK-stripped text a profile also
-    counts (``_split_count``) is stripped per character too, so it is cut the same way.
-    Every string is checked against its reference (same start, same end) before its count
-    is used, so a wrong guess of where a cut lies costs an encoding, never a figure."""
+    encoding (``json.dumps``: escaping is per character, so the encoding of a cut is the
+    encoding's head and tail around the encoded middle). A cut is placed from what it
+    shares with its reference, found by comparing the two (:func:`_place`), so a wrong
+    guess of where a cut lies costs an encoding, never a figure."""
 
-    def __init__(self, text: str, estimator: Estimator, counter: str, enc: _Encoding, in_json: bool, split: bool):
-        self.text, self.estimator, self.counter, self.enc, self.in_json = text, estimator, counter, enc, in_json
-        self.split = split  # the profile counts CJK apart
+    def __init__(self, text: str, estimator: Estimator, counter: str, in_json: bool, split: bool):
+        self.estimator, self.counter, self.in_json = estimator, counter, in_json
+        self.split = split  # the profile counts CJK and line-number prefixes apart
         self.ref = _dumps(text) if in_json else text
-        self.stripped = _CJK.sub("", self.ref) if not self.ref.isascii() and _CJK.search(self.ref) else None
 
     def remember(self, head: str, tail: str, out: str | None = None) -> None:
         """Counts of ``head`` (``text[:len(head)]``) and ``tail`` (``text`` from
         ``len(text) - len(tail)``), or with ``out`` (the two around the marker) of ``out``
         alone, as the estimator counts them."""
-        if self.in_json:
-            k = len(_dumps(head)) - 1 if head else 1  # the encoding's opening quote at least
-            cut = len(_dumps(tail)) - 1 if tail else 0
-            strings = [(_dumps(out), k, cut)] if out is not None else [
-                (_dumps(head), k, 0) if head else None, (_dumps(tail), 1, cut) if tail else None,
-            ]
-        else:
-            k, cut = len(head), len(tail)
-            strings = [(out, k, cut)] if out is not None else [(head, k, 0), (tail, 0, cut)]
-        for item in strings:
-            if item is None or not item[0] or self.estimator.has_count(item[0], self.counter, self.split):
-                continue  # nothing to count, or counted already (by a replay before this one)
-            s, s_k, s_cut = item
-            self._remember(self.ref, s, s_k, s_cut)
-            if self.stripped is not None:
-                stripped = _CJK.sub("", s)
-                if len(stripped) != len(s):
-                    s_k2 = len(_CJK.sub("", s[:s_k]))
-                    s_cut2 = len(_CJK.sub("", s[len(s) - s_cut:])) if s_cut else 0
-                    self._remember(self.stripped, stripped, s_k2, s_cut2)
-
-    def _remember(self, ref: str, s: str, k: int, cut: int) -> None:
-        """``s`` is ``ref[:k]``, a middle, and the last ``cut`` characters of ``ref``."""
-        if len(s) < _MIN_CACHED_CHARS or k + cut > len(s):
-            return
-        n = len(ref)
-        if not (s.startswith(ref[:k]) and (cut == 0 or s.endswith(ref[n - cut:]))):
-            return
-        cuts = cut_counts(ref, self.counter)
-        if cuts is None:
-            return
-        tokens = cuts.count(s, k, cut)
-        if tokens is not None:
-            self.estimator.remember_count(s, self.counter, tokens)
+        for s in (out,) if out is not None else (head, tail):
+            if not s:
+                continue
+            if self.in_json:
+                s = _dumps(s)
+            if not self.estimator.has_count(s, self.counter, self.split):  # else counted by a replay before
+                _place(self.ref, s, self.estimator, self.counter, self.split)
 
 
+@functools.lru_cache(maxsize=64)
 def _dumps(text: str) -> str:
+    """A string as it stands in JSON arguments (the texts of one request are encoded again
+    on every attempt at a cut: kept)."""
     return json.dumps(text, ensure_ascii=False)
 
 
@@ -250,7 +277,7 @@ def known_cuts(text: str, estimator: Estimator, model: str | None, in_json: bool
     counter, profile = estimator.profile(model)
     with _LOCK:
         enc = _encoding(counter)
-    return KnownCuts(text, estimator, counter, enc, in_json, profile.splits_text) if enc is not None else None
+    return KnownCuts(text, estimator, counter, in_json, profile.splits_text) if enc is not None else None
 
 
 def cut_counts(text: str, counter: str) -> CutCounts | None:
@@ -262,7 +289,7 @@ def cut_counts(text: str, counter: str) -> CutCounts | None:
             _TEXTS.move_to_end(key)
             return _TEXTS[key]
         enc = _encoding(counter)
-    cuts = CutCounts(text, enc) if enc is not None else None
+    cuts = CutCounts(text, enc, counter) if enc is not None else None
     if cuts is not None and not cuts.valid:
         cuts = None
     with _LOCK:
@@ -282,9 +309,8 @@ def remember_rebuilt(old: Any, new: Any, estimator: Estimator, model: str | None
     A segment is what the estimate counts (``message_parts``): a cut text is one, but so is
     a JSON document of tool arguments or a ``tool_use`` input with one value cut, which is
     a new string as long as the rest of the document. A segment that changed keeps a head
-    and a tail of the segment it replaces (their common prefix and suffix), so it is
-    counted from that segment's pieces (:class:`CutCounts`), as are their copies without
-    CJK when the profile counts CJK apart."""
+    and a tail of the segment it replaces, so it is counted from that segment's pieces
+    (:func:`_place`)."""
     if isinstance(old, str) or isinstance(new, str):
         return  # a system prompt: its one text is the cut itself, counted already
     from ._message_parts import message_parts
@@ -299,21 +325,26 @@ def remember_rebuilt(old: Any, new: Any, estimator: Estimator, model: str | None
     for (_, a), (_, b) in zip(before, after, strict=True):
         if a is b or len(b) <= ENCODE_CHUNK_CHARS // 4 or estimator.has_count(b, counter, profile.splits_text) or a == b:
             continue  # short, or counted already (the same text, or by a replay before this one)
-        _remember_spliced(a, b, estimator, counter)
-        if profile.splits_text and not b.isascii() and _CJK.search(b):
-            _remember_spliced(_CJK.sub("", a), _CJK.sub("", b), estimator, counter)
+        _place(a, b, estimator, counter, profile.splits_text)
 
 
-def _remember_spliced(ref: str, s: str, estimator: Estimator, counter: str) -> None:
-    """Place the count of ``s`` when it shares a head and a tail with ``ref``."""
+def _place(ref: str, s: str, estimator: Estimator, counter: str, split: bool) -> None:
+    """Place the counts of ``s`` when it shares a head and a tail with ``ref`` (their
+    common prefix and suffix): its tokens, and with ``split`` everything
+    ``Estimator.text_count`` counts of it (:meth:`CutCounts.split_count`)."""
     k = _common_prefix(ref, s)
     cut = min(_common_suffix(ref, s), len(ref) - k, len(s) - k)
     if k + cut < len(s) // 2:
         return  # little in common: encoding it costs no more
     cuts = cut_counts(ref, counter)
     tokens = cuts.count(s, k, cut) if cuts is not None else None
-    if tokens is not None:
-        estimator.remember_count(s, counter, tokens)
+    if tokens is None:
+        return
+    estimator.remember_count(s, counter, tokens)
+    if split and not s.isascii() and len(s) >= _MIN_CACHED_CHARS:
+        counts = cuts.split_count(s, k, cut, tokens)
+        if counts is not None:
+            estimator.remember_text_count(s, counter, counts)
 
 
 def _common_prefix(a: str, b: str) -> int:

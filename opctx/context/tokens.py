@@ -225,6 +225,12 @@ class Estimator:
         if len(text) >= _MIN_CACHED_CHARS:
             self._cached(counter, text, lambda: tokens)
 
+    def remember_text_count(self, text: str, counter: str, counts: TextCount) -> None:
+        """Cache ``counts`` as ``text_count(text, counter)`` (with its split parts): known
+        exactly from the text ``fit`` cut it from."""
+        if len(text) >= _MIN_CACHED_CHARS:
+            self._cached(counter + _SPLIT, text, lambda: counts)
+
     def has_count(self, text: str, counter: str, split: bool = False) -> bool:
         """Whether ``text_count(text, counter, split)`` would find everything in the cache
         (no tokenizer pass): ``fit``'s cut counting skips the strings already counted."""

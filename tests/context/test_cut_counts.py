@@ -105,20 +105,39 @@ def test_truncated_texts_are_the_same_with_and_without_pieces(model):
             assert truncate_text(text, target, count_pieces, known=known) == expected
 
 
-def test_cjk_stripped_copies_are_counted_too():
-    """A profile that counts CJK apart also counts the text without it: those counts are
-    placed as well, and agree."""
-    model = "gpt-4o"
-    est, counter, enc = _fresh(model)
+@pytest.mark.parametrize("in_json", [False, True])
+def test_split_counts_placed_are_the_estimators(in_json, monkeypatch):
+    """A profile that counts CJK characters and line-number prefixes apart (Claude's) also
+    gets those parts of each cut placed: the count without CJK, the CJK characters and the
+    prefixes, worked out from the text's own (the stretch around the cut searched again).
+    Each equals what a fresh estimator counts of the cut, cuts falling inside prefixes,
+    CJK runs and line ends included."""
+    model = "claude-sonnet-4-5"
+    est, counter, _ = _fresh(model)
+    assert est.profile(model)[1].splits_text
+    placed: list[tuple[str, object]] = []
+    original = Estimator.remember_text_count
+
+    def spy(self, text, counter_, counts):
+        placed.append((text, counts))
+        original(self, text, counter_, counts)
+
+    monkeypatch.setattr(Estimator, "remember_text_count", spy)
     rng = random.Random(3)
-    text = _text(rng, 7_000)
-    assert _CJK.search(text)
-    known = _cut_counts.known_cuts(text, est, model)
-    head, tail = text[:2_000], text[-1_500:]
-    out = head + "\n" + TRUNCATION_MARKER.format(n=5) + "\n" + tail
-    known.remember(head, tail, out)
-    stripped = _CJK.sub("", out)
-    assert est._cache.get((counter, stripped)) == bpe_token_count(enc, stripped)
+    for _ in range(30):
+        text = _text(rng, rng.choice([3_000, 9_000, 20_000]))
+        known = _cut_counts.known_cuts(text, est, model, in_json)
+        for _ in range(6):
+            keep = rng.randrange(0, len(text))
+            head = text[: int(keep * 0.6)]
+            tail = text[len(text) - (keep - len(head)):] if keep > len(head) else ""
+            known.remember(head, tail)
+            middle = rng.choice(["\n", "\n12\u2192 ", "\u4e2d\n   7\u2192x\n"]) + TRUNCATION_MARKER.format(n=3) + "\n"
+            known.remember(head, tail, head + middle + tail)
+    assert len(placed) > 100
+    assert any(c.cjk_chars and (c.numbered_lines or in_json) for _, c in placed)  # JSON escapes newlines
+    for text, counts in placed:
+        assert counts == Estimator().text_count(text, counter, True), text[:80]
 
 
 def test_json_values_are_counted_as_encoded():
