@@ -62,6 +62,7 @@ _MAX_TEXT_CHARS = 64_000_000  # of the texts split and kept (their pieces take a
 _MAX_PIECE_CHARS = 4_096  # a longer piece (a blob): byte-pair merging it is slow; left to the tokenizer
 _MAX_PIECES = 200_000
 _BLANKS = frozenset(" \n")
+_MAX_KEPT_JSON = 200_000
 
 
 class _Encoding:
@@ -247,7 +248,7 @@ class KnownCuts:
     def __init__(self, text: str, estimator: Estimator, counter: str, in_json: bool, split: bool):
         self.estimator, self.counter, self.in_json = estimator, counter, in_json
         self.split = split  # the profile counts CJK and line-number prefixes apart
-        self.ref = _dumps(text) if in_json else text
+        self.ref = json_string(text) if in_json else text
 
     def remember(self, head: str, tail: str, out: str | None = None) -> None:
         """Counts of ``head`` (``text[:len(head)]``) and ``tail`` (``text`` from
@@ -257,15 +258,20 @@ class KnownCuts:
             if not s:
                 continue
             if self.in_json:
-                s = _dumps(s)
+                s = json_string(s)
             if not self.estimator.has_count(s, self.counter, self.split):  # else counted by a replay before
                 _place(self.ref, s, self.estimator, self.counter, self.split)
 
 
-@functools.lru_cache(maxsize=64)
-def _dumps(text: str) -> str:
-    """A string as it stands in JSON arguments (the texts of one request are encoded again
-    on every attempt at a cut: kept)."""
+def json_string(text: str) -> str:
+    """A string as it stands in JSON arguments, as the estimate counts it (a request's
+    texts are encoded again for every measure of their unit and every cut: the encodings
+    of texts up to ``_MAX_KEPT_JSON`` characters are kept)."""
+    return _json_kept(text) if len(text) <= _MAX_KEPT_JSON else json.dumps(text, ensure_ascii=False)
+
+
+@functools.lru_cache(maxsize=128)
+def _json_kept(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 

@@ -58,13 +58,14 @@ Example::
 
 from __future__ import annotations
 
+import bisect
 import copy
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._cut_counts import KnownCuts, known_cuts, remember_rebuilt
+from ._cut_counts import KnownCuts, json_string, known_cuts, remember_rebuilt
 from .tokens import Estimator, default_estimator
 
 __all__ = [
@@ -134,13 +135,25 @@ def truncate_text(text: str, target: int, count: Callable[[str], int], *, known:
 
 def _water_level(sizes: Sequence[int], floors: Sequence[int], room: int) -> int | None:
     """The largest ``C`` with ``sum(max(min(size, C), floor)) <= room``; None when even
-    the floors do not fit."""
+    the floors do not fit.
+
+    Sought by bisection; a unit no larger than ``C`` adds its size whatever ``C`` is, so
+    with the units sorted largest first each step sums only those above ``C`` (a few in
+    a long history) and takes the rest from a running total."""
     if sum(floors) > room:
         return None
+    order = sorted(range(len(sizes)), key=sizes.__getitem__, reverse=True)
+    smaller_first = [sizes[i] for i in reversed(order)]
+    above = [floors[i] for i in order]
+    rest = [0]  # rest[j]: the sizes of all but the j largest units
+    for size in smaller_first:
+        rest.append(rest[-1] + size)
+    rest.reverse()
     lo, hi = 0, max(sizes, default=0)
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if sum(max(min(s, mid), f) for s, f in zip(sizes, floors, strict=True)) <= room:
+        t = len(smaller_first) - bisect.bisect_right(smaller_first, mid)  # units over ``mid``
+        if rest[t] + sum(f if f > mid else mid for f in above[:t]) <= room:
             lo = mid
         else:
             hi = mid - 1
@@ -288,7 +301,7 @@ class _Part:
 
     def counters(self, count: Callable[[str], int]) -> list[Callable[[str], int]]:
         """How to count each text as the estimate sees it (a JSON value with its escapes)."""
-        encoded = lambda text: count(json.dumps(text, ensure_ascii=False))  # noqa: E731
+        encoded = lambda text: count(json_string(text))  # noqa: E731
         return [encoded if in_json else count for in_json in self.in_json]
 
     def rebuilt(self, texts: list[str]) -> Any:

@@ -19,7 +19,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from opctx.context import _cut_counts
-from opctx.context._heuristic import _CJK
 from opctx.context._tiktoken_offline import bpe_token_count, get_encoding
 from opctx.context.fit import TRUNCATION_MARKER, truncate_text
 from opctx.context.tokens import Estimator

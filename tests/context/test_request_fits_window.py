@@ -473,3 +473,23 @@ def test_floors_worked_out_largest_first_give_the_level_of_all_floors(units, roo
         assert lazy.level(r) == _water_level(sizes, every.values, r)
     if lazy.level(room) is None:
         assert lazy.values == every.values
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    units=st.lists(st.tuples(st.integers(0, 5000), st.integers(0, 400)), max_size=60),
+    room=st.integers(0, 60_000),
+)
+def test_water_level_is_its_definition(units, room):
+    """The bisection that sums only the units above the level tried finds the largest level
+    whose request fits, as summing every unit does."""
+    from opctx.context.fit import _water_level
+
+    sizes = [s for s, _ in units]
+    floors = [min(s, f) for s, f in units]
+    fits = lambda c: sum(max(min(s, c), f) for s, f in zip(sizes, floors, strict=True)) <= room  # noqa: E731
+    level = _water_level(sizes, floors, room)
+    if sum(floors) > room:
+        assert level is None
+    else:
+        assert fits(level) and (level >= max(sizes, default=0) or not fits(level + 1))
