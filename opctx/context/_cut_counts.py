@@ -206,20 +206,21 @@ class CutCounts:
         text, bounds, before = self.text, self.bounds, self.before
         n, tail_at = len(text), len(s) - cut  # the copied tail: s[tail_at:] is text[n - cut:]
         chunk = s[start:end] if start or end < len(s) else s
-        pattern, piece = self.enc.pattern, self.enc.piece
+        pattern, piece, known = self.enc.pattern, self.enc.piece, self.enc.pieces
         total, pos = 0, 0  # pos: in ``chunk``
+        settled = None  # the copied stretch ("head" or "tail") where no jump is left to make
         while pos < len(chunk):
             x = start + pos  # in ``s``
             if x < k:
-                shift, stretch_end = 0, min(k, end)
+                region, shift, stretch_end = "head", 0, min(k, end)
             elif cut and x >= tail_at:
-                shift, stretch_end = n - cut - tail_at, end
+                region, shift, stretch_end = "tail", n - cut - tail_at, end
             else:
-                shift = None
-            if shift is not None:
+                region = None
+            if region is not None and region != settled:
                 i = self._boundary(x + shift)
                 if i is not None:
-                    if cut and x >= tail_at and end == len(s):
+                    if region == "tail" and end == len(s):
                         return total + before[-1] - before[i]  # the same characters to the end of both
                     j = bisect.bisect_right(self.safe_at, stretch_end + shift - _MARGIN) - 1
                     if j >= 0 and self.safe_at[j] > x + shift:
@@ -227,10 +228,13 @@ class CutCounts:
                         total += before[b] - before[i]
                         pos = bounds[b] - shift - start
                         continue
+                    settled = region  # further on, the safe boundaries are only fewer
             m = pattern.match(chunk, pos)
             if m is None or m.end() == pos:
                 return None
-            total += piece(m.group())
+            g = m.group()
+            tokens = known.get(g)
+            total += tokens if tokens is not None else piece(g)
             pos = m.end()
         return total
 
