@@ -37,7 +37,11 @@ those.
 The chunks of a cut are found on the cut itself (``chunk_bounds``), each counted as
 above, as ``bpe_token_count`` counts them. The counts are placed in the estimator's
 cache (``Estimator.remember_count``), where the measure that follows finds them: the
-figures are those of encoding each cut, only cheaper. A text whose pieces do not sum to
+figures are those of encoding each cut, only cheaper. A profile that counts CJK
+characters and line-number prefixes apart (``Estimator.text_count``) gets those parts
+too (``remember_text_count``), worked out from where the text has them and a search of
+the cut's changed stretch only: searching every cut whole again cost as much as
+counting it. A text whose pieces do not sum to
 tiktoken's own count of it (a pattern the ``regex`` module would read otherwise), or
 that holds a piece too long to split cheaply, is left to the tokenizer.
 """
