@@ -74,6 +74,18 @@ class _ReplaySessionDB:
     ids derived from a per-replay counter, keeping each id's prefix and length,
     so everything downstream sees the new ids. Recorded messages are written with ``append_recorded`` and keep
     the recording's ids.
+
+    ``get_branch`` of the active branch is served from memory where it can be (the
+    branch mirror): a compaction-dense replay read the whole branch back twice per
+    compaction (the engine before cutting, the replay after), decoding every stored
+    payload each time. The mirror is the branch as last read, or as the persister
+    just wrote it (``DagSessionDB.append_messages`` returns each node as
+    ``get_branch`` would give it back: built from the same ``Call``, its values the
+    JSON values it was copied from), plus the recorded messages appended since, read
+    back by id (only those: they were never read). It is used only when it is one
+    parent-linked chain from a root to the current HEAD, so a rolled-back write, a
+    HEAD moved elsewhere or a node changed in place (``update_message``, and every other
+    write through this object, drops it) falls back to the stored branch.
     """
 
     def __init__(self, clock: ReplayClock) -> None:
@@ -83,9 +95,36 @@ class _ReplaySessionDB:
         self._db = DagSessionDB(":memory:", clock=clock)
         set_text_index(self._db.connection, False)  # a scratch database nobody searches
         self._minted = 0
+        # the branch mirror (class docstring): session -> the branch as read or written,
+        # and the ids of recorded messages appended after it, not read back yet
+        self._mirror: dict[str, list[dict]] = {}
+        self._unread: dict[str, list[str]] = {}
 
     def __getattr__(self, name: str) -> Any:
+        if name in _MIRROR_BREAKERS:  # writes the mirror does not follow
+            self._mirror.clear()
+            self._unread.clear()
         return getattr(self._db, name)
+
+    def get_branch(self, session_id: str, head_msg_id: str | None = None) -> list[dict[str, Any]]:
+        """``DagSessionDB.get_branch``, from the branch mirror when it ends at HEAD (class
+        docstring). The list is new; the message dicts are shared between reads."""
+        if head_msg_id is not None:
+            return self._db.get_branch(session_id, head_msg_id)
+        head = self._db.get_head(session_id)
+        mirror = self._mirror.pop(session_id, None)
+        unread = self._unread.pop(session_id, None)
+        if mirror and unread:
+            mirror = _extended(mirror, self._read_ids(session_id, unread))
+        if not mirror or mirror[-1].get("id") != head:
+            mirror = self._db.get_branch(session_id)
+        self._mirror[session_id] = mirror
+        return list(mirror)
+
+    def _read_ids(self, session_id: str, ids: list[str]) -> list[dict[str, Any]]:
+        from opctx.dag.messages import call_to_message
+
+        return [call_to_message(c) for c in self._db.store(session_id).get_many(ids)]
 
     def _mint(self, old: str) -> str:
         prefix, sep, tail = old.rpartition("_")
@@ -96,7 +135,9 @@ class _ReplaySessionDB:
         return f"{prefix}_{digest[: max(8, min(len(tail), 40))]}"
 
     def append_recorded(self, session_id: str, msgs: Sequence[dict]) -> list[dict]:
-        return self._db.append_messages(session_id, msgs)
+        written = self._db.append_messages(session_id, msgs)
+        self._unread.setdefault(session_id, []).extend(m["id"] for m in written)
+        return written
 
     def append_messages(self, session_id: str, msgs: Sequence[dict]) -> list[dict]:
         # renamed in place: the persister's PersistResult.summary_id is read from its own
@@ -110,4 +151,35 @@ class _ReplaySessionDB:
             parent = msg.get("parent_id")
             if parent in renamed:
                 msg["parent_id"] = renamed[parent]
-        return self._db.append_messages(session_id, batch)
+        written = self._db.append_messages(session_id, batch)
+        if _is_chain(written, None):  # a compaction's new branch: the mirror, if HEAD moves to it
+            self._mirror[session_id] = written
+            self._unread.pop(session_id, None)
+        else:
+            self._unread.setdefault(session_id, []).extend(m["id"] for m in written)
+        return list(written)
+
+
+# What may change a stored node, or add one, without this object seeing it: the branch
+# mirror is dropped. A HEAD moved elsewhere (set_head, rewind_to, fork_from) needs nothing:
+# the mirror is used only when it ends at HEAD.
+_MIRROR_BREAKERS = frozenset({
+    "append_message", "update_message", "delete_branch_tail", "delete_session", "store", "connection",
+})
+
+
+def _is_chain(msgs: Sequence[dict], root_parent: str | None) -> bool:
+    """Whether ``msgs`` are linked parent to child, the first one's parent ``root_parent``."""
+    parent = root_parent
+    for m in msgs:
+        if m.get("parent_id") != parent or not m.get("id"):
+            return False
+        parent = m["id"]
+    return True
+
+
+def _extended(mirror: list[dict], newer: list[dict]) -> list[dict] | None:
+    """``mirror + newer`` when ``newer`` continues the chain from its last node, else None."""
+    if not newer or not _is_chain(newer, mirror[-1].get("id")):
+        return None
+    return mirror + newer
