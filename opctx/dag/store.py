@@ -179,6 +179,7 @@ from ._rows import (
     _NODE_COLUMNS_BYTES,
     _graph_from_sorted,
     _node_data_json,
+    _node_payload,
     _row_to_call,
     _row_to_lazy_call,
 )
@@ -477,7 +478,7 @@ class GraphStore:
             seen.add(node.id)
         # Serialise before taking the write lock: a bad value fails fast, and the
         # lock is held only for the inserts themselves.
-        payloads = [_node_data_json(n) for n in nodes]
+        payloads = [_node_payload(n) for n in nodes]  # bytes or str: stored as TEXT (CAST)
         conn = self._conn
         indexing = conn.opctx_index_text
         texts = [fts_text(n) for n in nodes] if indexing else [""] * len(nodes)
@@ -516,7 +517,7 @@ class GraphStore:
                 try:
                     conn.executemany(
                         "INSERT INTO nodes(pk, id, session_id, type, predecessor, caller, "
-                        "created_at, seq, data_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        "created_at, seq, data_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, CAST(? AS TEXT))",
                         rows,
                     )
                 except sqlite3.IntegrityError as e:

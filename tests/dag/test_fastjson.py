@@ -137,6 +137,25 @@ def test_a_node_with_a_lone_surrogate_is_still_made_storable():
     assert "\ud83d" not in text and node.metadata["replaced_surrogates"] == 1
 
 
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_values)
+def test_a_stored_node_is_the_json_modules_text_stored_as_text(value):
+    # the store binds orjson's UTF-8 bytes through CAST(? AS TEXT): the row must hold
+    # exactly the text json writes, as TEXT (never a BLOB), and read back the same value
+    from opctx.dag.store import GraphStore
+
+    store = GraphStore(":memory:", session_id="s")
+    node = Call(id="n", output=value, metadata={"k": "é ü 中 🙂"})
+    try:
+        expected = _node_data_json(Call(id="n", output=value, metadata={"k": "é ü 中 🙂"}))
+    except StoreError:
+        return
+    store.append(node)
+    kind, text = store._conn.execute("SELECT typeof(data_json), data_json FROM nodes").fetchone()
+    assert kind == "text" and text == expected
+    assert typed(store.get("n").output) == typed(json.loads(expected)["output"])
+
+
 # -- decoding -------------------------------------------------------------------------------
 
 def stdlib_loads(data):
