@@ -45,6 +45,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from opctx.dag.messages import blocks, has_text_block, is_tool_result, tool_result_ids, tool_use_ids
 
+from .persistence import same_but_identity
 from .provider_messages import is_display_only, thinking_blocks
 
 __all__ = ["MessageFacts", "FactsTable", "encode_shape", "decode_shape"]
@@ -122,8 +123,6 @@ def _unit_role(msg: dict, calls: tuple[str, ...], is_user: bool) -> int:
 
 
 _FIELD, _ID = "\x1e", "\x1f"
-# what a copy changes of the message it copies (persistence.copy_message)
-_IDENTITY = frozenset(("id", "parent_id", "seq", "copied_from"))
 
 
 def encode_shape(facts: Facts) -> str:
@@ -373,10 +372,7 @@ class MessageFacts:
         hit = self._cache.get((origin, *key[1:]))
         if hit is None:
             return None
-        kept = hit[0]
-        same = len(kept) - sum(k in kept for k in _IDENTITY) == len(msg) - sum(k in msg for k in _IDENTITY) and all(
-            k in _IDENTITY or (k in kept and kept[k] == v) for k, v in msg.items())
-        return hit[1] if same else None
+        return hit[1] if same_but_identity(msg, hit[0]) else None
 
     def seed(self, messages: Sequence[dict], counts: Mapping[str, Sequence]) -> int:
         """Enter the facts of ``messages`` whose ``(tokens, thinking[, shape])`` are in

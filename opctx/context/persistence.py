@@ -91,6 +91,8 @@ __all__ = [
     "LAST_SUMMARY_KEY",
     "summary_message",
     "copy_message",
+    "COPY_IDENTITY_KEYS",
+    "same_but_identity",
     "new_copy_id",
     "new_summary_id",
 ]
@@ -139,6 +141,20 @@ def new_copy_id() -> str:
 
 def new_summary_id() -> str:
     return "summary_" + uuid.uuid4().hex[:10]
+
+
+# what a copy changes of the message it copies (copy_message): everything else is equal
+COPY_IDENTITY_KEYS = frozenset(("id", "parent_id", "seq", "copied_from"))
+
+
+def same_but_identity(msg: dict, other: dict) -> bool:
+    """Whether ``msg`` and ``other`` are equal but for ``COPY_IDENTITY_KEYS``: a copy and
+    its original, so whatever is worked out of a message's content (its tokens, its
+    facts) holds for both."""
+    identity = COPY_IDENTITY_KEYS
+    if len(msg) - sum(k in msg for k in identity) != len(other) - sum(k in other for k in identity):
+        return False
+    return all(k in identity or (k in other and other[k] == v) for k, v in msg.items())
 
 
 def copy_message(msg: dict, parent_id: str | None) -> dict:

@@ -143,6 +143,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from opctx.context.persistence import same_but_identity
 from opctx.context.provider_messages import is_display_only
 from opctx.dag.messages import is_tool_result
 
@@ -505,6 +506,8 @@ class _Replay:
         # per message object: unchanged messages are the same dicts from step to step;
         # the cache holds the object itself so its id() cannot be reused
         self.token_cache: dict[int, tuple[dict, int]] = {}
+        # the same by message id: a compaction's copy (copied_from) has its original's tokens
+        self.tokens_by_id: dict[str, tuple[dict, int]] = {}
 
         # per stream message token estimates, once: the "none" baseline
         self.origin_ids: dict[str, int] = {}
@@ -534,13 +537,27 @@ class _Replay:
         self.pending_decision: str | None = None
 
     def est(self, msg: dict) -> int:
-        """Tokens of ``msg`` by the engine's estimator, cached per message object."""
+        """Tokens of ``msg`` by the engine's estimator, cached per message object; a copy
+        a compaction made (equal to its original but for its identity) is not estimated
+        again: every compaction copies the kept tail, and re-estimating it was most of
+        the replay's own estimates on a compaction-dense replay."""
         hit = self.token_cache.get(id(msg))
         if hit is not None and hit[0] is msg:
             return hit[1]
-        tokens = 0 if is_display_only(msg) else self.estimator.message_tokens(msg, self.setup.model or None)
-        self.token_cache[id(msg)] = (msg, tokens)
+        origin = msg.get("copied_from")
+        carried = self.tokens_by_id.get(origin) if isinstance(origin, str) else None
+        if carried is not None and same_but_identity(msg, carried[0]):
+            tokens = carried[1]
+        else:
+            tokens = 0 if is_display_only(msg) else self.estimator.message_tokens(msg, self.setup.model or None)
+        self._remember(msg, tokens)
         return tokens
+
+    def _remember(self, msg: dict, tokens: int) -> None:
+        self.token_cache[id(msg)] = (msg, tokens)
+        mid = msg.get("id")
+        if isinstance(mid, str):
+            self.tokens_by_id[mid] = (msg, tokens)
 
     def step(self, index: int, msg: dict) -> None:
         """Step 3, for one recorded message: compact where the recording did (with
@@ -822,7 +839,7 @@ class _Replay:
         self.origin_ids[stored["id"]] = index
         active.append(stored)
         # the stored copy has the recorded message's tokens: seed the cache, skip the estimate
-        self.token_cache[id(stored)] = (stored, self.stream_tokens[index])
+        self._remember(stored, self.stream_tokens[index])
         self.stream_tokens_sum += self.stream_tokens[index]
 
     def result(self, started: float, params: dict[str, Any]) -> ReplayResult:

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 from _compaction_fixtures import assistant, call, chat_turns, results, user
 
-from opctx.context.persistence import LAST_SUMMARY_KEY, BranchChanged, Persister, PersistError
+from opctx.context.persistence import (
+    LAST_SUMMARY_KEY,
+    BranchChanged,
+    Persister,
+    PersistError,
+    copy_message,
+    same_but_identity,
+)
 from opctx.dag.session_db import DagSessionDB
 
 
@@ -235,3 +242,14 @@ def test_a_compaction_leaves_the_history_it_read_and_the_stored_originals_as_the
     assert [db.get_message(sid, m["id"]) for m in read] == read
     assert all(m["id"].startswith("r_") for m in res.branch)
     assert [m["copied_from"] for m in db.get_branch(sid)[2:]] == [m["id"] for m in read[4:]]
+
+
+def test_a_copy_is_its_original_but_for_identity():
+    original = {"id": "m1", "parent_id": "m0", "role": "assistant", "content": [{"type": "text", "text": "hi"}],
+                "tool_calls": [{"id": "c1", "name": "ls", "arguments": {"path": "."}}], "timestamp": 3.0}
+    copy = copy_message(original, "s1")
+    assert same_but_identity(copy, original) and same_but_identity(original, copy)
+    assert same_but_identity(copy_message(copy, None), original)  # a copy of a copy
+    assert not same_but_identity({**copy, "content": "changed"}, original)
+    assert not same_but_identity({**copy, "extra": {"k": 1}}, original)  # a key more
+    assert not same_but_identity({k: v for k, v in copy.items() if k != "tool_calls"}, original)
