@@ -34,7 +34,6 @@ from ._engine_state import (
 from .anthropic_messages import thinking_retention
 from .persistence import BranchChanged
 from .prompts import SUMMARY_PREFIX
-from .provider_messages import _ProviderCache
 from .references import ReferenceTracker
 from .summarize import MessageFacts, Summarizer, find_cut_index, is_summary_message
 from .types import (
@@ -496,7 +495,10 @@ class _CompactionSteps:
             state.facts, state.facts_model = MessageFacts(self._estimate), None
         state.aged_tokens.clear()
         state.references = self._new_references()
-        state.provider_cache = _ProviderCache()
+        # the copies of the kept tail take their originals' conversions and estimates
+        state.provider_cache = state.provider_cache.after_compaction()
+        sent, sent_tokens, sent_model = state.sent
+        state.sent_before = ({id(m): (m, t) for m, t in zip(sent, sent_tokens, strict=True)}, sent_model)
         state.counted = None
         state.sent = ([], [], None)
         state.recommended = False

@@ -89,6 +89,10 @@ class _SessionState:
     counted: tuple[list[Any], int, int, str | None] | None = None
     # the provider messages last sent, their estimates and the model (see _fit_request)
     sent: tuple[list[dict], list[int], str | None] = ([], [], None)
+    # after a compaction, until the next _fit_request: the last request's estimates by
+    # message object, ({id: (provider message, tokens)}, model); its copies send the same
+    # provider messages (_ProviderCache.after_compaction), at new positions
+    sent_before: tuple[dict[int, tuple[dict, int]], str | None] | None = None
     # one prepare/compact at a time per session: the caches above are extended in place
     lock: Any = field(default_factory=threading.RLock)
 

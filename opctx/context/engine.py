@@ -690,6 +690,17 @@ class DefaultContextEngine(_CompactionSteps, ContextEngine):
         k = min(len(sent), len(agent_messages))
         tokens = sent_tokens[:k]
         estimate = self.estimator.message_tokens
+        before = state.sent_before
+        if before is not None and before[1] == model:
+            # the first request after a compaction: its copies' provider messages are the
+            # very objects the last request sent (at other positions), estimated already
+            known = before[0]
+
+            def estimate(m: dict, model: str | None, _est: Any = estimate) -> int:
+                hit = known.get(id(m))
+                return hit[1] if hit is not None and hit[0] is m else _est(m, model)
+
+        state.sent_before = None
         for i in compress(range(k), map(operator.is_not, agent_messages, sent)):
             tokens[i] = estimate(agent_messages[i], model)
         tokens.extend(estimate(m, model) for m in agent_messages[k:])

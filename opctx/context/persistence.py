@@ -152,9 +152,12 @@ def same_but_identity(msg: dict, other: dict) -> bool:
     its original, so whatever is worked out of a message's content (its tokens, its
     facts) holds for both."""
     identity = COPY_IDENTITY_KEYS
-    if len(msg) - sum(k in msg for k in identity) != len(other) - sum(k in other for k in identity):
+    if msg.keys() - identity != other.keys() - identity:
         return False
-    return all(k in identity or (k in other and other[k] == v) for k, v in msg.items())
+    for k, v in msg.items():
+        if k not in identity and other[k] != v:
+            return False
+    return True
 
 
 def copy_message(msg: dict, parent_id: str | None) -> dict:

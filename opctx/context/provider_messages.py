@@ -76,6 +76,8 @@ from typing import Any
 
 from opctx.dag.messages import as_text, blocks, is_tool_result
 
+from .persistence import same_but_identity
+
 __all__ = ["to_provider_messages", "is_display_only", "thinking_blocks"]
 
 # the request shapes the assembly serves: "anthropic" keeps what the Anthropic builder
@@ -270,7 +272,24 @@ class _ProviderCache:
         # key -> (the message converted, its conversion)
         self._cache: dict[tuple, tuple[dict, _Entry]] = {}
         self.max_entries = max_entries
+        # message id -> (message, conversion) of the branch a compaction replaced: its
+        # copies (copied_from) take them (after_compaction)
+        self._originals: dict[Any, tuple[dict, _Entry]] = {}
         self._reset_assembly()
+
+    def after_compaction(self) -> _ProviderCache:
+        """A cache for the branch a compaction wrote: empty, but a copy of a message of the
+        last history assembled here (equal to it but for its identity, ``same_but_identity``)
+        takes that message's conversion, the very provider messages, so their estimates
+        carry over too (``DefaultContextEngine._fit_request``); every compaction copies the
+        kept tail, and converting and estimating it again was most of the next prepare."""
+        fresh = _ProviderCache(self.max_entries, self.api)
+        originals = fresh._originals
+        for msg, entry in zip(self._last_msgs, self._last_conv, strict=True):
+            mid = msg.get("id")
+            if isinstance(mid, str):
+                originals[mid] = (msg, entry)
+        return fresh
 
     def _reset_assembly(self) -> None:
         self._last_msgs: list[dict] = []
@@ -379,7 +398,12 @@ class _ProviderCache:
             return hit[1]
         if len(self._cache) >= self.max_entries:
             self._cache.clear()
-        entry = _convert_entry(msg, self.api)
+        origin = msg.get("copied_from") if self._originals else None
+        original = self._originals.get(origin) if isinstance(origin, str) else None
+        if original is not None and same_but_identity(msg, original[0]):
+            entry = original[1]  # the conversion reads no identity key
+        else:
+            entry = _convert_entry(msg, self.api)
         self._cache[key] = (msg, entry)
         return entry
 

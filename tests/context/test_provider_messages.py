@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from opctx.context.persistence import copy_message
 from opctx.context.provider_messages import _ProviderCache, is_display_only, to_provider_messages
 
 
@@ -154,3 +155,20 @@ def test_every_result_follows_its_call_and_nothing_but_display_lines_is_dropped(
     cut = len(history) * split // 3
     to_provider_messages(history[:cut], cache)
     assert to_provider_messages(history, cache) == out
+
+
+def test_after_a_compaction_copies_send_their_originals_provider_messages():
+    cache = _ProviderCache()
+    history = [{"id": "u0", "role": "user", "content": "go"}, _call("a1", "c1"), _result("t1", "c1"),
+               {"id": "u2", "role": "user", "content": "more"}, _call("a3", "c3"), _result("t3", "c3")]
+    before = cache.provider_messages(history)
+    fresh = cache.after_compaction()
+    summary = {"id": "s", "role": "system", "content": "[Previous conversation summary]\nearlier"}
+    copies = [copy_message(m, None) for m in history[3:]]
+    changed = {**copy_message(history[0], None), "content": "go, changed"}
+    after = fresh.provider_messages([changed, summary, *copies])
+    assert after == to_provider_messages([changed, summary, *copies])
+    # the kept tail's copies: the very objects sent before (their estimates carry over)
+    assert all(a is b for a, b in zip(after[-3:], before[-3:], strict=True))
+    # a copy that differs from its original is converted afresh
+    assert after[0] is not before[0] and after[0]["content"] == "go, changed"
