@@ -478,8 +478,9 @@ class GraphStore:
             seen.add(node.id)
         # Serialise before taking the write lock: a bad value fails fast, and the
         # lock is held only for the inserts themselves.
-        payloads = [_node_payload(n) for n in nodes]  # bytes or str: stored as TEXT (CAST)
         conn = self._conn
+        encode = _node_payload if getattr(conn, "opctx_utf8", False) else _node_data_json
+        payloads = [encode(n) for n in nodes]  # bytes (UTF-8) or str: stored as TEXT (CAST)
         indexing = conn.opctx_index_text
         texts = [fts_text(n) for n in nodes] if indexing else [""] * len(nodes)
         sid = self.session_id

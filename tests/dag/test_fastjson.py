@@ -246,3 +246,23 @@ def test_a_branch_reads_every_payload_as_a_single_node_read_does():
     branch = db.get_branch(sid)
     assert [typed(m) for m in branch] == [typed(db.get_message(sid, m["id"])) for m in branch]
     assert typed(branch[0]["extra"]) == typed(odd)
+
+
+def test_a_database_made_in_utf16_stores_the_same_text(tmp_path):
+    # SQLite reads a CAST of bytes in the database's own encoding: a file created in UTF-16
+    # before opctx opened it gets its payloads bound as str, and holds the same text
+    import sqlite3
+
+    from opctx.dag.store import GraphStore
+
+    path = tmp_path / "utf16.db"
+    raw = sqlite3.connect(path)
+    raw.execute("PRAGMA encoding = 'UTF-16le'")
+    raw.execute("CREATE TABLE made_before(x)")
+    raw.close()
+    store = GraphStore(str(path), session_id="s")
+    node = Call(id="n", output="a🙂", metadata={"k": "中文🙂"})
+    store.append(node)
+    assert store._conn.execute("PRAGMA encoding").fetchone()[0] == "UTF-16le"
+    assert store._conn.execute("SELECT data_json FROM nodes").fetchone()[0] == _node_data_json(node)
+    assert store.get("n").output == "a🙂"
