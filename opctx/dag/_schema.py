@@ -132,6 +132,17 @@ def _m0006_node_token_counts(conn: sqlite3.Connection) -> None:
     )
 
 
+def _m0007_partial_caller_index(conn: sqlite3.Connection) -> None:
+    # Why: most nodes have no caller (every message of a chat or an imported transcript),
+    # so the caller index held nearly every node of a session under the one key
+    # (session, NULL), and keeping it up cost about as much as the rest of inserting a
+    # node. Callees are looked up by a caller that exists, so only nodes that have one
+    # are indexed (a lookup ``caller = ?`` implies ``caller IS NOT NULL``: SQLite uses
+    # the partial index for it).
+    conn.execute("DROP INDEX IF EXISTS nodes_caller")
+    conn.execute("CREATE INDEX nodes_caller ON nodes(session_id, caller) WHERE caller IS NOT NULL")
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("core_tables", _m0001_core_tables),
     ("fts", _m0002_fts),
@@ -139,6 +150,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("session_next_seq", _m0004_session_next_seq),
     ("flattened_search_text", _m0005_flattened_search_text),
     ("node_token_counts", _m0006_node_token_counts),
+    ("partial_caller_index", _m0007_partial_caller_index),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -94,9 +94,6 @@ class _ReplaySessionDB:
 
         self._db = DagSessionDB(":memory:", clock=clock)
         set_text_index(self._db.connection, False)  # a scratch database nobody searches
-        # ... nor walks by caller: a replay writes no caller edges, and an index holding every
-        # node under the one key (session, NULL) was half the cost of inserting a node
-        self._db.connection.execute("DROP INDEX IF EXISTS nodes_caller")
         self._minted = 0
         # the branch mirror (class docstring): session -> the branch as read or written,
         # and the ids of recorded messages appended after it, not read back yet

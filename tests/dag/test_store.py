@@ -120,6 +120,24 @@ def test_migration_four_backfills_next_seq_on_an_old_database(db_path):
     s.close()
 
 
+def test_migration_seven_indexes_only_nodes_with_a_caller(db_path):
+    conn = _old_database(db_path, version=6)
+    conn.execute(
+        "INSERT INTO nodes(id, session_id, type, caller, created_at, seq, data_json) "
+        "VALUES ('a', 'old', 'user', NULL, 0, 0, '{}'), ('b', 'old', 'code', 'a', 0, 1, '{}')"
+    )
+    conn.close()
+    s = GraphStore(db_path, "old", create=False)
+    conn = s.connection
+    sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'nodes_caller'").fetchone()[0]
+    assert "WHERE caller IS NOT NULL" in sql
+    assert conn.execute("SELECT COUNT(*) FROM nodes INDEXED BY nodes_caller WHERE caller = 'a'").fetchone()[0] == 1
+    plan = " ".join(str(r) for r in conn.execute(
+        "EXPLAIN QUERY PLAN SELECT id FROM nodes WHERE session_id = 'old' AND caller = 'a'"))
+    assert "nodes_caller" in plan  # a lookup by caller still uses it
+    s.close()
+
+
 # -- bad files ---------------------------------------------------------------------------
 
 
