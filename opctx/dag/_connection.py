@@ -41,7 +41,6 @@ class _Connection(sqlite3.Connection):
     opctx_depth: int
     opctx_undo: list[Callable[[], None]]
     opctx_flat: bool  # inside ``flat_transaction``: steps take no savepoints
-    opctx_utf8: bool  # the database stores text as UTF-8 (payloads may be bound as its bytes)
 
 
 def _check_header(path: str) -> None:
@@ -95,9 +94,6 @@ def _open(
                 raise StoreError(f"{path}: could not switch the database to WAL (got {mode!r})")
         conn.execute("PRAGMA synchronous = NORMAL")
         migrate(conn)
-        # a file made beforehand with PRAGMA encoding = 'UTF-16' keeps it: bytes bound as
-        # TEXT (CAST) would be read in that encoding, so payloads are then bound as str
-        conn.opctx_utf8 = conn.execute("PRAGMA encoding").fetchone()[0] == "UTF-8"
     except sqlite3.DatabaseError as e:
         conn.close()
         raise StoreError(f"{path}: not a usable SQLite database ({e})") from e

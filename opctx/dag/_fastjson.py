@@ -19,7 +19,6 @@ Neither changes a result. Where orjson and ``json`` differ, the value goes to ``
   both write alike. orjson writes ``NaN`` as ``null``, ``1e-05`` as ``0.00001`` and
   ``1e-07`` as ``1e-7``, and it encodes enums, UUIDs, dataclasses and datetimes that
   ``json`` refuses. tests/dag/test_fastjson.py compares both ways on arbitrary values.
-  ``dumps_plain_utf8`` is the same text as UTF-8 bytes.
 """
 
 from __future__ import annotations
@@ -89,22 +88,14 @@ def _loads(data: bytes | str, max_depth: int) -> Any:
     return value
 
 
-def _dumps_utf8(value: Any) -> bytes | None:
+def _dumps(value: Any) -> str | None:
     if not _plain_for_dumps(value):
         return None
     try:
-        return orjson.dumps(value)
+        return orjson.dumps(value).decode()
     except TypeError:  # a lone surrogate, a non-str key, an integer beyond 64 bits
         return None
 
 
-def _dumps(value: Any) -> str | None:
-    data = _dumps_utf8(value)
-    return data.decode() if data is not None else None
-
-
 loads_plain: Callable[[bytes | str, int], Any] | None = _loads if orjson is not None else None
 dumps_plain: Callable[[Any], str | None] | None = _dumps if orjson is not None else None
-# the same text as its UTF-8 bytes (what orjson writes): for a caller that hands the text
-# on as UTF-8 anyway (SQLite), a decode and an encode less
-dumps_plain_utf8: Callable[[Any], bytes | None] | None = _dumps_utf8 if orjson is not None else None

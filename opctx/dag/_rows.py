@@ -3,8 +3,7 @@
 ``_node_data_json`` packs ``name / input / output / reads / metadata`` into
 ``data_json`` (standard JSON: ``allow_nan=False``; a value that is not JSON is a
 ``StoreError`` naming the node and the field; orjson writes it where its text is
-the ``json`` module's, see ``_fastjson``); ``_node_payload`` is the same text as
-UTF-8 bytes where orjson wrote it. ``_row_to_call`` builds a ``Call``
+the ``json`` module's, see ``_fastjson``). ``_row_to_call`` builds a ``Call``
 from a trusted row; ``_StoredCall`` / ``_row_to_lazy_call`` are the same with the
 JSON payload decoded on first use (what ``GraphStore.load`` returns), and
 ``_graph_from_sorted`` builds a ``Graph`` of rows already in seq order without
@@ -18,7 +17,7 @@ import json
 from typing import Any
 
 from ._errors import StoreError
-from ._fastjson import dumps_plain_utf8, loads_plain
+from ._fastjson import dumps_plain, loads_plain
 from ._text import make_node_storable
 from .nodes import Call, Graph
 
@@ -28,32 +27,21 @@ _ENCODE = json.JSONEncoder(**_DUMPS_KW).encode
 
 
 def _node_data_json(node: Call) -> str:
-    payload = _node_payload(node)
-    return payload.decode() if isinstance(payload, bytes) else payload
-
-
-def _node_payload(node: Call) -> bytes | str:
-    """``_node_data_json``'s text, as UTF-8 bytes where orjson wrote it.
-
-    What ``_append`` binds, through ``CAST(? AS TEXT)``: the column holds the same TEXT
-    either way, without the text decoded from orjson's UTF-8 only to be encoded back to
-    UTF-8 by the sqlite3 module (a third of writing a compaction's copies of long tool
-    outputs)."""
     data: dict[str, Any] = {"name": node.name, "input": node.input, "output": node.output}
     if node.reads:
         data["reads"] = node.reads
     if node.metadata:
         data["metadata"] = node.metadata
-    if dumps_plain_utf8 is not None:  # orjson: the same text, or None where it might differ
-        utf8 = dumps_plain_utf8(data)
-        if utf8 is not None:
-            return utf8  # orjson refuses lone surrogates: nothing to make storable
+    if dumps_plain is not None:  # orjson: the same text, or None where it might differ
+        text = dumps_plain(data)
+        if text is not None:
+            return text  # orjson refuses lone surrogates: nothing to make storable
     try:
         text = _ENCODE(data)
     except (TypeError, ValueError):
         pass
     else:  # lone surrogates ("\ud83d" is valid JSON) cannot be stored: see dag/_text.py
-        return _node_payload(node) if make_node_storable(node, text) else text
+        return _node_data_json(node) if make_node_storable(node, text) else text
     for field in ("input", "output", "metadata", "reads", "name"):
         try:
             json.dumps(getattr(node, field), **_DUMPS_KW)

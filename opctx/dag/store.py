@@ -179,7 +179,6 @@ from ._rows import (
     _NODE_COLUMNS_BYTES,
     _graph_from_sorted,
     _node_data_json,
-    _node_payload,
     _row_to_call,
     _row_to_lazy_call,
 )
@@ -478,9 +477,8 @@ class GraphStore:
             seen.add(node.id)
         # Serialise before taking the write lock: a bad value fails fast, and the
         # lock is held only for the inserts themselves.
+        payloads = [_node_data_json(n) for n in nodes]
         conn = self._conn
-        encode = _node_payload if getattr(conn, "opctx_utf8", False) else _node_data_json
-        payloads = [encode(n) for n in nodes]  # bytes (UTF-8) or str: stored as TEXT (CAST)
         indexing = conn.opctx_index_text
         texts = [fts_text(n) for n in nodes] if indexing else [""] * len(nodes)
         sid = self.session_id
@@ -518,7 +516,7 @@ class GraphStore:
                 try:
                     conn.executemany(
                         "INSERT INTO nodes(pk, id, session_id, type, predecessor, caller, "
-                        "created_at, seq, data_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, CAST(? AS TEXT))",
+                        "created_at, seq, data_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         rows,
                     )
                 except sqlite3.IntegrityError as e:

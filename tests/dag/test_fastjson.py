@@ -140,8 +140,8 @@ def test_a_node_with_a_lone_surrogate_is_still_made_storable():
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_values)
 def test_a_stored_node_is_the_json_modules_text_stored_as_text(value):
-    # the store binds orjson's UTF-8 bytes through CAST(? AS TEXT): the row must hold
-    # exactly the text json writes, as TEXT (never a BLOB), and read back the same value
+    # the row holds exactly the text json writes, as TEXT (never a BLOB), and reads back
+    # the same value
     from opctx.dag.store import GraphStore
 
     store = GraphStore(":memory:", session_id="s")
@@ -249,8 +249,8 @@ def test_a_branch_reads_every_payload_as_a_single_node_read_does():
 
 
 def test_a_database_made_in_utf16_stores_the_same_text(tmp_path):
-    # SQLite reads a CAST of bytes in the database's own encoding: a file created in UTF-16
-    # before opctx opened it gets its payloads bound as str, and holds the same text
+    # a file created in UTF-16 before opctx opened it keeps that encoding: its payloads
+    # hold the same text (bytes bound as TEXT would be read in UTF-16 there)
     import sqlite3
 
     from opctx.dag.store import GraphStore
