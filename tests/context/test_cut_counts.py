@@ -15,7 +15,7 @@ import json
 import random
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from opctx.context import _cut_counts
@@ -220,3 +220,30 @@ def test_a_cut_counted_already_is_not_worked_out_again(monkeypatch):
     placed.clear()
     _cut_counts.known_cuts(text, est, model).remember(head, tail, out)
     assert placed == []
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    size=st.sampled_from([2_500, 9_000, 17_000]),
+    cut_at=st.floats(0, 1), kept=st.floats(0, 1),
+    middle=st.lists(st.sampled_from(_PIECES), max_size=12),
+)
+def test_any_splice_of_a_text_is_placed_exactly(seed, size, cut_at, kept, middle):
+    """Whatever replaces a stretch of a text (not only a marker: the pieces of the text
+    itself, so the common prefix or suffix may reach into the replacement), what is placed
+    for the result, its count and its split parts for a profile that counts CJK and
+    line-number prefixes apart, is what a fresh estimator counts."""
+    model = "claude-sonnet-4-5"
+    est, counter, _ = _fresh(model)
+    text = _text(random.Random(seed), size)
+    k = int(cut_at * len(text))
+    tail = int(kept * (len(text) - k))
+    s = text[:k] + "".join(middle) + text[len(text) - tail:]
+    assume(len(s) >= 48 and k + tail >= len(s) // 2)  # else short, or left to the tokenizer
+    _cut_counts._place(text, s, est, counter, True)
+    fresh = Estimator()
+    assert est._cache[(counter, s)] == fresh.count(s, counter)  # placed: head and tail are most of it
+    split = est._cache.get((counter + "\x00split", s))
+    if split is not None:
+        assert split == fresh.text_count(s, counter, True)
