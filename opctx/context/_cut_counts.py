@@ -250,19 +250,19 @@ class KnownCuts:
     ``in_json``: the text is a string inside tool-call arguments, counted as its JSON
     encoding (``json.dumps``: escaping is per character, so the encoding of a cut is the
     encoding's head and tail around the encoded middle). A cut is placed from what it
-    shares with its reference, found by comparing the two (:func:`_place`), so a wrong
-    guess of where a cut lies costs an encoding, never a figure."""
+    shares with its reference, found by comparing the two (:func:`_place`): nothing about
+    where the cut lies is taken on trust, and a cut that shares little is left to the
+    tokenizer."""
 
     def __init__(self, text: str, estimator: Estimator, counter: str, in_json: bool, split: bool):
         self.estimator, self.counter, self.in_json = estimator, counter, in_json
         self.split = split  # the profile counts CJK and line-number prefixes apart
         self.ref = json_string(text) if in_json else text
 
-    def remember(self, head: str, tail: str, out: str | None = None) -> None:
-        """Counts of ``head`` (``text[:len(head)]``) and ``tail`` (``text`` from
-        ``len(text) - len(tail)``), or with ``out`` (the two around the marker) of ``out``
-        alone, as the estimator counts them."""
-        for s in (out,) if out is not None else (head, tail):
+    def remember(self, *cuts: str) -> None:
+        """Counts of ``cuts`` (the text's head, its tail, or the two around the marker), as
+        the estimator counts them."""
+        for s in cuts:
             if not s:
                 continue
             if self.in_json:
@@ -346,6 +346,8 @@ def _place(ref: str, s: str, estimator: Estimator, counter: str, split: bool) ->
     """Place the counts of ``s`` when it shares a head and a tail with ``ref`` (their
     common prefix and suffix): its tokens, and with ``split`` everything
     ``Estimator.text_count`` counts of it (:meth:`CutCounts.split_count`)."""
+    if len(s) < _MIN_CACHED_CHARS:
+        return  # the estimator keeps no count of it
     k = _common_prefix(ref, s)
     cut = min(_common_suffix(ref, s), len(ref) - k, len(s) - k)
     if k + cut < len(s) // 2:
@@ -355,7 +357,7 @@ def _place(ref: str, s: str, estimator: Estimator, counter: str, split: bool) ->
     if tokens is None:
         return
     estimator.remember_count(s, counter, tokens)
-    if split and not s.isascii() and len(s) >= _MIN_CACHED_CHARS:
+    if split and not s.isascii():
         counts = cuts.split_count(s, k, cut, tokens)
         if counts is not None:
             estimator.remember_text_count(s, counter, counts)

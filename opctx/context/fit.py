@@ -125,7 +125,7 @@ def truncate_text(text: str, target: int, count: Callable[[str], int], *, known:
         removed = max(1, total - count(head) - count(tail))
         out = "\n".join(p for p in (head, TRUNCATION_MARKER.format(n=removed), tail) if p)
         if known is not None:
-            known.remember(head, tail, out)
+            known.remember(out)
         used = count(out)
         if used <= target:
             return out

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from opctx.context import _cut_counts
 from opctx.context._tiktoken_offline import bpe_token_count, get_encoding
 from opctx.context.fit import TRUNCATION_MARKER, truncate_text
-from opctx.context.tokens import Estimator
+from opctx.context.tokens import _SPLIT, Estimator
 
 MODELS = ["gpt-4o", "gpt-4"]  # o200k and cl100k
 
@@ -82,7 +82,7 @@ def test_every_count_placed_is_the_tokenizers(model, in_json, monkeypatch):
             tail = text[len(text) - (keep - len(head)):] if keep > len(head) else ""
             known.remember(head, tail)
             out = "\n".join(p for p in (head, TRUNCATION_MARKER.format(n=rng.randrange(1, 9999)), tail) if p)
-            known.remember(head, tail, out)
+            known.remember(out)
     assert len(placed) > 300
     for text, tokens in placed:
         assert tokens == bpe_token_count(enc, text), text[:80]
@@ -132,7 +132,7 @@ def test_split_counts_placed_are_the_estimators(in_json, monkeypatch):
             tail = text[len(text) - (keep - len(head)):] if keep > len(head) else ""
             known.remember(head, tail)
             middle = rng.choice(["\n", "\n12\u2192 ", "\u4e2d\n   7\u2192x\n"]) + TRUNCATION_MARKER.format(n=3) + "\n"
-            known.remember(head, tail, head + middle + tail)
+            known.remember(head + middle + tail)
     assert len(placed) > 100
     assert any(c.cjk_chars and (c.numbered_lines or in_json) for _, c in placed)  # JSON escapes newlines
     for text, counts in placed:
@@ -213,12 +213,12 @@ def test_a_cut_counted_already_is_not_worked_out_again(monkeypatch):
     out = head + "\n" + TRUNCATION_MARKER.format(n=7) + "\n" + tail
     placed: list[tuple[str, int]] = []
     monkeypatch.setattr(Estimator, "remember_count", _recording(placed))
-    _cut_counts.known_cuts(text, est, model).remember(head, tail, out)
+    _cut_counts.known_cuts(text, est, model).remember(out)
     assert placed
     est.text_tokens(out, model)  # measured, as fit measures each cut
     assert est.has_count(out, counter, split=est.profile(model)[1].splits_text)
     placed.clear()
-    _cut_counts.known_cuts(text, est, model).remember(head, tail, out)
+    _cut_counts.known_cuts(text, est, model).remember(out)
     assert placed == []
 
 
@@ -244,6 +244,6 @@ def test_any_splice_of_a_text_is_placed_exactly(seed, size, cut_at, kept, middle
     _cut_counts._place(text, s, est, counter, True)
     fresh = Estimator()
     assert est._cache[(counter, s)] == fresh.count(s, counter)  # placed: head and tail are most of it
-    split = est._cache.get((counter + "\x00split", s))
+    split = est._cache.get((counter + _SPLIT, s))
     if split is not None:
         assert split == fresh.text_count(s, counter, True)
