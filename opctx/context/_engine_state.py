@@ -9,11 +9,14 @@ Every public name is re-exported by ``opctx.context.engine``.
 from __future__ import annotations
 
 import logging
+import operator
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import compress
 from typing import Any
 
+from .fit import CarriedCuts, FittedRequest, fit_request
 from .provider_messages import _ProviderCache
 from .summarize import MessageFacts, is_summary_message
 from .types import AgingReport, ReferenceMap, TurnPrep
@@ -93,6 +96,8 @@ class _SessionState:
     # message object, ({id: (provider message, tokens)}, model); its copies send the same
     # provider messages (_ProviderCache.after_compaction), at new positions
     sent_before: tuple[dict[int, tuple[dict, int]], str | None] | None = None
+    # the cuts this session's requests were last sent with (fit.CarriedCuts), for the model
+    fit_cuts: tuple[CarriedCuts, str | None] | None = None
     # one prepare/compact at a time per session: the caches above are extended in place
     lock: Any = field(default_factory=threading.RLock)
 
@@ -150,3 +155,57 @@ def _summary_id(history: Sequence[dict]) -> str | None:
         return None
     return found
 
+
+
+def fit_for_session(
+    state: _SessionState,
+    estimator: Any,
+    headroom: float,
+    system_prompt: str,
+    agent_messages: list[dict],
+    tools: Sequence[dict] | None,
+    system_tokens: int,
+    tools_tokens: int,
+    input_budget: int,
+    model: str | None,
+) -> FittedRequest:
+    """The request as it will be sent, measured, and its oversized parts truncated when it
+    exceeds the input budget (``opctx.context.fit``), with what ``state`` kept of the
+    session's earlier requests.
+
+    The provider messages are measured per position and remembered with the message
+    object they were measured on: the assembly hands back the very dicts of messages that
+    did not change (a changed message is a new dict), so after the first call only new or
+    changed positions are estimated (an identity pass at C speed finds them). The cuts a
+    request was sent with are kept for the next ones while they fit with them
+    (``fit.CarriedCuts``; ``headroom`` is ``budget.fit_headroom``, 0: off)."""
+    sent, sent_tokens, sent_model = state.sent
+    if sent_model != model:
+        sent, sent_tokens = [], []
+    k = min(len(sent), len(agent_messages))
+    tokens = sent_tokens[:k]
+    estimate = estimator.message_tokens
+    before = state.sent_before
+    if before is not None and before[1] == model:
+        # the first request after a compaction: its copies' provider messages are the
+        # very objects the last request sent (at other positions), estimated already
+        known = before[0]
+
+        def estimate(m: dict, model: str | None, _est: Any = estimate) -> int:
+            hit = known.get(id(m))
+            return hit[1] if hit is not None and hit[0] is m else _est(m, model)
+
+    state.sent_before = None
+    for i in compress(range(k), map(operator.is_not, agent_messages, sent)):
+        tokens[i] = estimate(agent_messages[i], model)
+    tokens.extend(estimate(m, model) for m in agent_messages[k:])
+    state.sent = (agent_messages, tokens, model)
+    carried = None
+    if headroom:
+        if state.fit_cuts is None or state.fit_cuts[1] != model or state.fit_cuts[0].headroom != headroom:
+            state.fit_cuts = (CarriedCuts(headroom), model)  # its sizes are the model's estimates
+        carried = state.fit_cuts[0]
+    return fit_request(
+        system_prompt, agent_messages, tools, input_budget, model=model, estimator=estimator,
+        system_tokens=system_tokens, tools_tokens=tools_tokens, message_tokens=tokens, carried=carried,
+    )

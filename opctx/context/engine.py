@@ -194,13 +194,14 @@ from ._engine_state import (
     _SessionState,
     _summary_id,
     emit,
+    fit_for_session,
     logger,
 )
 from ._structural import is_summary_message
 from .aging import TurnAger
 from .anthropic_messages import thinking_retention
 from .budget import BudgetAllocator
-from .fit import ContextOverflowError, FittedRequest, fit_request
+from .fit import ContextOverflowError, FittedRequest
 from .masking import ObservationMasker, ToolUseClearer
 from .persistence import Persister
 from .policy import CompactionPolicy
@@ -665,57 +666,12 @@ class DefaultContextEngine(_CompactionSteps, ContextEngine):
                 )
         return figures
 
-    def _fit_request(
-        self,
-        state: _SessionState,
-        system_prompt: str,
-        agent_messages: list[dict],
-        tools: Sequence[dict] | None,
-        system_tokens: int,
-        tools_tokens: int,
-        input_budget: int,
-        model: str | None,
-    ) -> FittedRequest:
-        """Step 6b: the request as it will be sent, measured, and its oversized parts
-        truncated when it exceeds the input budget (``opctx.context.fit``).
-
-        The provider messages are measured per position and remembered with the
-        message object they were measured on: the assembly hands back the very dicts
-        of messages that did not change (a changed message is a new dict), so after
-        the first call only new or changed positions are estimated (an identity pass
-        at C speed finds them)."""
-        sent, sent_tokens, sent_model = state.sent
-        if sent_model != model:
-            sent, sent_tokens = [], []
-        k = min(len(sent), len(agent_messages))
-        tokens = sent_tokens[:k]
-        estimate = self.estimator.message_tokens
-        before = state.sent_before
-        if before is not None and before[1] == model:
-            # the first request after a compaction: its copies' provider messages are the
-            # very objects the last request sent (at other positions), estimated already
-            known = before[0]
-
-            def estimate(m: dict, model: str | None, _est: Any = estimate) -> int:
-                hit = known.get(id(m))
-                return hit[1] if hit is not None and hit[0] is m else _est(m, model)
-
-        state.sent_before = None
-        for i in compress(range(k), map(operator.is_not, agent_messages, sent)):
-            tokens[i] = estimate(agent_messages[i], model)
-        tokens.extend(estimate(m, model) for m in agent_messages[k:])
-        state.sent = (agent_messages, tokens, model)
-        return fit_request(
-            system_prompt,
-            agent_messages,
-            tools,
-            input_budget,
-            model=model,
-            estimator=self.estimator,
-            system_tokens=system_tokens,
-            tools_tokens=tools_tokens,
-            message_tokens=tokens,
-        )
+    def _fit_request(self, state: _SessionState, system_prompt: str, agent_messages: list[dict],
+                     tools: Sequence[dict] | None, system_tokens: int, tools_tokens: int,
+                     input_budget: int, model: str | None) -> FittedRequest:
+        """Step 6b: the request as it will be sent, fitted (``_engine_state.fit_for_session``)."""
+        return fit_for_session(state, self.estimator, self.policy.budget.fit_headroom, system_prompt,
+                               agent_messages, tools, system_tokens, tools_tokens, input_budget, model)
 
     def _counted_prefix_delta(
         self,

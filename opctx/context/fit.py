@@ -69,6 +69,7 @@ from ._cut_counts import KnownCuts, json_string, known_cuts, remember_rebuilt
 from .tokens import Estimator, default_estimator
 
 __all__ = [
+    "CarriedCuts",
     "ContextOverflowError",
     "FittedRequest",
     "TRUNCATION_MARKER",
@@ -101,6 +102,76 @@ class FittedRequest:
     @property
     def fits(self) -> bool:
         return self.overflow is None
+
+
+class CarriedCuts:
+    """The cuts one session's requests were last fitted with, kept across its requests.
+
+    Fitted afresh every time, a session that stays over its window is cut again on every
+    request, each time to a slightly lower water level: the same twenty or thirty largest
+    texts get new cuts, so the request's prefix changes at every turn (no prompt cache
+    survives it), and the fit costs as much as the texts it cuts, per request. Carried,
+    a text is cut once and sent as it was while the request fits with the cuts already
+    made; when it does not, the request is fitted afresh, to ``headroom`` (a share of the
+    budget) below the budget where the texts allow, so that the next requests fit with
+    those cuts for a while. This is what clients do with a long tool output: they cut it
+    once, when it is made, and send the cut from then on.
+
+    A cut is kept for the very message object it was made on (an assembly hands back the
+    same dict for a message that did not change, ``provider_messages``) and for a system
+    prompt equal to the one cut. Not thread-safe: one per session, under its lock."""
+
+    __slots__ = ("headroom", "_system", "_units")
+
+    def __init__(self, headroom: float = 0.0):
+        if not 0.0 <= headroom <= 1.0:
+            raise ValueError(f"headroom must be a share of the budget in [0, 1], got {headroom!r}")
+        self.headroom = headroom
+        self._system: tuple[str, str, int] | None = None  # (as given, as sent, its size)
+        self._units: dict[int, tuple[dict, Any, int]] = {}  # id(message) -> (message, as sent, its size)
+
+    def __len__(self) -> int:
+        return len(self._units) + (self._system is not None)
+
+    def clear(self) -> None:
+        self._system, self._units = None, {}
+
+    def remember(self, units: Sequence[Any], fitted: FittedRequest, sizes: Sequence[int]) -> None:
+        """Keep the cuts of a request fitted afresh (none when it does not fit)."""
+        self.clear()
+        if not fitted.fits or not fitted.truncated:
+            return
+        if fitted.system_prompt is not units[0]:
+            self._system = (units[0], fitted.system_prompt, sizes[0])
+        for message, sent, n in zip(units[1:], fitted.messages, sizes[1:], strict=True):
+            if sent is not message:
+                self._units[id(message)] = (message, sent, n)
+
+    def apply(self, units: Sequence[Any], sizes: Sequence[int], tools: int, budget: int) -> FittedRequest | None:
+        """The request with the cuts kept, when it fits ``budget`` with them; else None."""
+        if not len(self):
+            return None
+        system, total, truncated = units[0], tools, 0
+        if self._system is not None and self._system[0] == system:
+            system, size = self._system[1], self._system[2]
+            truncated += 1
+        else:
+            size = sizes[0]
+        total += size
+        messages, kept = list(units[1:]), {}
+        for i, (message, n) in enumerate(zip(units[1:], sizes[1:], strict=True)):
+            hit = self._units.get(id(message))
+            if hit is not None and hit[0] is message:
+                messages[i], n = hit[1], hit[2]
+                kept[id(message)] = hit
+            total += n
+        truncated += len(kept)
+        if not truncated or total > budget:
+            return None
+        self._units = kept  # a message no longer sent is let go
+        if system is units[0]:
+            self._system = None
+        return FittedRequest(system, messages, total, budget, truncated)
 
 
 def truncate_text(text: str, target: int, count: Callable[[str], int], *, known: KnownCuts | None = None) -> str:
@@ -342,12 +413,15 @@ def fit_request(
     system_tokens: int | None = None,
     tools_tokens: int | None = None,
     message_tokens: Sequence[int] | None = None,
+    carried: CarriedCuts | None = None,
 ) -> FittedRequest:
     """Fit ``system_prompt`` + ``tools`` + ``messages`` (provider messages) into ``budget``
     tokens by truncating the oversized parts (module docstring).
 
     ``system_tokens`` / ``tools_tokens`` / ``message_tokens`` (one per message) are the
     estimates when the caller already has them; they must be what ``estimator`` says.
+    ``carried``: the cuts one session's earlier requests were sent with (:class:`CarriedCuts`),
+    kept while the request fits with them, and updated in place.
     """
     est = estimator or default_estimator()
     count = lambda text: est.text_tokens(text, model)  # noqa: E731
@@ -366,18 +440,47 @@ def fit_request(
     ]
     total = tools_t + sum(sizes)
     if total <= budget:
+        if carried is not None:
+            carried.clear()
         return FittedRequest(system_prompt, messages, total, budget)
-    room = budget - tools_t
+    if carried is not None:
+        kept = carried.apply(units, sizes, tools_t, budget)
+        if kept is not None:
+            return kept
     floors = _Floors(units, sizes, count)
     known = lambda text, in_json: known_cuts(text, est, model, in_json)  # noqa: E731
     rebuilt = lambda old, new: remember_rebuilt(old, new, est, model)  # noqa: E731
+    room = budget - tools_t
     if floors.level(room) is None:
+        if carried is not None:
+            carried.clear()
         return FittedRequest(
             system_prompt, messages, total, budget,
             overflow=_overflow(budget, tools_t, sum(floors.values), len(messages)),
         )
-    fitted_units, fitted_sizes, truncated = list(units), list(sizes), 0
+    shrink = lambda i, target: _shrink(floors.parts[i], target, size, count, known, rebuilt)  # noqa: E731
+    headroom = int(budget * carried.headroom) if carried is not None else 0
+    fitted = None
+    if headroom and floors.level(room - headroom) is not None:
+        fitted, fitted_sizes = _fit_units(units, sizes, floors, tools_t, budget - headroom, shrink, size)
+        fitted.budget = budget
+    if fitted is None or not fitted.fits:
+        fitted, fitted_sizes = _fit_units(units, sizes, floors, tools_t, budget, shrink, size)
+    if carried is not None:
+        carried.remember(units, fitted, fitted_sizes)
+    return fitted
+
+
+def _fit_units(
+    units: list[Any], sizes: list[int], floors: _Floors, tools_t: int, budget: int,
+    shrink: Callable[[int, int], Any], size: Callable[[Any], int],
+) -> tuple[FittedRequest, list[int]]:
+    """The units cut by water level until they fit ``budget``, and their sizes as cut (or,
+    when the attempts run out, the request as it came with its overflow)."""
+    room = budget - tools_t
+    total = tools_t + sum(sizes)
     slack = 0
+    truncated = 0
     for _ in range(_ATTEMPTS):
         level = floors.level(room - slack)
         if level is None:
@@ -385,17 +488,17 @@ def fit_request(
         fitted_units, fitted_sizes, truncated = list(units), list(sizes), 0
         for i, s in enumerate(sizes):
             if s > level and floors.parts[i].texts:
-                fitted_units[i] = _shrink(floors.parts[i], max(level, floors.values[i]), size, count, known, rebuilt)
+                fitted_units[i] = shrink(i, max(level, floors.values[i]))
                 fitted_sizes[i] = size(fitted_units[i])
                 truncated += 1
         total = tools_t + sum(fitted_sizes)
         if total <= budget:
-            return FittedRequest(fitted_units[0], fitted_units[1:], total, budget, truncated)
+            return FittedRequest(fitted_units[0], fitted_units[1:], total, budget, truncated), fitted_sizes
         slack += total - budget
     return FittedRequest(
-        system_prompt, messages, total, budget, truncated,
-        overflow=_overflow(budget, tools_t, total - tools_t, len(messages)),
-    )
+        units[0], units[1:], total, budget, truncated,
+        overflow=_overflow(budget, tools_t, total - tools_t, len(units) - 1),
+    ), sizes
 
 
 def _shrink(

@@ -534,6 +534,13 @@ class BudgetPolicy(_Part):
         doc="cap: min(base, 25% of the window); floor: the literal 'at least 25%', capped",
         source="docs/design.md (decisions: the literal floor breaks 8K and 1M windows)",
     )
+    fit_headroom: float = _setting(
+        0.10, kind="fraction",
+        doc="a request over the input budget is cut to this share below it, and the cuts are kept "
+            "while later requests fit with them (0: off, every request is cut to the budget afresh)",
+        source="assumed (opctx addition, fit.CarriedCuts: clients cut a long tool output once, "
+               "when it is made, and send the cut from then on)",
+    )
 
 
 

@@ -493,3 +493,115 @@ def test_water_level_is_its_definition(units, room):
         assert level is None
     else:
         assert fits(level) and (level >= max(sizes, default=0) or not fits(level + 1))
+
+
+# ------------------------------------------------------------------------------ cuts carried across requests
+
+
+def _over_window(n: int) -> list[dict]:
+    """A conversation of ``n`` messages whose tool outputs are each larger than the windows
+    below (every one of them must be cut)."""
+    out: list[dict] = []
+    for i in range(n):
+        if i % 2 == 0:
+            out.append({"role": "user", "content": filler(6_000, f"output {i}: ")})
+        else:
+            out.append({"role": "assistant", "content": f"read part {i}"})
+    return out
+
+
+def test_carried_cuts_are_sent_again_while_the_request_fits_with_them() -> None:
+    from opctx.context.fit import CarriedCuts
+
+    carried = CarriedCuts(0.2)
+    messages = _over_window(3)
+    first = fit_request("", messages, None, 3_000, estimator=HEURISTIC, carried=carried)
+    assert first.fits and first.truncated == 2 and len(carried) == 2
+    assert first.tokens == request_tokens(None, first.messages, None) <= 3_000 * 0.8  # with the headroom
+    more = [*messages, {"role": "assistant", "content": "short"}]
+    second = fit_request("", more, None, 3_000, estimator=HEURISTIC, carried=carried)
+    # the very strings sent before: the prefix of the request does not change
+    assert second.messages[0] is first.messages[0] and second.messages[2] is first.messages[2]
+    assert second.messages[1] is more[1] and second.messages[3] is more[3]
+    assert second.truncated == 2 and second.tokens == request_tokens(None, second.messages, None) <= 3_000
+    # a fresh fit of the same request would cut to the budget, not below it
+    assert fit_request("", more, None, 3_000, estimator=HEURISTIC).tokens > second.tokens
+    # a new large output no longer fits with the cuts made: fitted afresh, with the headroom
+    grown = [*more, {"role": "user", "content": filler(6_000, "new output: ")}]
+    third = fit_request("", grown, None, 3_000, estimator=HEURISTIC, carried=carried)
+    assert third.fits and third.truncated == 3 and third.tokens <= 3_000 * 0.8
+    assert third.messages[0] is not first.messages[0]
+    assert third.tokens == request_tokens(None, third.messages, None)
+
+
+def test_carried_cuts_let_go_when_the_request_fits_or_changes() -> None:
+    from opctx.context.fit import CarriedCuts
+
+    carried = CarriedCuts(0.1)
+    system = filler(20_000, "SYSTEM ")
+    messages = _over_window(3)
+    first = fit_request(system, messages, None, 4_000, estimator=HEURISTIC, carried=carried)
+    assert first.system_prompt != system and len(carried) == 3
+    # an equal system prompt keeps its cut; another one is fitted afresh
+    again = fit_request(system[:], [*messages, {"role": "assistant", "content": "ok"}], None, 4_000,
+                        estimator=HEURISTIC, carried=carried)
+    assert again.system_prompt is first.system_prompt
+    other = fit_request(filler(20_000, "OTHER "), messages, None, 4_000, estimator=HEURISTIC, carried=carried)
+    assert other.system_prompt.startswith("OTHER ") and other.system_prompt is not first.system_prompt
+    # a message sent as another object (changed, say by aging) is not taken for the one cut
+    copies = [dict(m) for m in messages]
+    fresh = fit_request("", copies, None, 3_000, estimator=HEURISTIC, carried=carried)
+    assert all(m is not n for m, n in zip(fresh.messages, first.messages[:3], strict=True))
+    # a request that fits whole sends everything whole and keeps no cut
+    small = fit_request("", [{"role": "user", "content": "hi"}], None, 3_000, estimator=HEURISTIC, carried=carried)
+    assert small.truncated == 0 and len(carried) == 0
+    with pytest.raises(ValueError, match="headroom"):
+        CarriedCuts(1.5)
+
+
+def test_the_headroom_gives_way_when_only_the_budget_itself_can_be_met() -> None:
+    """Fifty short messages whose fixed costs fill most of the budget: below it by the
+    headroom, even every cut cannot fit; at the budget it fits."""
+    from opctx.context.fit import CarriedCuts
+
+    messages = [{"role": "user", "content": f"note {i}"} for i in range(50)]
+    messages.append({"role": "user", "content": filler(6_000, "log: ")})
+    floor = fit_request("", messages, None, 10, estimator=HEURISTIC)
+    assert not floor.fits
+    least = request_tokens(None, messages[:-1], None) + 40
+    carried = CarriedCuts(0.5)
+    fitted = fit_request("", messages, None, least, estimator=HEURISTIC, carried=carried)
+    assert fitted.fits and least * 0.5 < fitted.tokens <= least and fitted.truncated == 1
+
+
+def test_engine_carries_cuts_across_a_session_and_zero_headroom_fits_afresh() -> None:
+    from opctx.context.policy import CompactionPolicy
+
+    def engine(headroom: float) -> DefaultContextEngine:
+        policy = CompactionPolicy().replace(**{
+            "budget.context_window": 8_000, "budget.output_reserve": 1_024, "budget.fit_headroom": headroom,
+            "trigger.recommend_pct": None, "trigger.auto_pct": None, "trigger.emergency_pct": None,
+        })
+        return DefaultContextEngine(policy=policy, estimator=HEURISTIC)
+
+    history = _over_window(40)
+    carrying, afresh = engine(0.25), engine(0.0)
+    sent_before: list[dict] = []
+    fresh_fits, kept = 0, 0
+    for end in range(4, 41, 2):
+        prep = carrying.prepare("", "s", history[:end], "gpt-4o", None)
+        budget = prep.budget.input_budget
+        assert request_tokens(None, prep.agent_messages, None) <= budget
+        shared = sum(a is b for a, b in zip(prep.agent_messages, sent_before, strict=False))
+        if shared == len(sent_before):
+            kept += 1  # every message sent before is sent again as it was
+        else:
+            fresh_fits += 1
+            assert prep.request_tokens <= budget * 0.75
+        sent_before = prep.agent_messages
+        # without headroom, each request is what fitting it alone gives
+        plain = afresh.prepare("", "s", history[:end], "gpt-4o", None)
+        alone = fit_request("", to_provider_messages(plain.history_dicts), None, budget, model="gpt-4o",
+                            estimator=HEURISTIC)
+        assert plain.agent_messages == alone.messages and plain.request_tokens == alone.tokens
+    assert kept > fresh_fits > 1

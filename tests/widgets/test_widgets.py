@@ -355,7 +355,7 @@ def test_tuner_with_the_real_presets_and_replay():
     assert t.result.policy.trigger.auto_pct == 0.3
     t.preset.value = "observation-masking"
     assert set(t.controls) == {"aging.kind", "aging.keep_last", "budget.output_reserve",
-                               "budget.reserve_policy"}
+                               "budget.reserve_policy", "budget.fit_headroom"}
 
 
 # -- what the tuner draws is what its replay used --------------------------------------------
@@ -484,7 +484,7 @@ def test_tuner_plot_is_the_main_thing_and_rare_parameters_are_folded_away():
     t.preset.value = "observation-masking"
     assert {w.description for w in t.controls_box.children} == {"aging.kind", "aging.keep_last",
                                                                  "budget.output_reserve"}
-    assert [w.description for w in t.more_box.children] == ["budget.reserve_policy"]
+    assert [w.description for w in t.more_box.children] == ["budget.reserve_policy", "budget.fit_headroom"]
 
 
 # -- BranchDiffViewer: long diffs fold and page -------------------------------------------------
