@@ -538,7 +538,16 @@ class DefaultContextEngine(_CompactionSteps, ContextEngine):
         history: Sequence[dict],
         model: str | None,
         tools: Sequence[dict] | None,
+        *,
+        assemble: bool = True,
     ) -> TurnPrep:
+        """What the next LLM call sees (steps 1-6 of the class docstring).
+
+        ``assemble=False``: the figures and the decision only, for a caller that reads
+        them and sends nothing (a replay, the tuner): the request as sent is neither
+        assembled nor fitted, so ``agent_messages`` is empty, ``system_prompt`` is not
+        truncated, ``request_tokens`` is None and the decision path has no ``fit:`` entry.
+        Everything else is what ``assemble=True`` gives."""
         sid = _session_id(session)
         state = self._state(sid)
         with state.lock:
@@ -568,11 +577,14 @@ class DefaultContextEngine(_CompactionSteps, ContextEngine):
             pct = budget.input_used_pct
             path.append(f"budget:{pct:.2f}")
             # 6. assemble, fit into the window, and decide
-            agent_messages = to_provider_messages(aged, state.provider_cache)
-            fitted = self._fit_request(
-                state, system_prompt, agent_messages, tools, usage.raw_system, usage.raw_tools,
-                budget.input_budget, model,
-            )
+            if assemble:
+                agent_messages = to_provider_messages(aged, state.provider_cache)
+                fitted = self._fit_request(
+                    state, system_prompt, agent_messages, tools, usage.raw_system, usage.raw_tools,
+                    budget.input_budget, model,
+                )
+            else:
+                fitted = FittedRequest(system_prompt, [], 0, budget.input_budget)  # nothing assembled
             if fitted.truncated:
                 path.append(f"fit:truncated={fitted.truncated}")
             if not fitted.fits:
@@ -599,7 +611,7 @@ class DefaultContextEngine(_CompactionSteps, ContextEngine):
                 decision_path=path,
                 budget_pct=pct,
                 context_window=window,
-                request_tokens=fitted.tokens,
+                request_tokens=fitted.tokens if assemble else None,
                 truncated_parts=fitted.truncated,
                 overflow=fitted.overflow,
                 decision=decision,

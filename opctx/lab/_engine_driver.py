@@ -11,6 +11,7 @@ its steps.
 from __future__ import annotations
 
 import copy
+import inspect
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -88,6 +89,16 @@ def _replay_clone(engine: DefaultContextEngine, session_db: Any, clock: Callable
     return clone
 
 
+def _takes_keyword(fn: Any, name: str) -> bool:
+    """Whether ``fn`` accepts the keyword ``name``, by name or in ``**kwargs`` (an engine of
+    the user's may not)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
 class EngineDriver:
     """The calls a replay makes on an engine, in one place."""
 
@@ -102,6 +113,7 @@ class EngineDriver:
         self.tools = list(tools) if tools else None
         self.events: list[dict] = []
         self._pending: list[dict] = []
+        self._figures_only = {"assemble": False} if _takes_keyword(engine.prepare, "assemble") else {}
         engine.on_session_start(session_id)
 
     def _on_event(self, name: str, payload: dict) -> None:
@@ -126,7 +138,11 @@ class EngineDriver:
         return getattr(self.engine, "estimator", None)
 
     def prepare(self, active: list[dict]) -> Any:
-        return self.engine.prepare(self.agent, self.session_id, active, self.model, self.tools)
+        """The engine's figures and decision for ``active``. A replay sends nothing, so an
+        engine that can skip assembling and fitting the request does (``assemble=False``):
+        over its window, fitting is most of what a request costs, and none of what a replay
+        reads."""
+        return self.engine.prepare(self.agent, self.session_id, active, self.model, self.tools, **self._figures_only)
 
     def decide(self, prep: Any) -> str:
         """The replay's decision word for ``prep``: ``emergency``, ``auto``, ``recommend`` or

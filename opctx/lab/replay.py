@@ -8,7 +8,9 @@ assistant message is one request; the engine sees the history that existed
 just before it, exactly as a live agent loop would call it:
 
 1. ``engine.prepare(agent, session_id, active_history, model, tools)`` - aging,
-   budget, ``budget_pct``;
+   budget, ``budget_pct`` (with ``assemble=False`` where the engine has it: a replay
+   reads the figures and the history, and sends nothing, so the request is neither
+   assembled nor fitted; the figures are those of the history, even past the window);
 2. the decision: ``emergency`` (``budget_pct >= emergency_pct``), ``auto``
    (``engine.should_auto_compact(prep)``), ``recommend``
    (``engine.should_recommend(prep)``) or ``none``; on ``auto``/``emergency``

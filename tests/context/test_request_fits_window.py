@@ -605,3 +605,23 @@ def test_engine_carries_cuts_across_a_session_and_zero_headroom_fits_afresh() ->
                             estimator=HEURISTIC)
         assert plain.agent_messages == alone.messages and plain.request_tokens == alone.tokens
     assert kept > fresh_fits > 1
+
+
+def test_prepare_without_assembling_gives_the_same_figures_and_decision() -> None:
+    """``assemble=False`` (what a replay asks): no request assembled or fitted, and every
+    figure the decision rests on as with the request fitted."""
+    history = _over_window(30)
+
+    def engine() -> DefaultContextEngine:
+        return DefaultContextEngine(context_window=8_000, estimator=HEURISTIC)
+
+    sending, reading = engine(), engine()
+    for end in (6, 18, 30):
+        sent = sending.prepare("Be brief.", "s", history[:end], "gpt-4o", None)
+        read = reading.prepare("Be brief.", "s", history[:end], "gpt-4o", None, assemble=False)
+        assert sent.request_tokens is not None and (sent.truncated_parts > 0) == (end > 6)
+        assert read.agent_messages == [] and read.request_tokens is None and read.truncated_parts == 0
+        assert read.system_prompt == "Be brief." and read.overflow is None
+        assert (read.budget, read.budget_pct, read.decision, read.history_dicts, read.usage) == (
+            sent.budget, sent.budget_pct, sent.decision, sent.history_dicts, sent.usage)
+        assert read.decision_path == [w for w in sent.decision_path if not w.startswith("fit:")]

@@ -314,3 +314,36 @@ def test_the_summarisers_tokens_are_counted_even_when_its_summary_made_no_progre
     assert ok.compactions and all(c.summary_tokens_estimated and c.summary_input_tokens > 0 for c in ok.compactions)
     assert all(c.summary_model == ok.model for c in ok.compactions)  # a bare call names no model: the replay's
     assert ok.summaries == "provider"
+
+
+def test_a_replay_reads_figures_only_and_an_engine_without_that_option_still_replays(scenario):
+    """The replay sends nothing, so it asks the engine for the figures and the decision only
+    (``prepare(assemble=False)``); an engine whose ``prepare`` has no such keyword (a user's
+    subclass written against the ``ContextEngine`` signature) is replayed as before, with the
+    same figures."""
+    msgs = scenario.messages[:120]
+    asked: list[dict] = []
+
+    class Recording(DefaultContextEngine):
+        def prepare(self, agent, session, history, model, tools, **kw):
+            asked.append(kw)
+            prep = super().prepare(agent, session, history, model, tools, **kw)
+            assert prep.agent_messages == [] and prep.request_tokens is None
+            return prep
+
+    class Plain(DefaultContextEngine):
+        def prepare(self, agent, session, history, model, tools):
+            prep = super().prepare(agent, session, history, model, tools)
+            assert prep.request_tokens is not None
+            return prep
+
+    def run(cls):
+        def factory(*, session_db, clock, context_window, model, summarizer_provider):
+            return cls(session_db=session_db, clock=clock, context_window=context_window, name="e", aging=False)
+
+        return replay(msgs, factory, context_window=6_000)
+
+    figures_only, assembled = run(Recording), run(Plain)
+    assert asked and all(kw == {"assemble": False} for kw in asked)
+    assert figures_only.compactions and figures_only.metrics() == assembled.metrics()
+    pd.testing.assert_frame_equal(figures_only.steps_df, assembled.steps_df)
