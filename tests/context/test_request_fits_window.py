@@ -625,3 +625,23 @@ def test_prepare_without_assembling_gives_the_same_figures_and_decision() -> Non
         assert (read.budget, read.budget_pct, read.decision, read.history_dicts, read.usage) == (
             sent.budget, sent.budget_pct, sent.decision, sent.history_dicts, sent.usage)
         assert read.decision_path == [w for w in sent.decision_path if not w.startswith("fit:")]
+
+
+@given(
+    history=histories(),
+    system=st.builds(lambda n: filler(n, "SYSTEM "), SIZES),
+    window=st.sampled_from([1_000, 4_096, 8_192, 32_768]),
+    headroom=st.sampled_from([0.05, 0.1, 0.3]),
+    step=st.integers(1, 4),
+)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+def test_every_request_of_a_growing_session_fits_with_the_cuts_carried(history, system, window, headroom, step):
+    """Request after request of one session, the cuts kept from earlier requests never make
+    a request larger than the budget, nor one the provider could not be sent."""
+    from opctx.context.policy import CompactionPolicy
+
+    policy = CompactionPolicy().replace(**{"budget.context_window": window, "budget.fit_headroom": headroom})
+    engine = DefaultContextEngine(policy=policy, estimator=HEURISTIC)
+    for end in range(1, len(history) + 1, step):
+        prep = engine.prepare(system, "s", history[:end], "gpt-4o", None)
+        assert_fits_or_cannot(prep, system, None, prep.budget.input_budget, to_provider_messages(prep.history_dicts))
