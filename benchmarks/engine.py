@@ -16,8 +16,14 @@
 3. ``find_cut_index`` on 10,000 messages with a warm ``MessageFacts`` table
    (target: under 10 ms), against the cold call that computes every
    per-message fact and token estimate.
+4. A session that stays over its window (no aging, no compaction): ``prepare`` per
+   turn with the cuts carried across requests (``budget.fit_headroom`` 0.1, the default)
+   against fitting every request afresh (0), the two engines called in turn on the same
+   history. Also: how often each sends the previous request's messages unchanged (the
+   prompt prefix a provider's cache keeps).
 
-Run: ``.venv/bin/python benchmarks/engine.py [--messages 2000] [--sessions 12] [--cut-messages 10000]``.
+Run: ``.venv/bin/python benchmarks/engine.py [--messages 2000] [--sessions 12] [--cut-messages 10000]
+[--over-messages 400] [--over-window 32000]``.
 Prints medians and p95 in milliseconds and the cold/warm ratios. Uses the
 default estimator (tiktoken ``cl100k_base`` offline when available).
 """
@@ -215,18 +221,63 @@ def bench_cut(n: int, window: int) -> None:
     print(f"  cold / warm: {cold * 1000 / med:8.0f}x")
 
 
+def bench_over_window(n: int, window: int) -> None:
+    from opctx.context.policy import CompactionPolicy
+
+    msgs = history(n, seed=3)
+    clock = lambda: float(n + 10_000)  # noqa: E731
+    never = {"trigger.recommend_pct": None, "trigger.auto_pct": None, "trigger.emergency_pct": None,
+             "aging.kind": "none", "budget.context_window": window}
+    engines = {
+        headroom: DefaultContextEngine(policy=CompactionPolicy().replace(**never, **{"budget.fit_headroom": headroom}),
+                                       clock=clock)
+        for headroom in (0.1, 0.0)
+    }
+    agent = "You are a coding agent."
+    start = n // 2
+    times: dict[float, list[float]] = {h: [] for h in engines}
+    kept: dict[float, int] = dict.fromkeys(engines, 0)
+    last: dict[float, list[dict]] = {h: [] for h in engines}
+    truncated: dict[float, int] = dict.fromkeys(engines, 0)
+    for engine in engines.values():
+        engine.prepare(agent, "bench", msgs[:start], "gpt-4o", None)
+    calls = 0
+    for end in range(start + 4, n + 1, 4):
+        calls += 1
+        for headroom, engine in engines.items():
+            t0 = time.perf_counter()
+            prep = engine.prepare(agent, "bench", msgs[:end], "gpt-4o", None)
+            times[headroom].append(time.perf_counter() - t0)
+            before = last[headroom]
+            kept[headroom] += len(before) > 0 and all(a is b for a, b in zip(prep.agent_messages, before, strict=False))
+            last[headroom] = prep.agent_messages
+            truncated[headroom] = prep.truncated_parts
+    (cmed, cp95), (fmed, fp95) = stats(times[0.1]), stats(times[0.0])
+    print(f"prepare, a session over its window: {n} messages, window {window:,}, no aging or compaction "
+          f"({truncated[0.1]} / {truncated[0.0]} parts cut at the end)")
+    print(f"  cuts carried (fit_headroom 0.1): median {cmed:7.2f} ms   p95 {cp95:7.2f} ms   "
+          f"previous request resent unchanged {kept[0.1]}/{calls}")
+    print(f"  fitted afresh (fit_headroom 0):  median {fmed:7.2f} ms   p95 {fp95:7.2f} ms   "
+          f"previous request resent unchanged {kept[0.0]}/{calls}")
+    print(f"  afresh / carried: {fmed / cmed:5.1f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=2_000)
     parser.add_argument("--cut-messages", type=int, default=10_000)
     parser.add_argument("--window", type=int, default=1_000_000)
     parser.add_argument("--sessions", type=int, default=12)
+    parser.add_argument("--over-window", type=int, default=32_000, help="the window of part 4")
+    parser.add_argument("--over-messages", type=int, default=400, help="the session of part 4")
     args = parser.parse_args()
     bench_prepare(args.messages, args.window)
     print()
     bench_sessions(args.sessions, 1_000, args.window)
     print()
     bench_cut(args.cut_messages, 200_000)
+    print()
+    bench_over_window(args.over_messages, args.over_window)
 
 
 if __name__ == "__main__":
