@@ -35,11 +35,13 @@ a request is rejected by the provider (or, worse, silently cut by it).
 
 Only the request is changed: the messages are copies, the store keeps the originals.
 
-A session that stays over its window (nothing compacts) is fitted again on every request,
-so the cost of a fit is kept near the size of what it cuts, not of the history: floors
-are worked out only for the units the water level reaches (``_Floors``), and the cuts of
-a text are counted from its pre-tokeniser pieces, exactly, without encoding each cut
-(``_cut_counts``).
+A session that stays over its window (nothing compacts) would be fitted again on every
+request. The engine keeps a session's cuts instead (:class:`CarriedCuts`): the same cut
+strings are sent while the request fits with them, and a fresh fit goes a share of the
+budget below it (``budget.fit_headroom``), so that the next requests fit too. A fresh fit
+costs about the size of what it cuts, not of the history: floors are worked out only for
+the units the water level reaches (``_Floors``), and the cuts of a text are counted from
+its pre-tokeniser pieces, exactly, without encoding each cut (``_cut_counts``).
 
 Example::
 
