@@ -36,8 +36,10 @@ reports a session where it found nothing).
 from __future__ import annotations
 
 import copy
+import operator
 import threading
 from collections.abc import Callable, Sequence
+from itertools import compress
 from typing import Any
 
 from opctx.dag.messages import blocks, is_tool_result, message_text, tool_result_ids
@@ -119,6 +121,18 @@ def _masked_blocks(parts: list, text: str, msg: dict) -> list:
     return [{"type": "text", "text": text}, *kept]
 
 
+def _replaced(history: Sequence[dict], seen: Sequence[dict]) -> list[int] | None:
+    """Positions where ``history`` holds another object than the message an ager took in
+    there last time (``seen``); None when ``history`` is shorter, so not an extension.
+
+    An aging step before the ager (thinking clearing) hands a copy where it changed a
+    message, and the very same objects elsewhere: one identity pass, at C speed, finds
+    them, so an ager need not take the whole history in again on every request."""
+    if len(history) < len(seen):
+        return None
+    return list(compress(range(len(seen)), map(operator.is_not, history, seen)))
+
+
 class ObservationMasker(_Placeholders):
     """An ager: keep the last ``keep_last`` observations, mask the older ones (module docstring).
 
@@ -139,8 +153,7 @@ class ObservationMasker(_Placeholders):
     ):
         super().__init__(keep_last, estimate, placeholder, drop_demos)
         self._positions: list[int] = []
-        self._scanned = 0
-        self._anchor: tuple[int, Any] | None = None  # (len, last message object) last seen
+        self._seen: list[dict] = []  # the messages taken in, by position
         self._aged: list[dict] = []
         self._n_masked = 0
         self._freed = 0
@@ -155,17 +168,22 @@ class ObservationMasker(_Placeholders):
     def age(self, history: Sequence[dict], references: ReferenceMap | None = None) -> tuple[list[dict], AgingReport]:
         with self._lock:
             n = len(history)
-            anchor = self._anchor
-            if anchor is None or anchor[0] > n or (anchor[0] and history[anchor[0] - 1] is not anchor[1]):
-                # not an extension of the history seen last time: start over
-                self._positions, self._scanned, self._aged = [], 0, []
+            seen = self._seen
+            changed = _replaced(history, seen)
+            if changed and any(is_observation(history[i]) or is_observation(seen[i]) for i in changed):
+                changed = None  # an observation changed: its position or its mask may differ
+            if changed is None:  # not an extension of the history seen last time: start over
+                self._positions, self._seen, self._aged = [], [], []
                 self._n_masked, self._freed, self._ids = 0, 0, []
-            self._aged.extend(history[self._scanned:n])
-            for i in range(self._scanned, n):
+                seen = self._seen
+            for i in changed or ():  # another message, not an observation: sent as it now is
+                seen[i] = self._aged[i] = history[i]
+            scanned = len(seen)
+            seen.extend(history[scanned:n])
+            self._aged.extend(history[scanned:n])
+            for i in range(scanned, n):
                 if is_observation(history[i]):
                     self._positions.append(i)
-            self._scanned = n
-            self._anchor = (n, history[-1] if n else None)
             self.observations_seen = max(self.observations_seen, len(self._positions))
             # positions that fell out of the window since the last call get masked, once
             n_old = max(0, len(self._positions) - self.keep_last)
@@ -183,8 +201,12 @@ class ObservationMasker(_Placeholders):
 class ToolUseClearer(_Placeholders):
     """An ager: Anthropic's / LangChain's tool-use clearing past a token trigger (module docstring).
 
-    Stateless across requests (each request is edited afresh from the originals, as
-    both APIs do); estimates are cached per message id, so a request costs one pass.
+    Each request is edited afresh from the originals, as both APIs do: what is cleared
+    depends only on the history given. What a history is made of (the tool name of each
+    call, the positions of its observations, its total size) is kept from one call to the
+    next while the history only grows, with any message another step replaced taken in
+    again (``_replaced``), so a request costs the messages appended since, one identity
+    pass and one step per old observation, not a pass over every message.
     """
 
     def __init__(
@@ -206,6 +228,15 @@ class ToolUseClearer(_Placeholders):
         self.clear_inputs = bool(clear_inputs)
         self._sizes: dict[Any, tuple[dict, int]] = {}
         self._lock = threading.Lock()
+        self._start_over()
+
+    def _start_over(self) -> None:
+        self._names: dict[str, str] = {}  # tool name per call id
+        self._positions: list[int] = []  # of the observations
+        self._calls: list[int] = []  # of the assistant messages that make tool calls
+        self._total = 0
+        self._seen: list[dict] = []  # the messages taken in, by position
+        self._at: list[int] = []  # and their sizes
 
     def __deepcopy__(self, memo: dict) -> ToolUseClearer:
         return ToolUseClearer(
@@ -221,17 +252,45 @@ class ToolUseClearer(_Placeholders):
             hit = self._sizes[key] = (msg, self._tokens(msg))
         return hit[1]
 
+    def _scan(self, history: Sequence[dict]) -> None:
+        """Take in the messages appended since the last call, and those another step
+        replaced (all of them when the history is not an extension of the one seen last,
+        or a replaced message is or was an observation or names other calls)."""
+        seen = self._seen
+        changed = _replaced(history, seen)
+        for i in changed or ():
+            old, new = seen[i], history[i]
+            if is_observation(old) or is_observation(new) or _call_names_of(old) != _call_names_of(new):
+                changed = None
+                break
+            size = self._size(new)
+            self._total += size - self._at[i]
+            seen[i], self._at[i] = new, size
+        if changed is None:
+            self._start_over()
+            seen = self._seen
+        for i in range(len(seen), len(history)):
+            msg = history[i]
+            if msg.get("role") == "assistant" and _add_call_names(msg, self._names):
+                self._calls.append(i)
+            if is_observation(msg):
+                self._positions.append(i)
+            size = self._size(msg)
+            self._total += size
+            seen.append(msg)
+            self._at.append(size)
+
     def age(self, history: Sequence[dict], references: ReferenceMap | None = None) -> tuple[list[dict], AgingReport]:
         with self._lock:
+            self._scan(history)
             aged = list(history)
-            names = _call_names(history)
-            positions = [i for i, m in enumerate(history) if is_observation(m)]
+            positions = self._positions
             self.observations_seen = max(self.observations_seen, len(positions))
-            total = sum(self._size(m) for m in history)
-            if self.trigger_tokens is not None and total <= self.trigger_tokens:
+            if self.trigger_tokens is not None and self._total <= self.trigger_tokens:
                 return self._without_demos(aged), AgingReport()
             old = positions[: max(0, len(positions) - self.keep_last)]
-            old = [i for i in old if not (set(_result_names(history[i], names)) & self.exclude_tools)]
+            if self.exclude_tools:
+                old = [i for i in old if not (set(_result_names(history[i], self._names)) & self.exclude_tools)]
             plan, freed = [], 0
             for i in old:
                 masked, saved = self._mask(history[i])
@@ -244,26 +303,33 @@ class ToolUseClearer(_Placeholders):
             for i, masked in plan:
                 aged[i] = masked
             if self.clear_inputs:
-                _clear_inputs(aged, {rid for i, _ in plan for rid in tool_result_ids(history[i])})
+                _clear_inputs(aged, {rid for i, _ in plan for rid in tool_result_ids(history[i])}, self._calls)
             self.acted = True
             report = AgingReport(redacted=len(plan), tokens_freed=freed,
                                  redacted_ids=[history[i].get("id") for i, _ in plan])
             return self._without_demos(aged), report
 
 
-def _call_names(history: Sequence[dict]) -> dict[str, str]:
-    """Tool name per call id, from the calls of the assistant messages."""
+def _call_names_of(msg: dict) -> dict[str, str]:
     out: dict[str, str] = {}
-    for msg in history:
-        if msg.get("role") != "assistant":
-            continue
-        for tc in msg.get("tool_calls") or ():
-            if isinstance(tc, dict) and tc.get("id"):
-                out[tc["id"]] = str(tc.get("name") or (tc.get("function") or {}).get("name") or "")
-        for b in _blocks(msg):
-            if b.get("type") == "tool_use" and b.get("id"):
-                out[b["id"]] = str(b.get("name") or "")
+    if msg.get("role") == "assistant":
+        _add_call_names(msg, out)
     return out
+
+
+def _add_call_names(msg: dict, out: dict[str, str]) -> bool:
+    """Add the tool name of each call an assistant message makes to ``out``; whether it
+    makes any."""
+    found = False
+    for tc in msg.get("tool_calls") or ():
+        if isinstance(tc, dict) and tc.get("id"):
+            out[tc["id"]] = str(tc.get("name") or (tc.get("function") or {}).get("name") or "")
+            found = True
+    for b in _blocks(msg):
+        if b.get("type") == "tool_use" and b.get("id"):
+            out[b["id"]] = str(b.get("name") or "")
+            found = True
+    return found
 
 
 def _blocks(msg: dict) -> list[dict]:
@@ -277,11 +343,11 @@ def _result_names(msg: dict, names: dict[str, str]) -> list[str]:
     return found
 
 
-def _clear_inputs(aged: list[dict], ids: set[str]) -> None:
-    """Empty the parameters of the calls ``ids`` (``clear_inputs``), on copies."""
-    for i, msg in enumerate(aged):
-        if msg.get("role") != "assistant":
-            continue
+def _clear_inputs(aged: list[dict], ids: set[str], calls: Sequence[int]) -> None:
+    """Empty the parameters of the calls ``ids`` (``clear_inputs``), on copies; ``calls``:
+    the positions of the messages that make tool calls."""
+    for i in calls:
+        msg = aged[i]
         calls = msg.get("tool_calls")
         hits = [tc for tc in calls or () if isinstance(tc, dict) and tc.get("id") in ids]
         block_hits = [b for b in _blocks(msg) if b.get("type") == "tool_use" and b.get("id") in ids]
