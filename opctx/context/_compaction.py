@@ -273,7 +273,9 @@ class _CompactionSteps:
         so that on a small window the tail cannot eat the whole budget."""
         keep = self.policy.cut.keep()
         if keep_recent_tokens is None and keep is not None:
-            return counted_cut(branch.history, branch.facts, keep, self.policy.cut.protect_first_n)
+            cut = self.policy.cut
+            return counted_cut(branch.history, branch.facts, keep, cut.protect_first_n,
+                               keep_initial_request=cut.keep_initial_request)
         room = max(1, branch.budget.input_budget - branch.system_tokens - branch.tools_tokens)
         max_tail = (
             None

@@ -191,7 +191,8 @@ def find_cut_index(
     if len(table) == 0:
         return _cut_point(table, limits, steps, 0, False, "empty history: nothing to fold")
 
-    head_end = _protected_head(table, cfg.protect_first_n, max(limits.ceiling, limits.effective), steps)
+    first_n = _head_count(messages, cfg.protect_first_n, cfg.keep_initial_request, steps)
+    head_end = _protected_head(table, first_n, max(limits.ceiling, limits.effective), steps)
     if cfg.fold_current_turn:
         whole = _fold_current_turn(table, head_end, steps)
         if whole is not None:
@@ -304,6 +305,21 @@ def _keep_limits(
                 effective = max_tail_tokens
                 steps.append(f"2:capped by max_tail_tokens={max_tail_tokens}")
     return _KeepLimits(desired, max_safe, effective, ceiling)
+
+
+def _head_count(messages: Sequence[dict], protect_first_n: int, keep_initial_request: bool, steps: list[str]) -> int:
+    """The messages step 5 protects before it extends the head: ``protect_first_n``, or
+    with ``keep_initial_request`` at least up to the first user request. OpenHands keeps
+    ``keep_first`` events and its conversation memory puts the initial user message back
+    after the system message when a condenser left it out; in a history that opens with a
+    system message, that is the head reaching the task."""
+    if not keep_initial_request:
+        return protect_first_n
+    first = next((i for i, m in enumerate(messages) if _is_request(m)), None)
+    if first is None or first < protect_first_n:
+        return protect_first_n
+    steps.append(f"5:head extended to {first + 1} to keep the initial request")
+    return first + 1
 
 
 def _protected_head(table: FactsTable, protect_first_n: int, limit: int, steps: list[str]) -> int:
@@ -649,7 +665,8 @@ def _pin_latest_request(
 
 
 def counted_cut(
-    messages: Sequence[dict], facts: MessageFacts, keep: tuple[str, int], protect_first_n: int
+    messages: Sequence[dict], facts: MessageFacts, keep: tuple[str, int], protect_first_n: int,
+    *, keep_initial_request: bool = False,
 ) -> CutPoint:
     """The cut of a "keep" by count (``CutPolicy.keep``: the last N messages, agent turns,
     tool uses, or N tokens of tail), as LangChain's ``SummarizationMiddleware`` and the
@@ -670,7 +687,8 @@ def counted_cut(
     steps: list[str] = []
     table = facts.table(messages)
     n = len(table)
-    head_end = _protected_head(table, protect_first_n, table.total_tokens, steps)
+    first_n = _head_count(messages, protect_first_n, keep_initial_request, steps)
+    head_end = _protected_head(table, first_n, table.total_tokens, steps)
     start = _count_start(messages, table, keep)
     cut = max(start, head_end)
     while cut > head_end and not table.tail_may_start(cut):

@@ -42,6 +42,7 @@ class SummarizerConfig:
     min_prompt_budget: int = _D.cut.min_prompt_budget
     min_prompt_ratio: float = _D.cut.min_prompt_ratio
     fold_current_turn: bool = _D.cut.fold_current_turn
+    keep_initial_request: bool = _D.cut.keep_initial_request
     post_compaction_tokens: int = _D.client.post_compaction_tokens
     max_message_chars: int = _D.summary.max_message_chars
     structural_head_chars: int = _D.summary.structural_head_chars

@@ -371,6 +371,13 @@ class CutPolicy(_Part):
         doc="fold the running turn too, keeping only the latest user request verbatim (Claude Code)",
         source="opctx addition (summarize, 'Folding the current turn'); the claude-code preset sets it",
     )
+    keep_initial_request: bool = _setting(
+        False, kind="flag", legacy=("keep_initial_request",),
+        doc="the protected head reaches at least the first user request (the task), however few "
+            "messages protect_first_n counts (OpenHands re-inserts the initial user message)",
+        source="OpenHands/OpenHands at d6fab190, openhands/memory/conversation_memory.py "
+               "(ConversationMemory._ensure_initial_user_message); the OpenHands V0 presets set it",
+    )
     tail_budget_share: float = _setting(
         0.5, kind="fraction", positive=True, legacy=("tail_budget_share",),
         doc="the kept tail is at most this share of the input budget left after system prompt and tools",

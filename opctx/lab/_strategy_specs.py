@@ -58,6 +58,12 @@ says which was used.
 ``openhands-recent-events``
     ``RecentEventsCondenser``, config defaults ``keep_first`` 1, ``max_events`` 100: every
     step the first event and the last ``max_events - keep_first`` = 99.
+
+Both V0 forgetting presets also keep the task: V0's ``ConversationMemory.process_events``
+(same commit, ``openhands/memory/conversation_memory.py``) puts the initial user message
+back after the system message when a condenser left it out
+(``_ensure_initial_user_message``), so in a history that opens with a system message the
+head reaches the first user request (``cut.keep_initial_request``).
 ``langchain-summarization``
     LangChain v1 ``SummarizationMiddleware`` (PyPI langchain 1.5.2,
     ``langchain/agents/middleware/summarization.py``): ``keep=("messages", 20)``; its
@@ -94,6 +100,11 @@ _OH_SDK = ("OpenHands/software-agent-sdk at 611629e6999ad398dc49c761721eefe18d5e
            "sdk/context/condenser/llm_summarizing_condenser.py")
 _OH_V0 = ("OpenHands/OpenHands at d6fab190bfb55f07cc380993b45ec4f781706a92, openhands/core/config/"
           "condenser_config.py (config defaults) and openhands/memory/condenser/impl/")
+# what V0 sends after any condenser: its conversation memory puts the initial user message back
+_OH_V0_TASK = ("OpenHands/OpenHands at d6fab190bfb55f07cc380993b45ec4f781706a92, openhands/memory/"
+               "conversation_memory.py (process_events: _ensure_system_message, _ensure_initial_user_message)")
+_OH_V0_TASK_KEY = ("cut.keep_initial_request True (the view always holds the system message and the initial "
+                   "user message, whatever keep_first left)")
 _LC = "PyPI langchain==1.5.2, langchain/agents/middleware/"
 
 #: where each strategy comes from (the docs/lab.md table reads this)
@@ -222,9 +233,10 @@ def _openhands() -> list[PresetSpec]:
         "OpenHands AmortizedForgettingCondenser: past 100 events keep the first and the last 49, no summary.",
         {**_NEVER, **_COUNTED_CUT, **_NO_GUARD, "aging.kind": "none", "summary.source": "forget",
          "trigger.messages": forgetting_size + 1, "cut.protect_first_n": forgetting_first,
-         "cut.keep_messages": forgetting_size // 2 - forgetting_first},
+         "cut.keep_messages": forgetting_size // 2 - forgetting_first, "cut.keep_initial_request": True},
         {
             "trigger.messages 101 (max_size 100), cut.protect_first_n keep_first 1, cut.keep_messages max_size // 2 - keep_first = 49": f"{_OH_V0} (AmortizedForgettingCondenserConfig)",
+            _OH_V0_TASK_KEY: _OH_V0_TASK,
             "summary.source forget (no summary; opctx leaves a one-line marker)": f"{_OH_V0}amortized_forgetting_condenser.py",
             "guard.enabled False": "the source has no anti-thrash guard",
         },
@@ -235,9 +247,10 @@ def _openhands() -> list[PresetSpec]:
         "OpenHands RecentEventsCondenser: every step the first event and the last 99.",
         {**_NEVER, **_COUNTED_CUT, **_NO_GUARD, "aging.kind": "none", "summary.source": "forget",
          "trigger.messages": max_events + 1, "cut.protect_first_n": recent_first,
-         "cut.keep_messages": max_events - recent_first},
+         "cut.keep_messages": max_events - recent_first, "cut.keep_initial_request": True},
         {
             "trigger.messages 101 (max_events 100), cut.protect_first_n keep_first 1, cut.keep_messages max_events - keep_first = 99": f"{_OH_V0} (RecentEventsCondenserConfig)",
+            _OH_V0_TASK_KEY: _OH_V0_TASK,
             "summary.source forget (no summary; opctx leaves a one-line marker)": f"{_OH_V0}recent_events_condenser.py",
             "guard.enabled False": "the source has no anti-thrash guard",
         },

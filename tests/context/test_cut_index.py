@@ -152,6 +152,27 @@ def test_head_extends_to_keep_its_tool_group_whole() -> None:
     assert any("head extended" in s for s in cut.steps)
 
 
+def test_the_head_reaches_the_initial_request_when_asked() -> None:
+    """A history that opens with a system message: protect_first_n 1 keeps only that, unless
+    keep_initial_request takes the head on to the task (OpenHands' conversation memory)."""
+    from opctx.context.summarize import counted_cut
+
+    history = [{"role": "system", "content": "You are OpenHands."}, user("fix the failing test")]
+    history += chat_turns(30, size=400)
+    for keep_initial in (False, True):
+        config = SummarizerConfig(protect_first_n=1, keep_initial_request=keep_initial)
+        cut = find_cut_index(history, 32_000, config, estimate=char_tokens)
+        counted = counted_cut(history, MessageFacts(char_tokens), ("messages", 10), 1,
+                              keep_initial_request=keep_initial)
+        for point in (cut, counted):
+            assert point.ok and point.protected_head == (2 if keep_initial else 1)
+            assert any("initial request" in s for s in point.steps) == keep_initial
+    # a history that opens with the request: nothing to extend
+    plain = history[1:]
+    cut = counted_cut(plain, MessageFacts(char_tokens), ("messages", 10), 1, keep_initial_request=True)
+    assert cut.protected_head == 1 and not any("initial request" in s for s in cut.steps)
+
+
 def test_anthropic_shaped_tool_traffic() -> None:
     history = chat_turns(10, size=500)
     for _ in range(20):

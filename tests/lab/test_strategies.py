@@ -94,6 +94,10 @@ def test_openhands_condensers_have_their_defaults():
     recent = PRESETS["openhands-recent-events"].policy
     assert (recent.trigger.messages, recent.cut.protect_first_n, recent.cut.keep_messages) == (101, 1, 99)
     assert amortized.summary.source == recent.summary.source == "forget"
+    # d6fab190 conversation_memory.py: process_events puts the initial user message back
+    # (_ensure_initial_user_message) after any V0 condenser; the SDK's condenser is not V0
+    assert amortized.cut.keep_initial_request and recent.cut.keep_initial_request
+    assert not llm.cut.keep_initial_request
 
 
 def test_langchain_summarization_has_the_library_defaults():
@@ -276,3 +280,16 @@ def test_the_result_says_which_summary_was_used():
     assert replay(_observation_session(3), "openhands-amortized-forgetting").summaries == "forget"
     assert replay(_observation_session(3), "complexity-trap-summary").summaries == "structural"
     assert replay(_observation_session(3), "complexity-trap-summary", summaries=lambda *a, **k: "s").summaries == "provider"
+
+
+@pytest.mark.parametrize("name", ["openhands-recent-events", "openhands-amortized-forgetting"])
+def test_the_openhands_forgetting_presets_keep_the_system_message_and_the_task(name):
+    """keep_first 1 is the system message here; V0's conversation memory sends the initial
+    user message after it whatever the condenser forgot, so every request holds both."""
+    result = replay(_observation_session(80), name, keep_contexts=True)
+    check_replay(result)
+    assert result.compactions
+    for step in range(len(result.steps_df)):
+        context = result.context(step)
+        assert context[0]["content"] == "You are an agent." and context[1]["content"] == "fix the bug"
+    assert all(comp.protected_indices == [0, 1] for comp in result.compactions)
