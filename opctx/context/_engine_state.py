@@ -156,7 +156,6 @@ def _summary_id(history: Sequence[dict]) -> str | None:
     return found
 
 
-
 def fit_for_session(
     state: _SessionState,
     estimator: Any,
