@@ -579,9 +579,9 @@ class DefaultContextEngine(_CompactionSteps, ContextEngine):
             # 6. assemble, fit into the window, and decide
             if assemble:
                 agent_messages = to_provider_messages(aged, state.provider_cache)
-                fitted = self._fit_request(
-                    state, system_prompt, agent_messages, tools, usage.raw_system, usage.raw_tools,
-                    budget.input_budget, model,
+                fitted = fit_for_session(  # the cuts earlier requests were sent with: fit.CarriedCuts
+                    state, self.estimator, self.policy.budget.fit_headroom, system_prompt, agent_messages,
+                    tools, usage.raw_system, usage.raw_tools, budget.input_budget, model,
                 )
             else:
                 fitted = FittedRequest(system_prompt, [], 0, budget.input_budget)  # nothing assembled
@@ -677,13 +677,6 @@ class DefaultContextEngine(_CompactionSteps, ContextEngine):
                     hybrid.system, hybrid.tools, hybrid.history,
                 )
         return figures
-
-    def _fit_request(self, state: _SessionState, system_prompt: str, agent_messages: list[dict],
-                     tools: Sequence[dict] | None, system_tokens: int, tools_tokens: int,
-                     input_budget: int, model: str | None) -> FittedRequest:
-        """Step 6b: the request as it will be sent, fitted (``_engine_state.fit_for_session``)."""
-        return fit_for_session(state, self.estimator, self.policy.budget.fit_headroom, system_prompt,
-                               agent_messages, tools, system_tokens, tools_tokens, input_budget, model)
 
     def _counted_prefix_delta(
         self,

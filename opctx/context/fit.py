@@ -463,7 +463,7 @@ def fit_request(
     shrink = lambda i, target: _shrink(floors.parts[i], target, size, count, known, rebuilt)  # noqa: E731
     headroom = int(budget * carried.headroom) if carried is not None else 0
     fitted = None
-    if headroom and floors.level(room - headroom) is not None:
+    if headroom:  # below the budget where the floors allow (else it overflows: fitted to the budget)
         fitted, fitted_sizes = _fit_units(units, sizes, floors, tools_t, budget - headroom, shrink, size)
         fitted.budget = budget
     if fitted is None or not fitted.fits:

@@ -343,10 +343,10 @@ def _result_names(msg: dict, names: dict[str, str]) -> list[str]:
     return found
 
 
-def _clear_inputs(aged: list[dict], ids: set[str], calls: Sequence[int]) -> None:
-    """Empty the parameters of the calls ``ids`` (``clear_inputs``), on copies; ``calls``:
+def _clear_inputs(aged: list[dict], ids: set[str], callers: Sequence[int]) -> None:
+    """Empty the parameters of the calls ``ids`` (``clear_inputs``), on copies; ``callers``:
     the positions of the messages that make tool calls."""
-    for i in calls:
+    for i in callers:
         msg = aged[i]
         calls = msg.get("tool_calls")
         hits = [tc for tc in calls or () if isinstance(tc, dict) and tc.get("id") in ids]

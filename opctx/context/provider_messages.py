@@ -281,7 +281,7 @@ class _ProviderCache:
         """A cache for the branch a compaction wrote: empty, but a copy of a message of the
         last history assembled here (equal to it but for its identity, ``same_but_identity``)
         takes that message's conversion, the very provider messages, so their estimates
-        carry over too (``DefaultContextEngine._fit_request``); every compaction copies the
+        carry over too (``_engine_state.fit_for_session``); every compaction copies the
         kept tail, and converting and estimating it again was most of the next prepare."""
         fresh = _ProviderCache(self.max_entries, self.api)
         originals = fresh._originals
