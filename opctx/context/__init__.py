@@ -5,7 +5,8 @@ history is compacted or aged, one typed value; exported here), ``types``, ``toke
 its private ``_model_table``, ``_tiktoken_offline``, ``_heuristic``, ``_family_profiles``,
 ``_image_sizes``, ``_message_parts``), ``token_counts`` (counts persisted per node and
 estimator identity: a cold cut without a tokenizer pass), ``budget``, ``usage``, ``references``, ``aging``,
-``masking``, ``system_prompt``, ``prompts``, ``summarize`` (with its private ``_cut``,
+``masking``, ``recent`` (a view of the first and last messages), ``system_prompt``, ``prompts``,
+``summarize`` (with its private ``_cut``,
 ``_cut_facts``, ``_summary_config``, ``_transcript``, ``_structural``), ``persistence``,
 ``provider_messages``, ``anthropic_messages``, ``fit`` (the last step of a prepare: the
 request as sent fits the window; with its private ``_cut_counts``), ``engine``, ``turn``.

@@ -71,6 +71,45 @@ class _Guard:
     disabled_at_tokens: int = 0
 
 
+class _MessageEstimates:
+    """Estimates of one session's messages, remembered by message object.
+
+    The engine's other caches go by position in the history, which an ager that leaves
+    messages out (a view of the last messages, dropped demonstrations) shifts on every
+    request: its request was estimated message by message, three times, each time afresh.
+    The messages it sends are the history's very objects, so they are remembered by
+    identity (the engine's contract: a message is not changed in place once given). The
+    memo keeps a reference to each message it holds, is for one model, and is emptied
+    when it outgrows the messages of a few requests.
+    """
+
+    __slots__ = ("estimator", "model", "memo")
+
+    def __init__(self, estimator: Any) -> None:
+        self.estimator = estimator
+        self.model: str | None = None
+        self.memo: dict[int, tuple[Any, int]] = {}
+
+    def start(self, estimator: Any, model: str | None, request_len: int) -> _MessageEstimates:
+        """Ready for a request of ``request_len`` messages for ``model``."""
+        if estimator is not self.estimator or model != self.model or len(self.memo) > 4 * request_len + 256:
+            self.estimator = estimator
+            self.memo.clear()
+            self.model = model
+        return self
+
+    def __call__(self, msg: Any, model: str | None = None) -> int:
+        """The estimate of ``msg`` for the model of the request (``model`` is ignored: the
+        estimator's signature)."""
+        hit = self.memo.get(id(msg))
+        if hit is None or hit[0] is not msg:
+            hit = self.memo[id(msg)] = (msg, self.estimator.message_tokens(msg, self.model))
+        return hit[1]
+
+    def total(self, msgs: Any, model: str | None = None) -> int:
+        return sum(map(self, msgs))
+
+
 @dataclass
 class _SessionState:
     facts: MessageFacts
@@ -80,6 +119,8 @@ class _SessionState:
     facts_model: str | None = None  # the model the facts' token estimates are for
     # position -> (the aged copy there, its estimate): see _aged_history_tokens
     aged_tokens: dict[int, tuple[Any, int]] = field(default_factory=dict)
+    # message object -> its estimate, for agers that change the number of messages
+    estimates: _MessageEstimates | None = None
     provider_cache: _ProviderCache = field(default_factory=_ProviderCache)
     guard: _Guard = field(default_factory=_Guard)
     recommended: bool = False
@@ -100,6 +141,40 @@ class _SessionState:
     fit_cuts: tuple[CarriedCuts, str | None] | None = None
     # one prepare/compact at a time per session: the caches above are extended in place
     lock: Any = field(default_factory=threading.RLock)
+
+
+def rebased_on_counted(
+    state: _SessionState,
+    aged: list[dict],
+    system: int,
+    tools: int,
+    model: str | None,
+) -> tuple[list[dict], int] | None:
+    """``(history, prefix delta)`` for the hybrid figure when the ager left messages out.
+
+    A view of the last messages drops one from the front as one is appended, so the
+    prompt the provider counted is no prefix of this one and the usage tracker's
+    anchor (the last message it counted, at the same position) never matches: every
+    request was estimated without what the provider counts and no transcript holds.
+    The counted prompt plus what came after its last message, with the change of
+    everything up to that message as the delta, gives the tracker the figure it
+    gives an unchanged prefix: provider count + estimate now - estimate then. None
+    when the counted prompt is not this engine's last request for ``model``, or its
+    last message is not in this one. ``state.estimates`` is ready for this request.
+    """
+    counted = state.counted
+    if counted is None or not counted[0] or state.estimates is None:
+        return None
+    sent, sent_system, sent_tools, sent_model = counted
+    if sent_model != model:
+        return None
+    last = sent[-1]
+    at = next((i for i in range(len(aged) - 1, -1, -1) if aged[i] is last or aged[i] == last), None)
+    if at is None:
+        return None
+    estimate = state.estimates
+    delta = (system - sent_system) + (tools - sent_tools) + estimate.total(aged[: at + 1]) - estimate.total(sent)
+    return sent + aged[at + 1:], delta
 
 
 def _agent_attr(agent: Any, name: str, default: Any = None) -> Any:

@@ -189,6 +189,7 @@ from ._engine_state import (
     EventHandler,
     _agent_attr,
     _Guard,
+    _MessageEstimates,
     _run_ager,
     _session_id,
     _SessionState,
@@ -196,6 +197,7 @@ from ._engine_state import (
     emit,
     fit_for_session,
     logger,
+    rebased_on_counted,
 )
 from ._structural import is_summary_message
 from .aging import TurnAger
@@ -206,6 +208,7 @@ from .masking import ObservationMasker, ToolUseClearer
 from .persistence import Persister
 from .policy import CompactionPolicy
 from .provider_messages import to_provider_messages
+from .recent import RecentEvents
 from .references import ReferenceTracker
 from .summarize import MessageFacts, Summarizer, SummarizerConfig
 from .thinking_clearing import joined, thinking_clearer_for
@@ -656,20 +659,29 @@ class DefaultContextEngine(_CompactionSteps, ContextEngine):
             else 0
         )
         raw_tools = self.estimator.tools_tokens(list(tools), model) if tools else 0
+        if state.estimates is None:
+            state.estimates = _MessageEstimates(self.estimator)
+        estimates = state.estimates.start(self.estimator, model, len(aged))
         aged_estimate = self._aged_history_tokens(state, history, aged, table, model)
         figures = _UsageFigures(usage_state, raw_system, raw_tools, aged_estimate,
                                 raw_system, raw_tools, aged_estimate, "estimate")
         delta = (
             self._counted_prefix_delta(
-                state, aged, usage_state.last_history_len, raw_system, raw_tools, model
+                state, aged, usage_state.last_history_len, raw_system, raw_tools, model, estimates
             )
             if usage_state.source == "provider"
             and 0 < usage_state.last_history_len <= len(history)
             else None
         )
+        counted_history = aged
+        if delta is not None and len(aged) != len(history):
+            rebased = rebased_on_counted(state, aged, raw_system, raw_tools, model)
+            if rebased is not None:
+                counted_history, delta = rebased
         if delta is not None:
             hybrid = self.usage_tracker.hybrid_estimate(
-                sid, aged, system_prompt, tools, model, prefix_delta=delta
+                sid, counted_history, system_prompt, tools, model, prefix_delta=delta,
+                message_tokens=estimates,
             )
             if hybrid.source == "provider":
                 figures.source = "provider"
@@ -686,6 +698,7 @@ class DefaultContextEngine(_CompactionSteps, ContextEngine):
         system: int,
         tools: int,
         model: str | None,
+        estimate: Callable[..., int],
     ) -> int | None:
         """Estimated change of the provider-counted prefix since it was sent (None: the
         provider figure is for another model and is not used).
@@ -707,7 +720,6 @@ class DefaultContextEngine(_CompactionSteps, ContextEngine):
         delta = (system - sent_system) + (tools - sent_tools)
         now = aged[:covered]
         if not all(map(operator.is_, now, sent)):
-            estimate = self.estimator.message_tokens
             for i in compress(range(covered), map(operator.ne, now, sent)):
                 delta += estimate(now[i], model) - estimate(sent[i], model)
         return delta
@@ -724,7 +736,7 @@ class DefaultContextEngine(_CompactionSteps, ContextEngine):
         replaced counted as its aged copy (see :meth:`_aging_deltas`)."""
         deltas = self._aging_deltas(state, history, aged, table, model)
         if deltas is None:  # an ager that changed the number of messages
-            return sum(self.estimator.message_tokens(m, model) for m in aged)
+            return state.estimates.total(aged)
         return max(0, table.counted_tokens(thinking_retention(model)) + sum(deltas.values()))
 
 
@@ -873,6 +885,9 @@ def _policy_ager(policy: CompactionPolicy, clock: Callable[[], float], estimator
             exclude_tools=aging.exclude_tools, clear_inputs=aging.clear_inputs,
             estimate=estimator.message_tokens, placeholder=aging.placeholder, drop_demos=aging.drop_demos,
         )
+    if aging.kind == "recent-events":
+        return RecentEvents(aging.protect_first_n, aging.keep_last, estimate=estimator.message_tokens,
+                            keep_initial_request=policy.cut.keep_initial_request)
     if aging.kind == "none":
         return None
     raise ValueError(

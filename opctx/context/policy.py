@@ -98,7 +98,7 @@ __all__ = [
 #: The marker of a value the client's rules decide when an engine is built (module docstring).
 FROM_CLIENT = "client"
 #: What ``aging.kind`` may name (``AgingPolicy``).
-AGING_KINDS = ("turns", "masking", "clear-tool-uses", "microcompact", "client", "none")
+AGING_KINDS = ("turns", "masking", "clear-tool-uses", "recent-events", "microcompact", "client", "none")
 #: What ``summary.source`` may name (``SummaryPolicy``).
 SUMMARY_SOURCES = ("llm", "structural", "forget")
 #: The count triggers of ``TriggerPolicy`` (the first that fires decides) and the "keep"
@@ -374,7 +374,8 @@ class CutPolicy(_Part):
     keep_initial_request: bool = _setting(
         False, kind="flag", legacy=("keep_initial_request",),
         doc="the protected head reaches at least the first user request (the task), however few "
-            "messages protect_first_n counts (OpenHands re-inserts the initial user message)",
+            "messages protect_first_n counts (OpenHands re-inserts the initial user message); the "
+            "recent-events view's head too",
         source="OpenHands/OpenHands at d6fab190, openhands/memory/conversation_memory.py "
                "(ConversationMemory._ensure_initial_user_message); the OpenHands V0 presets set it",
     )
@@ -434,6 +435,9 @@ class AgingPolicy(_Part):
     ``"masking"`` (observation masking: keep the last ``keep_last`` results, mask the
     rest), ``"clear-tool-uses"`` (Anthropic's and LangChain's context editing: past
     ``trigger_tokens``, clear all but the last ``keep_last``; ``opctx.context.masking``),
+    ``"recent-events"`` (a view: every request sends the first ``protect_first_n`` and
+    the last ``keep_last`` messages, with the first user request when
+    ``cut.keep_initial_request`` is set; nothing is stored; ``opctx.context.recent``),
     ``"microcompact"`` (Claude Code's own clearing, ``opctx.lab.microcompact``),
     ``"client"`` (the client's clearing for the recording's version: Claude Code's
     microcompaction from 2.1.0, none for an older known version, ``turns`` without a
@@ -450,7 +454,8 @@ class AgingPolicy(_Part):
 
     kind: str = _setting(
         "turns", kind="choice", choices=AGING_KINDS,
-        doc="the ager: turns (spec §3), masking, clear-tool-uses, microcompact, client (per client version) or none",
+        doc="the ager: turns (spec §3), masking, clear-tool-uses, recent-events (a view of the first and "
+            "last messages), microcompact, client (per client version) or none",
         source="spec §3.1-3.2 (tool-result aging in every turn)",
     )
     keep_recent_turns: int = _setting(
@@ -470,13 +475,15 @@ class AgingPolicy(_Part):
     )
     protect_first_n: int = _setting(
         2, kind="count", legacy=("aging_protect_first_n",),
-        doc="turns aging: the first messages are never cleared (the task statement)",
+        doc="turns aging: the first messages are never cleared (the task statement); recent-events: "
+            "the first messages every request sends",
         source="spec §3.1",
     )
     keep_last: int = _setting(
         10, kind="count", legacy=("keep_last",),
         doc="masking / clear-tool-uses: the last M observations (tool results, and user messages "
-            "marked is_observation) kept verbatim, older ones masked",
+            "marked is_observation) kept verbatim, older ones masked; recent-events: the last N "
+            "messages sent",
         source="Lindenbauer et al. 2025, 'The Complexity Trap' (M=10 performed best)",
     )
     placeholder: str | None = _setting(

@@ -341,14 +341,23 @@ class UsageTracker:
         model: str | None = None,
         *,
         prefix_delta: int = 0,
+        message_tokens: Callable[[Any, str | None], int] | None = None,
     ) -> HybridEstimate:
         """Prompt size: provider figure + estimate of what was appended, or a full estimate.
 
         ``prefix_delta``: how much the counted prefix itself has changed since the
         provider counted it, by the caller's estimate (aging cleared a result inside
         it, the system prompt or the tool set changed); added to the provider figure.
+        ``message_tokens(msg, model)``: the estimate of one message, when the caller
+        remembers them (the engine's, by message object); default the estimator's.
         """
         est = self.estimator
+
+        def count(msgs: list[Any]) -> int:
+            if message_tokens is None:
+                return est.history_tokens(msgs, model)
+            return sum(message_tokens(m, model) for m in msgs)
+
         system_tokens = est.message_tokens({"role": "system", "content": system}, model) if system else 0
         tools_tokens = est.tools_tokens(list(tools), model) if tools else 0
         with self._lock:
@@ -363,7 +372,7 @@ class UsageTracker:
         )
         if trusted:
             appended = history[covered:]
-            appended_tokens = est.history_tokens(_sent(appended), model)
+            appended_tokens = count(_sent(appended))
             appended_tokens += self._reply_correction(state, appended, model)
             prefix = max(0, state.last_prompt_tokens + prefix_delta)
             total = prefix + appended_tokens
@@ -377,7 +386,7 @@ class UsageTracker:
                 appended_messages=len(appended),
                 appended_tokens=appended_tokens,
             )
-        history_tokens = est.history_tokens(_sent(history), model)
+        history_tokens = count(_sent(history))
         return HybridEstimate(
             total=system_tokens + tools_tokens + history_tokens,
             system=system_tokens,

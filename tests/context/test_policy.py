@@ -225,7 +225,7 @@ def test_thinking_clearing_is_off_by_default_and_all_means_off():
 
 
 def test_aging_kinds_are_named_once():
-    assert AGING_KINDS == ("turns", "masking", "clear-tool-uses", "microcompact", "client", "none")
+    assert AGING_KINDS == ("turns", "masking", "clear-tool-uses", "recent-events", "microcompact", "client", "none")
 
 
 def test_the_design_document_lists_every_field():
