@@ -57,7 +57,9 @@ says which was used.
     ``max_size // 2 - keep_first`` = 49, forget the rest without a summary.
 ``openhands-recent-events``
     ``RecentEventsCondenser``, config defaults ``keep_first`` 1, ``max_events`` 100: every
-    step the first event and the last ``max_events - keep_first`` = 99.
+    step the first event and the last ``max_events - keep_first`` = 99. It returns a
+    view and writes nothing, so it is a view here too (``aging.kind`` ``recent-events``,
+    ``opctx.context.recent``), never a compaction.
 
 Both V0 forgetting presets also keep the task: V0's ``ConversationMemory.process_events``
 (same commit, ``openhands/memory/conversation_memory.py``) puts the initial user message
@@ -126,7 +128,8 @@ def _spec(name: str, description: str, changes: dict, sources: dict[str, str]) -
     never = {
         f"{', '.join(n for n in _NEVER if changes.get(n, 0) is None)} None (no share-of-budget trigger)":
             "the source has none" if any(changes.get(n, 0) is None for n in _NEVER) else "",
-        "aging.kind none (no ager besides the strategy)": "the source has none",
+        "aging.kind none (no ager besides the strategy)" if changes.get("aging.kind", "none") == "none" else
+        f"aging.kind {changes['aging.kind']} (the strategy's own ager, no other)": "the source has none",
         "cut.keep_min_messages 0, cut.protect_last_n 0, cut.protect_first_n 0 unless set (the count keep "
         "decides the tail, opctx.context.summarize counted_cut)": "the source keeps exactly its count"
         if "cut.keep_min_messages" in changes else "",
@@ -244,15 +247,18 @@ def _openhands() -> list[PresetSpec]:
     max_events, recent_first = 100, 1
     recent = _spec(
         "openhands-recent-events",
-        "OpenHands RecentEventsCondenser: every step the first event and the last 99.",
-        {**_NEVER, **_COUNTED_CUT, **_NO_GUARD, "aging.kind": "none", "summary.source": "forget",
-         "trigger.messages": max_events + 1, "cut.protect_first_n": recent_first,
-         "cut.keep_messages": max_events - recent_first, "cut.keep_initial_request": True},
+        "OpenHands RecentEventsCondenser: every step the first event and the last 99 (a view; nothing stored).",
+        {**_NEVER, "aging.kind": "recent-events", "aging.protect_first_n": recent_first,
+         "aging.keep_last": max_events - recent_first, "cut.keep_initial_request": True},
         {
-            "trigger.messages 101 (max_events 100), cut.protect_first_n keep_first 1, cut.keep_messages max_events - keep_first = 99": f"{_OH_V0} (RecentEventsCondenserConfig)",
+            "aging.kind recent-events (condense returns a View every step: nothing is persisted, no compaction)": f"{_OH_V0}recent_events_condenser.py",
+            "aging.protect_first_n keep_first 1, aging.keep_last max_events - keep_first = 99": f"{_OH_V0} (RecentEventsCondenserConfig)",
             _OH_V0_TASK_KEY: _OH_V0_TASK,
-            "summary.source forget (no summary; opctx leaves a one-line marker)": f"{_OH_V0}recent_events_condenser.py",
-            "guard.enabled False": "the source has no anti-thrash guard",
+            "tool results whose call the view left out are left out too": f"{_OH_V0_TASK.split(' (')[0]} (_filter_unmatched_tool_calls)",
+            "a history shorter than max_events is sent whole (the source's slices repeat its first event there)":
+                "OpenHands/OpenHands at d6fab190, tests/unit/memory/condenser/test_condenser.py (test_recent_events_condenser: "
+                "'equivalent to a NoOpCondenser'); the repeat is not reproduced (assumed unintended)",
+            "events counted as messages": "assumed (an approximation)",
         },
     )
     return [llm, masking, amortized, recent]

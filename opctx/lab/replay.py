@@ -882,15 +882,18 @@ def _summaries_used(label: str, policy: Any) -> str:
 
 
 def _idle_strategy(engine: Any) -> dict | None:
-    """The ``strategy_idle`` event of a replay whose masking or clearing ager found nothing
-    to act on in the whole session (no observation, or never more than it keeps, or never
-    past its trigger): the strategy then equals no strategy on this history, which a
+    """The ``strategy_idle`` event of a replay whose masking, clearing or view ager found
+    nothing to act on in the whole session (no observation, or never more than it keeps, or
+    never past its trigger): the strategy then equals no strategy on this history, which a
     figure must not hide."""
     ager = getattr(engine, "ager", None)
     if getattr(ager, "acted", True):
         return None
-    seen = int(getattr(ager, "observations_seen", 0))
     kind = engine.policy.aging.kind if getattr(engine, "policy", None) is not None else type(ager).__name__
+    if callable(getattr(ager, "idle_reason", None)):  # a view (recent-events) says why itself
+        return {"event": "strategy_idle", "ager": kind, "observations": 0,
+                "message": f"{kind}: nothing left out: {ager.idle_reason()}"}
+    seen = int(getattr(ager, "observations_seen", 0))
     why = (
         "no observation (tool result, or user message marked is_observation) in the session"
         if not seen else f"{seen} observation(s), none past the last {ager.keep_last} kept"

@@ -90,10 +90,12 @@ def test_openhands_condensers_have_their_defaults():
     # AmortizedForgetting max_size 100, keep_first 1: keep first + last max_size // 2 - keep_first
     amortized = PRESETS["openhands-amortized-forgetting"].policy
     assert (amortized.trigger.messages, amortized.cut.protect_first_n, amortized.cut.keep_messages) == (101, 1, 49)
-    # RecentEvents keep_first 1, max_events 100
+    # RecentEvents keep_first 1, max_events 100; recent_events_condenser.py returns a View
+    # every step (no Condensation): a view ager, never a compaction
     recent = PRESETS["openhands-recent-events"].policy
-    assert (recent.trigger.messages, recent.cut.protect_first_n, recent.cut.keep_messages) == (101, 1, 99)
-    assert amortized.summary.source == recent.summary.source == "forget"
+    assert (recent.aging.kind, recent.aging.protect_first_n, recent.aging.keep_last) == ("recent-events", 1, 99)
+    assert recent.trigger.messages is None and recent.trigger.auto_pct is None and recent.trigger.tokens is None
+    assert amortized.summary.source == "forget"
     # d6fab190 conversation_memory.py: process_events puts the initial user message back
     # (_ensure_initial_user_message) after any V0 condenser; the SDK's condenser is not V0
     assert amortized.cut.keep_initial_request and recent.cut.keep_initial_request
@@ -118,9 +120,13 @@ def test_every_strategy_round_trips_and_builds(name):
 
 
 def check_replay(result, window: int | None = None) -> dict:
-    """0 orphaned tool results and the latest request kept in every request; the masked count."""
+    """0 orphaned tool results and the latest request kept in every request; the masked count.
+
+    A view of the last messages (recent-events) keeps the task but not a later request: the
+    source's view forgets it as it forgets any other event."""
     stream = result.stream
-    requests = [i for i, m in enumerate(stream) if _is_request(m)]
+    view = result.policy is not None and result.policy.aging.kind == "recent-events"
+    requests = [i for i, m in enumerate(stream) if _is_request(m)][:1 if view else None]
     steps = result.steps_df
     for k in range(len(steps)):
         context = result.context(k)
@@ -288,8 +294,49 @@ def test_the_openhands_forgetting_presets_keep_the_system_message_and_the_task(n
     user message after it whatever the condenser forgot, so every request holds both."""
     result = replay(_observation_session(80), name, keep_contexts=True)
     check_replay(result)
-    assert result.compactions
     for step in range(len(result.steps_df)):
         context = result.context(step)
         assert context[0]["content"] == "You are an agent." and context[1]["content"] == "fix the bug"
-    assert all(comp.protected_indices == [0, 1] for comp in result.compactions)
+    if name == "openhands-amortized-forgetting":
+        assert result.compactions
+        assert all(comp.protected_indices == [0, 1] for comp in result.compactions)
+    else:  # a view: nothing persisted, the last 99 messages after the head
+        assert not result.compactions
+        assert len(result.context(len(result.steps_df) - 1)) == 2 + 99
+
+
+def _tool_session(n_turns: int) -> list[dict]:
+    """A task, then turns of one OpenAI-shaped tool call and its result."""
+    msgs = [{"role": "user", "content": "fix the bug"}]
+    for k in range(n_turns):
+        msgs.append({"role": "assistant", "content": "", "tool_calls": [
+            {"id": f"c{k}a", "name": "ls", "arguments": {"path": f"d{k}"}},
+            {"id": f"c{k}b", "name": "cat", "arguments": {"path": f"f{k}"}}]})
+        msgs.append({"role": "tool", "tool_call_id": f"c{k}a", "name": "ls", "content": f"a{k}.py " * 40})
+        msgs.append({"role": "tool", "tool_call_id": f"c{k}b", "name": "cat", "content": f"b{k} " * 40})
+    return msgs
+
+
+def test_recent_events_is_a_view_of_the_history():
+    """Every request: the first message and the last 99, results whose call was left out
+    left out too; the figures count what the view sends, and the stored history is whole."""
+    stream = _tool_session(60)
+    result = replay(stream, "openhands-recent-events", keep_contexts=True)
+    check_replay(result)  # no orphaned result in any request
+    assert not result.compactions
+    steps = result.steps_df
+    for k in range(len(steps)):
+        at = int(steps["stream_index"].iloc[k])
+        context = result.context(k)
+        if at <= 100:  # the history fits the view: sent whole
+            assert len(context) == at
+            continue
+        assert context[0] is not None and context[0]["content"] == "fix the bug"
+        tail = stream[at - 99:at]
+        while tail[0]["role"] == "tool":  # its call is before the view
+            tail = tail[1:]
+        assert [m.get("content") for m in context[1:]] == [m.get("content") for m in tail]
+    freed = steps["tokens_freed_by_aging"].to_numpy()
+    assert freed[-1] > 0 and (freed[1:] >= 0).all()
+    short = replay(_tool_session(10), "openhands-recent-events")
+    assert [e["event"] for e in short.events if e.get("event") == "strategy_idle"] == ["strategy_idle"]
