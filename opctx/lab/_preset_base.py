@@ -46,12 +46,16 @@ class PresetSpec:
 
     @property
     def kind(self) -> str:
-        """``"masking"``, ``"none"`` (no ager, no thinking clearing, never compacts) or ``"default"``."""
+        """``"masking"``, ``"view"`` (the recent-events view: the first and last messages sent,
+        nothing compacted), ``"none"`` (no ager, no thinking clearing, never compacts) or
+        ``"default"``."""
         policy = self.policy
         never = all(v is None for v in (policy.trigger.recommend_pct, policy.trigger.auto_pct,
                                         policy.trigger.emergency_pct))
         if policy.aging.kind == "masking":
             return "masking"
+        if policy.aging.kind == "recent-events":
+            return "view"
         if never and policy.aging.kind == "none" and policy.aging.keep_thinking_turns is None:
             return "none"
         return "default"

@@ -259,7 +259,7 @@ def thresholds_for(
     Client presets use ``resolution`` (default: ``resolve_trigger`` with no version, i.e.
     the default rule of their client).
     """
-    if spec.kind in ("masking", "none"):
+    if spec.kind in ("masking", "view", "none"):
         return {"recommend_pct": INF, "auto_compact_pct": INF, "emergency_pct": INF}
     if spec.client is not None:
         res = resolution or resolve_trigger(spec, context_window=context_window)

@@ -16,7 +16,8 @@ Choices:
   integer slider scaled from the value, a choice a dropdown, a flag a checkbox) with
   its meaning as the tooltip; a field added to the policy gets a control here with no
   change to this file. Which fields a preset shows follows what it runs: the masking
-  strategy shows its ``aging.keep_last``, the ``none`` baseline only the budget, the
+  strategy shows its ``aging.keep_last``, the recent-events view its head, its tail and
+  whether the task is kept, the ``none`` baseline only the budget, the
   others every field of the trigger, the cut, the guard, the summary, the spec's aging
   and their client; fields that are off (``None``) have no control. The few fields people move
   most (``PRIMARY``: the three thresholds, the tail, aging, the output reserve,
@@ -140,6 +141,8 @@ def _shown(spec: Any, name: str) -> bool:
         return False
     if spec.kind == "masking":
         return name in ("aging.kind", "aging.keep_last")
+    if spec.kind == "view":
+        return name in ("aging.kind", "aging.protect_first_n", "aging.keep_last", "cut.keep_initial_request")
     if name == "aging.keep_last":
         return False
     return part != "client" or spec.client is not None
