@@ -598,7 +598,9 @@ class DefaultContextEngine(_CompactionSteps, ContextEngine):
             decision = self.decide(
                 pct, auto_disabled=guard.disabled, redacted=report.redacted + report.thinking_cleared,
                 reason=guard.reason,
-                fired=self._count_trigger(aged, budget.input_used),
+                fired=self._count_trigger(
+                    aged, usage.aged_estimate if self.policy.trigger.tokens_of == "history" else budget.input_used
+                ),
             )
             path.append(decision.path_word)
             prep = TurnPrep(
@@ -627,7 +629,8 @@ class DefaultContextEngine(_CompactionSteps, ContextEngine):
 
     def _count_trigger(self, history: Sequence[dict], input_tokens: int) -> str | None:
         """The count trigger of the policy that fires on ``history`` (``TriggerPolicy.fired``):
-        input tokens as the budget counts them, messages, agent turns since the latest summary."""
+        ``tokens`` (the request's or the history's, ``trigger.tokens_of``), messages, agent turns
+        since the latest summary."""
         trigger = self.policy.trigger
         if trigger.tokens is None and trigger.messages is None and trigger.turns is None:
             return None

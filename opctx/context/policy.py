@@ -91,6 +91,7 @@ __all__ = [
     "RESERVE_POLICIES",
     "SUMMARY_SOURCES",
     "COUNT_TRIGGERS",
+    "TOKEN_TRIGGER_BASES",
     "KEEP_FIELDS",
     "PARTS",
 ]
@@ -104,6 +105,8 @@ SUMMARY_SOURCES = ("llm", "structural", "forget")
 #: The count triggers of ``TriggerPolicy`` (the first that fires decides) and the "keep"
 #: fields of ``CutPolicy`` (at most one set).
 COUNT_TRIGGERS = ("trigger.tokens", "trigger.messages", "trigger.turns")
+#: What ``trigger.tokens`` counts (``trigger.tokens_of``): the request, or the history alone.
+TOKEN_TRIGGER_BASES = ("request", "history")
 KEEP_FIELDS = ("cut.keep_messages", "cut.keep_turns", "cut.keep_tool_uses", "cut.keep_tokens")
 #: The output reserve rules of ``BudgetAllocator`` (``budget.reserve_policy``).
 RESERVE_POLICIES = ("cap", "floor")
@@ -275,10 +278,18 @@ class TriggerPolicy(_Part):
 
     tokens: int | None = _setting(
         None, kind="tokens", optional=True, positive=True,
-        doc="compact when the request reaches this many input tokens (system, tools and history, "
-            "as the budget counts them; None: off)",
+        doc="compact when this many tokens are reached: of the request (system, tools and history, as "
+            "the budget counts them) or of the history alone, as tokens_of says (None: off)",
         source="LangChain SummarizationMiddleware trigger ('tokens', N); Anthropic context editing "
                "trigger {type: input_tokens}",
+    )
+    tokens_of: str = _setting(
+        "request", kind="choice", choices=TOKEN_TRIGGER_BASES,
+        doc="what trigger.tokens counts: request (as the budget counts it, with the provider's count "
+            "where there is one) or history (the messages alone, by opctx's estimate: no system "
+            "prompt, no tool schemas)",
+        source="LangChain v1 SummarizationMiddleware.before_model counts state['messages'] with its "
+               "token_counter (langchain 1.5.2, agents/middleware/summarization.py); 'request': opctx's",
     )
     messages: int | None = _setting(
         None, kind="count", optional=True, positive=True,

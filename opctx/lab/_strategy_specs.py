@@ -68,7 +68,10 @@ back after the system message when a condenser left it out
 head reaches the first user request (``cut.keep_initial_request``).
 ``langchain-summarization``
     LangChain v1 ``SummarizationMiddleware`` (PyPI langchain 1.5.2,
-    ``langchain/agents/middleware/summarization.py``): ``keep=("messages", 20)``; its
+    ``langchain/agents/middleware/summarization.py``): ``keep=("messages", 20)``; the
+    token trigger counts the agent's messages (``before_model``:
+    ``token_counter(state["messages"])``), not the system prompt or tool schemas
+    (``trigger.tokens_of`` ``history``); its
     default ``trigger=None`` never summarises, so the trigger is the documentation's
     example ``("tokens", 4000)`` (docs.langchain.com, "Short-term memory" /
     "Context engineering", langchain-ai/docs#1550). The summary replaces everything before
@@ -269,10 +272,12 @@ def _langchain_summarization() -> PresetSpec:
         "langchain-summarization",
         "LangChain v1 SummarizationMiddleware: keep the last 20 messages, trigger at 4,000 tokens (docs example).",
         {**_NEVER, **_COUNTED_CUT, **_NO_GUARD, "aging.kind": "none", "trigger.tokens": 4_000,
-         "cut.keep_messages": 20},
+         "trigger.tokens_of": "history", "cut.keep_messages": 20},
         {
             "cut.keep_messages 20 (keep=('messages', 20))": f"{_LC}summarization.py (_DEFAULT_MESSAGES_TO_KEEP)",
             "trigger.tokens 4000 (the default trigger None never summarises)": "docs.langchain.com, Short-term memory / Context engineering: SummarizationMiddleware(trigger=('tokens', 4000), keep=('messages', 20)) (langchain-ai/docs#1550)",
+            "trigger.tokens_of history (before_model counts state['messages'] with token_counter: no system prompt, no tool schemas)": f"{_LC}summarization.py (SummarizationMiddleware.before_model)",
+            "the history counted by opctx's estimate (LangChain's default token_counter is count_tokens_approximately)": "assumed (an approximation)",
             "cut.protect_first_n 0 (everything before the kept messages is summarised)": f"{_LC}summarization.py",
             "a system message recorded in the history is folded too (LangChain keeps its system prompt outside the messages)": "assumed (an approximation)",
             "guard.enabled False": "the source has no anti-thrash guard",

@@ -10,7 +10,8 @@ mode the replay ran in and flags, with the figures:
 
 * ``"overhead at or above the trigger"``: the first request's provider count (what the
   client sends before any history), or the smallest request right after one of the
-  replay's own compactions, reaches the trigger;
+  replay's own compactions, reaches the trigger (not for a token trigger that counts the
+  history alone, ``trigger.tokens_of``: the fixed part is not in its count);
 * ``"every request compacting"``: after its first compaction the replay compacted on at
   least ``THRASH_SHARE`` of the requests (and at least ``THRASH_MIN`` times).
 
@@ -129,7 +130,10 @@ def feasibility(result: Any, *, trigger_tokens: int | None = None) -> Feasibilit
     after = len(steps) - compacted[0] if compacted else 0
     rate = len(compacted) / after if after else 0.0
     problems = []
-    if trigger is not None:
+    # a token trigger on the history alone (trigger.tokens_of) never counts the fixed part
+    policy = getattr(result, "policy", None)
+    on_history = getattr(getattr(policy, "trigger", None), "tokens_of", "request") == "history"
+    if trigger is not None and not on_history:
         if first is not None and first >= trigger:
             problems.append(f"overhead at or above the trigger: the first request already counts {first:,} "
                             f"tokens (system prompt, tools) against a {trigger:,} trigger")

@@ -108,7 +108,7 @@ def test_never_is_none_and_the_client_marker_is_explicit():
     assert never.trigger.thresholds() == (math.inf, math.inf, math.inf)
     assert json.loads(json.dumps(never.to_dict()))["trigger"] == {
         "recommend_pct": None, "auto_pct": None, "emergency_pct": None,
-        "tokens": None, "messages": None, "turns": None}
+        "tokens": None, "tokens_of": "request", "messages": None, "turns": None}
     client = CompactionPolicy().replace(**{"client.name": "claude-code", "trigger.auto_pct": FROM_CLIENT,
                                            "budget.output_reserve": FROM_CLIENT})
     assert client.client_decides() == ["trigger.auto_pct", "budget.output_reserve"] and not client.resolved
@@ -289,3 +289,24 @@ def test_the_engine_decides_on_a_count_trigger():
     assert prep.budget_pct < 0.1 and engine.should_auto_compact(prep)
     prep = engine.prepare(None, "s2", history[:5], "gpt-4o", None)
     assert prep.decision.kind is DecisionKind.NONE and prep.decision.fired is None
+
+
+def test_the_token_trigger_counts_the_request_or_the_history():
+    """``trigger.tokens_of``: LangChain's SummarizationMiddleware counts the agent's messages,
+    not the system prompt and tool schemas every request carries."""
+    from opctx.context.engine import DefaultContextEngine
+
+    tools = [{"type": "function", "function": {"name": f"tool_{i}", "description": "does a careful thing " * 60,
+                                              "parameters": {"type": "object", "properties": {}}}}
+             for i in range(8)]  # tokens every request carries and the history does not hold
+    history = [{"role": "user", "content": "fix the bug " * 100}, {"role": "assistant", "content": "ok"}]
+    never = {"trigger.recommend_pct": None, "trigger.auto_pct": None, "trigger.emergency_pct": None,
+             "trigger.tokens": 1_500, "budget.context_window": 200_000}
+    request = DefaultContextEngine(policy=CompactionPolicy().replace(**never))
+    alone = DefaultContextEngine(policy=CompactionPolicy().replace(**never, **{"trigger.tokens_of": "history"}))
+    fired = request.prepare(None, "s", history, None, tools)
+    assert fired.decision.fired == "trigger.tokens" and fired.budget.input_used >= 1_500
+    quiet = alone.prepare(None, "s", history, None, tools)
+    assert quiet.decision.fired is None
+    with pytest.raises(ValueError, match="tokens_of"):
+        CompactionPolicy().replace(**{"trigger.tokens_of": "prompt"})

@@ -35,6 +35,16 @@ def test_a_trigger_under_the_fixed_part_is_flagged_with_its_figures(heavy):
     assert "the first request already counts 60,010" in given.problems[0]
 
 
+def test_a_trigger_on_the_history_alone_is_not_under_the_fixed_part(heavy):
+    """LangChain's token trigger counts the agent's messages: the 60,000 tokens every request
+    carries are not in its count, so no overhead verdict (it may still compact often)."""
+    result = replay(heavy, "langchain-summarization", feed_usage=True, keep_contexts=False)
+    assert result.policy.trigger.tokens_of == "history"
+    report = feasibility(result)
+    assert report.first_request_tokens >= 60_000
+    assert not any(p.startswith("overhead at or above the trigger") for p in report.problems)
+
+
 def test_the_client_s_own_window_works(heavy):
     full = replay(heavy, "claude-code", feed_usage=True, aging=False, keep_contexts=False)
     report = feasibility(full)

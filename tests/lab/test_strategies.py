@@ -107,6 +107,8 @@ def test_langchain_summarization_has_the_library_defaults():
     # documentation's example trigger=("tokens", 4000)
     p = PRESETS["langchain-summarization"].policy
     assert (p.cut.keep_messages, p.trigger.tokens, p.cut.protect_first_n) == (20, 4_000, 0)
+    # before_model: total_tokens = self.token_counter(state["messages"]): the messages alone
+    assert p.trigger.tokens_of == "history"
 
 
 @pytest.mark.parametrize("name", STRATEGIES)
