@@ -357,8 +357,10 @@ class DagSessionManager:
         return [SessionMeta.from_row(r) for r in rows]
 
     def exists(self, session_id: str) -> bool:
+        # not the whole row: its extra_json holds the last summary text, and every write
+        # through DagSessionDB checks that its session still exists
         with _guard(self._conn):
-            return _session_row(self._conn, session_id) is not None
+            return self._conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is not None
 
     def rename(self, session_id: str, title: str) -> None:
         with _guard(self._conn), _write(self._conn):
