@@ -152,7 +152,7 @@ class _CompactionSteps:
         branch = self._measure_branch(state, db, run.session_id, run.agent, run.model, run.tools)
         if retry and why == "auto" and branch.pct < self.auto_compact_pct:
             return self._compacted_elsewhere(why, branch)
-        cut = self._plan_cut(branch, run.keep_recent_tokens)
+        cut = self._plan_cut(branch, run.keep_recent_tokens, _overflow_reduction(self.policy, state.last_prep))
         if not cut.ok:
             return self._nothing_to_cut(state, why, branch, cut)
         summary = self._summarise_folded(
@@ -267,15 +267,18 @@ class _CompactionSteps:
             budget=budget,
         )
 
-    def _plan_cut(self, branch: _BranchFigures, keep_recent_tokens: int | None) -> CutPoint:
+    def _plan_cut(
+        self, branch: _BranchFigures, keep_recent_tokens: int | None, fold_at_least: int | None = None
+    ) -> CutPoint:
         """Step 2: where to cut. The kept tail may use at most ``tail_budget_share`` of the
         input budget left after system and tools (unless ``keep_recent_tokens`` is given),
-        so that on a small window the tail cannot eat the whole budget."""
+        so that on a small window the tail cannot eat the whole budget. A count keep folds
+        at least ``fold_at_least`` tokens (``_overflow_reduction``)."""
         keep = self.policy.cut.keep()
         if keep_recent_tokens is None and keep is not None:
             cut = self.policy.cut
             return counted_cut(branch.history, branch.facts, keep, cut.protect_first_n,
-                               keep_initial_request=cut.keep_initial_request)
+                               keep_initial_request=cut.keep_initial_request, fold_at_least=fold_at_least)
         room = max(1, branch.budget.input_budget - branch.system_tokens - branch.tools_tokens)
         max_tail = (
             None
@@ -591,3 +594,18 @@ def _latest_summary_text(messages: Sequence[dict]) -> str | None:
     return None
 
 
+def _overflow_reduction(policy: Any, prep: Any) -> int | None:
+    """Tokens a count keep must fold so the request comes down to ``cut.overflow_keep_share``
+    of the input budget, when the request that led here was at or past ``trigger.auto_pct``
+    (the OpenHands SDK condenser's token reason); None otherwise.
+
+    Read off the last prepare's figures, the ones the decision compared (with the provider's
+    count where there is one): the compaction's own measure is an estimate without it."""
+    share, auto = policy.cut.overflow_keep_share, policy.trigger.auto_pct
+    budget = getattr(prep, "budget", None)
+    if share is None or budget is None or not isinstance(auto, int | float):
+        return None
+    used, room = int(budget.input_used), int(budget.input_budget)
+    if room <= 0 or used < auto * room:
+        return None
+    return max(0, used - int(share * room))

@@ -666,7 +666,7 @@ def _pin_latest_request(
 
 def counted_cut(
     messages: Sequence[dict], facts: MessageFacts, keep: tuple[str, int], protect_first_n: int,
-    *, keep_initial_request: bool = False,
+    *, keep_initial_request: bool = False, fold_at_least: int | None = None,
 ) -> CutPoint:
     """The cut of a "keep" by count (``CutPolicy.keep``: the last N messages, agent turns,
     tool uses, or N tokens of tail), as LangChain's ``SummarizationMiddleware`` and the
@@ -676,6 +676,10 @@ def counted_cut(
     gate or forward snap to a user request apply. The latest user request (not a tool
     result, observation or demonstration) is never folded: when it lies in the folded
     range it is pinned after the summary, as every opctx cut does.
+
+    ``fold_at_least`` (tokens): the folded range must hold at least this much, however many
+    the count keeps; such a tail starts at the next boundary *after* the point (the OpenHands
+    SDK condenser's token reduction, which moves its forgetting end forward to a boundary).
 
     >>> msgs = [{"role": "user", "content": "task"}] + [
     ...     {"role": r, "content": f"m{i}", "is_observation": r == "user"}
@@ -691,6 +695,10 @@ def counted_cut(
     head_end = _protected_head(table, first_n, table.total_tokens, steps)
     start = _count_start(messages, table, keep)
     cut = max(start, head_end)
+    reduced = _reduction_start(table, head_end, fold_at_least)
+    if reduced > cut:
+        cut = next((b for b in range(reduced, n + 1) if table.tail_may_start(b)), n)
+        steps.append(f"count:fold at least {fold_at_least} tokens: tail at {cut}, not {start}")
     while cut > head_end and not table.tail_may_start(cut):
         cut -= 1
     steps.append(f"count:keep {keep[1]} {keep[0]} from {start}, tail at {cut}")
@@ -703,6 +711,15 @@ def counted_cut(
     latest = requests[-1] if requests else None
     pinned = (latest,) if latest is not None and head_end <= latest < cut else ()
     return _cut_point(table, limits, steps, cut, True, None, head_end, pinned)
+
+
+def _reduction_start(table: FactsTable, head_end: int, tokens: int | None) -> int:
+    """The first boundary at or after ``head_end`` with at least ``tokens`` before it (after
+    the head); ``head_end`` for none, the end when the whole range holds less."""
+    if not tokens or tokens <= 0:
+        return head_end
+    goal = table.prefix_tokens[head_end] + tokens
+    return min(len(table), bisect.bisect_left(table.prefix_tokens, goal, lo=head_end))
 
 
 def _is_request(msg: dict) -> bool:

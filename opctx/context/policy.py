@@ -416,6 +416,14 @@ class CutPolicy(_Part):
         doc="keep exactly this many tokens of tail (instead of the clamps of keep_ratio)",
         source="LangChain SummarizationMiddleware keep=('tokens', N); spec §4.3 keep_recent_tokens",
     )
+    overflow_keep_share: float | None = _setting(
+        None, kind="fraction", optional=True, positive=True,
+        doc="with a count keep: when the request that compacts is at or past trigger.auto_pct, fold "
+            "at least what brings it down to this share of the input budget, however many messages "
+            "the count keeps (None: the count alone)",
+        source="OpenHands SDK LLMSummarizingCondenser._get_forgotten_events, Reason.TOKENS: "
+               "tokens_to_reduce = total_tokens - max_tokens // 2 (a share of 0.5)",
+    )
 
     def keep(self) -> tuple[str, int] | None:
         """``(unit, N)`` of the "keep" field that is set (``"messages"``, ``"turns"``,
@@ -731,6 +739,7 @@ class PolicyField(NamedTuple):
     legacy: tuple[str, ...]
     choices: tuple[Any, ...]
     optional: bool
+    positive: bool = False  # 0 is refused (a fraction in (0, 1], an int >= 1)
 
 
 class PolicyChange(NamedTuple):
@@ -748,7 +757,8 @@ def policy_fields() -> list[PolicyField]:
         for f in fields(cls):  # type: ignore[arg-type]
             m = f.metadata
             out.append(PolicyField(f"{part}.{f.name}", f.default, m["kind"], m["doc"], m["source"],
-                                   tuple(m["legacy"]), tuple(m["choices"]), bool(m["optional"])))
+                                   tuple(m["legacy"]), tuple(m["choices"]), bool(m["optional"]),
+                                   bool(m["positive"])))
     return out
 
 

@@ -44,7 +44,9 @@ says which was used.
     ``openhands-sdk/openhands/sdk/context/condenser/llm_summarizing_condenser.py``):
     ``max_size`` 240 events (condense when the view holds more), ``keep_first`` 2, keep
     ``max_size // 2 - keep_first - 1`` = 117 events of tail; the hard trigger at the
-    model's input limit (``max_tokens`` None). Events are counted as messages.
+    model's input limit (``max_tokens`` None), past which the tail is cut down further until
+    the request would be half that limit (``_get_forgotten_events``, ``Reason.TOKENS``:
+    ``cut.overflow_keep_share`` 0.5). Events are counted as messages.
 ``openhands-observation-masking``
     OpenHands (V0) ``ObservationMaskingCondenser`` with its config default
     ``attention_window`` 100 (OpenHands/OpenHands at d6fab190,
@@ -216,10 +218,12 @@ def _openhands() -> list[PresetSpec]:
         "OpenHands SDK LLMSummarizingCondenser: past 240 events, summarise all but the first 2 and the last 117.",
         {**_COUNTED_CUT, **_NO_GUARD, "trigger.recommend_pct": None, "trigger.auto_pct": 1.0,
          "trigger.emergency_pct": None, "aging.kind": "none", "trigger.messages": max_size + 1,
-         "cut.protect_first_n": keep_first, "cut.keep_messages": max_size // 2 - keep_first - 1},
+         "cut.protect_first_n": keep_first, "cut.keep_messages": max_size // 2 - keep_first - 1,
+         "cut.overflow_keep_share": 0.5},
         {
             "trigger.messages 241 (len(view) > max_size 240), cut.protect_first_n keep_first 2, cut.keep_messages max_size // 2 - keep_first - 1 = 117": _OH_SDK,
             "trigger.auto_pct 1.0 (max_tokens None: the model's input limit)": _OH_SDK,
+            "cut.overflow_keep_share 0.5 (past the token limit: tokens_to_reduce = total_tokens - max_tokens // 2, the stricter of the two tails)": f"{_OH_SDK} (_get_forgotten_events, Reason.TOKENS)",
             "events counted as messages; guard.enabled False (minimum_progress 0.1 is of events, not modelled)": "assumed (an approximation)",
         },
     )

@@ -205,8 +205,10 @@ def control_for(name: str, value: Any, *, width: str = "480px") -> widgets.Widge
                                     style=style, layout=layout,
                                     tooltip=common["tooltip"])
     if value is None and _off_at_zero(name):
-        # an optional count (a trigger, a keep): the slider's 0 means "off" (None)
+        # an optional count (a trigger, a keep) or share: the slider's 0 means "off" (None)
         common["tooltip"] = f"{common.get('tooltip', name)}; 0: off"
+        if info is not None and info.kind == "fraction":
+            return widgets.FloatSlider(value=0.0, min=0.0, max=1.0, step=0.01, **common)
         return widgets.IntSlider(value=0, min=0, max=512, **common)
     if value is None or isinstance(value, str) and info is None:
         return None
@@ -234,9 +236,11 @@ def control_for(name: str, value: Any, *, width: str = "480px") -> widgets.Widge
 
 
 def _off_at_zero(name: str) -> bool:
-    """Whether field ``name`` is an optional count whose control shows "off" (None) as 0."""
+    """Whether field ``name`` is an optional count, or an optional share that refuses 0,
+    whose control shows "off" (None) as 0."""
     info = _FIELDS.get(name)
-    return info is not None and info.optional and info.kind in ("tokens", "count")
+    return info is not None and info.optional and (
+        info.kind in ("tokens", "count") or info.kind == "fraction" and info.positive)
 
 
 def _control_value(name: str, control: widgets.Widget) -> Any:
@@ -248,7 +252,7 @@ def _control_value(name: str, control: widgets.Widget) -> Any:
 def _show_value(control: widgets.Widget, value: Any) -> None:
     """Set ``control`` to exactly ``value``, widening a slider's range if it must
     (None on a slider: 0, "off")."""
-    if value is None and isinstance(control, widgets.IntSlider):
+    if value is None and isinstance(control, widgets.FloatSlider | widgets.IntSlider):
         value = 0
     if isinstance(control, widgets.FloatSlider | widgets.IntSlider):
         if value > control.max:

@@ -173,6 +173,36 @@ def test_the_head_reaches_the_initial_request_when_asked() -> None:
     assert cut.protected_head == 1 and not any("initial request" in s for s in cut.steps)
 
 
+def test_a_count_keep_folds_at_least_what_it_is_told() -> None:
+    """The OpenHands SDK condenser past its token limit: the tail the count keeps is cut down
+    until the folded range holds the reduction, at the next boundary after the point (a
+    tool pair stays whole)."""
+    from opctx.context.summarize import counted_cut
+
+    history = [user("fix the failing test")]
+    for _ in range(30):
+        history += tool_turn(tool_size=400)
+    facts = MessageFacts(char_tokens)
+    plain = counted_cut(history, facts, ("messages", 40), 1)
+    assert plain.ok and plain.index == len(history) - 40
+    table = facts.table(history)
+    moved = 0
+    for goal in (100, 9_000, 11_000):  # the count alone folds about 8,600
+        cut = counted_cut(history, facts, ("messages", 40), 1, fold_at_least=goal)
+        moved += cut.index > plain.index
+        folded = table.prefix_tokens[cut.index] - table.prefix_tokens[cut.protected_head]
+        assert cut.ok and cut.index >= plain.index and table.tail_may_start(cut.index)
+        if cut.index > plain.index:
+            assert folded >= goal and any("fold at least" in s for s in cut.steps)
+            # the boundary before it would not fold enough
+            assert table.prefix_tokens[cut.index - 1] - table.prefix_tokens[cut.protected_head] < goal \
+                or not table.tail_may_start(cut.index - 1)
+        assert_pairs_intact(history[cut.index:])
+    assert moved == 2
+    # more than the whole range: everything after the head is folded
+    assert counted_cut(history, facts, ("messages", 40), 1, fold_at_least=10**9).index == len(history)
+
+
 def test_anthropic_shaped_tool_traffic() -> None:
     history = chat_turns(10, size=500)
     for _ in range(20):

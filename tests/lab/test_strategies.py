@@ -9,6 +9,7 @@ import pytest
 
 from opctx.context._cut import _is_request
 from opctx.context.masking import is_observation
+from opctx.context.tokens import Estimator
 from opctx.lab._strategy_specs import STRATEGY_PRESETS, STRATEGY_SOURCES
 from opctx.lab.metrics import tool_pair_breaks
 from opctx.lab.presets import PRESETS, build_engine
@@ -84,6 +85,8 @@ def test_openhands_condensers_have_their_defaults():
     # kept tail max_size // 2 - keep_first - 1; condense when len(view) > max_size
     llm = PRESETS["openhands-llm-summarizing"].policy
     assert (llm.trigger.messages, llm.cut.protect_first_n, llm.cut.keep_messages) == (241, 2, 240 // 2 - 2 - 1)
+    # _get_forgotten_events, Reason.TOKENS: tokens_to_reduce = total_tokens - max_tokens // 2
+    assert (llm.trigger.auto_pct, llm.cut.overflow_keep_share) == (1.0, 0.5)
     # V0 d6fab190 condenser_config.py: ObservationMasking attention_window 100, placeholder <MASKED>
     masking = PRESETS["openhands-observation-masking"].policy.aging
     assert (masking.kind, masking.keep_last, masking.placeholder) == ("masking", 100 // 2, "<MASKED>")
@@ -342,3 +345,24 @@ def test_recent_events_is_a_view_of_the_history():
     assert freed[-1] > 0 and (freed[1:] >= 0).all()
     short = replay(_tool_session(10), "openhands-recent-events")
     assert [e["event"] for e in short.events if e.get("event") == "strategy_idle"] == ["strategy_idle"]
+
+
+def test_the_sdk_condenser_past_its_token_limit_cuts_the_request_to_half():
+    """OpenHands SDK LLMSummarizingCondenser: past the model's limit it forgets until the view
+    would be half of it, whatever the 117 events of tail say; it does not compact again on
+    the next request because the kept tail alone is over the window."""
+    stream = _tool_session(120)  # about 220 tokens a turn: 117 messages are over 16,000
+    result = replay(stream, "openhands-llm-summarizing", context_window=16_000, keep_contexts=True)
+    check_replay(result)
+    steps, comps = result.steps_df, result.compactions
+    assert comps and not [e for e in result.events if e.get("event") == "compaction_failed"]
+    budget = int(steps["input_budget"].iloc[-1])
+    estimate = Estimator().message_tokens
+    for comp in comps:  # half the budget, plus the summary the SDK adds on top
+        summary = estimate({"role": "user", "content": comp.summary_text})
+        assert comp.tokens_after - summary <= 0.5 * budget + 200, (comp.tokens_after, summary, budget)
+    assert len(comps) <= len(steps) // 10  # spread out, not one per request
+    # the count alone keeps a tail over the window: a compaction on request after request
+    alone = replay(stream, "openhands-llm-summarizing", context_window=16_000, keep_contexts=False,
+                   **{"cut.overflow_keep_share": None})
+    assert len(alone.compactions) + alone.metrics()["compactions_failed"] > 3 * len(comps)

@@ -238,6 +238,14 @@ def test_controls_follow_the_default_types():
     assert isinstance(control_for("cut.fold_current_turn", False), widgets.Checkbox)
     assert isinstance(control_for("aging.keep_recent_seconds", 60), widgets.FloatSlider)
     assert control_for("trigger.auto_pct", None) is None  # never: no control
+    # an optional share that refuses 0: a slider whose 0 stands for "off" (None)
+    from opctx.widgets.tuner import _control_value
+
+    share = control_for("cut.overflow_keep_share", None)
+    assert isinstance(share, widgets.FloatSlider) and (share.value, share.max) == (0.0, 1.0)
+    assert _control_value("cut.overflow_keep_share", share) is None
+    share.value = 0.5
+    assert _control_value("cut.overflow_keep_share", share) == 0.5
 
 
 def test_tuner_replays_on_change_and_redraws():
