@@ -603,9 +603,6 @@ def _overflow_reduction(policy: Any, prep: Any) -> int | None:
     count where there is one): the compaction's own measure is an estimate without it."""
     share, auto = policy.cut.overflow_keep_share, policy.trigger.auto_pct
     budget = getattr(prep, "budget", None)
-    if share is None or budget is None or not isinstance(auto, int | float):
+    if share is None or budget is None or not isinstance(auto, int | float) or budget.input_used_pct < auto:
         return None
-    used, room = int(budget.input_used), int(budget.input_budget)
-    if room <= 0 or used < auto * room:
-        return None
-    return max(0, used - int(share * room))
+    return max(0, int(budget.input_used) - int(share * budget.input_budget))
