@@ -492,12 +492,11 @@ class _CompactionSteps:
 
     def _forget_branch_caches(self, state: _SessionState) -> None:
         """The per-session caches of a branch that compaction replaced (new ids)."""
-        if state.facts is not None and state.facts_model is not None:
-            # the per-message facts stay (checked against each message, never stale): the
-            # kept tail's copies take their originals' facts instead of being estimated again
-            state.facts.forget_table()
-        else:
-            state.facts, state.facts_model = MessageFacts(self._estimate), None
+        # the per-message facts stay (checked against each message, never stale): the kept
+        # tail's copies take their originals' facts instead of being estimated again. Facts
+        # for no model (``facts_model`` None) are as good as any: they were dropped here, so a
+        # session with no model name estimated its whole kept tail after every compaction.
+        state.facts.forget_table()
         state.aged_tokens.clear()
         state.references = self._new_references()
         # the copies of the kept tail take their originals' conversions and estimates
