@@ -42,6 +42,7 @@ _export("opctx.dag.messages", "message_to_call", "call_to_message")
 _export("opctx.dag.store", "GraphStore", "StoreError", "SearchHit", "search_across_sessions")
 _export("opctx.dag.session", "DagSession", "DagSessionManager", "SessionMeta")
 _export("opctx.dag.session_db", "DagSessionDB", "SessionDB", "HeadMoved")
+_export("opctx.dag.memory_db", "MemorySessionDB")
 _export(
     "opctx.dag.providers",
     "Reply", "Usage", "ToolCall", "ScriptedProvider", "ReplayProvider",

@@ -78,6 +78,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from opctx.dag._text import replace_lone_surrogates
+from opctx.dag.nodes import new_id
 from opctx.dag.session_db import HeadMoved
 
 from .prompts import SUMMARY_PREFIX
@@ -136,7 +137,7 @@ class BranchChanged(PersistError):
 
 
 def new_copy_id() -> str:
-    return "k_" + uuid.uuid4().hex[:16]
+    return new_id("k")  # a uuid4's first 16 hex digits, without building a UUID per copy
 
 
 def new_summary_id() -> str:
@@ -167,14 +168,16 @@ def copy_message(msg: dict, parent_id: str | None) -> dict:
 
     A new dict whose values are the original's own objects (content blocks, tool calls,
     usage), not copies of them: a copy differs from its original only in the top-level
-    keys set here, which are the new dict's, and the store serialises every value as it
-    writes the node, so the stored copy shares nothing with the stored original (which
-    is never rewritten). Nothing on the way mutates a nested value: ``append_messages``
-    builds its ``Call`` from the dict and a store that renames ids (the lab's replay)
-    sets top-level keys only. A deep copy of every kept message was the largest single
-    cost of a compaction on a long branch.
+    keys set here, which are the new dict's. ``DagSessionDB`` serialises every value as
+    it writes the node, so the stored copy shares nothing with the stored original;
+    ``MemorySessionDB`` keeps them shared, which is safe because nothing changes a
+    message in place: ``append_messages`` builds its ``Call`` from the dict and a store
+    that renames ids (the lab's replay) sets top-level keys only. A deep copy of every
+    kept message was the largest single cost of a compaction on a long branch.
     """
-    out = {k: v for k, v in msg.items() if k not in ("id", "parent_id", "seq")}
+    out = dict(msg)  # then the identity keys moved to the end, as the copy's own
+    for key in ("id", "parent_id", "seq"):
+        out.pop(key, None)
     out["id"] = new_copy_id()
     out["parent_id"] = parent_id
     out["copied_from"] = msg.get("id")

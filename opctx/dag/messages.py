@@ -56,13 +56,13 @@ __all__ = [
 
 MESSAGE_ROLES = ("user", "assistant", "tool", "system")
 
-# Keys with a home of their own on a Call; everything else rides in metadata.
-_CORE = {"id", "role", "content", "timestamp", "parent_id"}
-_ROLE_CORE = {
-    "user": {"name"},
-    "assistant": {"model"},
-    "system": {"model"},
-    "tool": {"name", "arguments"},
+# Keys with a home of their own on a Call, per role; everything else rides in metadata.
+_CORE = ("id", "role", "content", "timestamp", "parent_id")
+_CORE_OF = {
+    "user": (*_CORE, "name"),
+    "assistant": (*_CORE, "model"),
+    "system": (*_CORE, "model"),
+    "tool": (*_CORE, "name", "arguments"),
 }
 
 
@@ -156,23 +156,32 @@ def message_text(msg: dict) -> str:
     return "\n".join(p for p in parts if p)
 
 
-def message_to_call(msg: dict) -> Call:
-    """A message dict as a ``Call`` (§0.4). Raises ``ValueError`` on an unknown role."""
+def message_to_call(msg: dict, default_time: float | None = None) -> Call:
+    """A message dict as a ``Call`` (§0.4). Raises ``ValueError`` on an unknown role.
+
+    ``default_time``: the ``created_at`` of a message without a timestamp (else now).
+    """
     role = msg.get("role")
     if role not in MESSAGE_ROLES:
         raise ValueError(
             f"unknown message role {role!r}: expected one of {', '.join(MESSAGE_ROLES)}"
         )
-    core = _CORE | _ROLE_CORE[role]
-    metadata = {k: v for k, v in msg.items() if k not in core}
+    # a copy less the core keys, in the message's order: a recorded message has dozens of
+    # keys, and copying them at C speed was cheaper than choosing them one by one
+    metadata = dict(msg)
+    for key in _CORE_OF[role]:
+        metadata.pop(key, None)
     common: dict[str, Any] = {
         "predecessor": msg.get("parent_id"),
         "metadata": metadata,
     }
     if msg.get("id"):
         common["id"] = msg["id"]
-    if msg.get("timestamp") is not None:
-        common["created_at"] = msg["timestamp"]
+    timestamp = msg.get("timestamp")
+    if timestamp is not None:
+        common["created_at"] = timestamp
+    elif default_time is not None:
+        common["created_at"] = default_time
     content = msg.get("content")
     if role == "user":
         return Call(role="user", name=msg.get("name", ""), output=content, **common)

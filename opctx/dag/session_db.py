@@ -127,6 +127,16 @@ _FIELD_OF = {
 }
 
 
+def _message_call(msg: dict, clock: Clock) -> tuple[Call, bool]:
+    """``(call, follows_head)``: the ``Call`` a message is stored as (a missing timestamp
+    from ``clock``), and whether its parent is HEAD (no ``parent_id`` key: module docstring).
+    ``opctx.dag.memory_db`` stores messages by the same rule."""
+    if not isinstance(msg, dict):
+        raise TypeError(f"a message is a dict, got {type(msg).__name__}")
+    default_time = clock() if msg.get("timestamp") is None else None
+    return message_to_call(msg, default_time), "parent_id" not in msg
+
+
 def _message_role(call: Call) -> str:
     if call.role == "user":
         return "user"
@@ -257,13 +267,7 @@ class DagSessionDB:
 
     # -- writing messages -----------------------------------------------------------------
     def _to_call(self, msg: dict) -> tuple[Call, bool]:
-        if not isinstance(msg, dict):
-            raise TypeError(f"a message is a dict, got {type(msg).__name__}")
-        msg = dict(msg)
-        if msg.get("timestamp") is None:
-            msg["timestamp"] = self.clock()
-        follow_head = "parent_id" not in msg
-        return message_to_call(msg), follow_head
+        return _message_call(msg, self.clock)
 
     def append_message(self, session_id: str, msg: dict) -> dict[str, Any]:
         """Store one message; see the module docstring for parent and HEAD rules."""

@@ -286,6 +286,15 @@ def _extends_head(node: Call, head: str | None) -> bool:
     return node.predecessor == head
 
 
+def _attach(node: Call, follow: bool, head: str | None) -> str | None:
+    """Place ``node`` after ``head``: a node that follows HEAD and has no predecessor
+    gets HEAD as its predecessor; the HEAD after it is returned (``_extends_head``).
+    The rule of every append, here and in ``opctx.dag.memory_db``."""
+    if follow and node.predecessor is None and head is not None:
+        node.predecessor = head
+    return node.id if _extends_head(node, head) else head
+
+
 def _restore(nodes: list[Call], seqs: list[int], preds: list[str | None]) -> None:
     for node, seq, pred in zip(nodes, seqs, preds, strict=True):
         node.seq = seq
@@ -500,13 +509,10 @@ class GraphStore:
                 for node, data_json, text, follow in zip(
                     nodes, payloads, texts, follow_head, strict=True
                 ):
-                    if follow and node.predecessor is None and head is not None:
-                        node.predecessor = head
+                    head = _attach(node, follow, head)
                     if node.seq < next_seq:
                         node.seq = next_seq
                     next_seq = node.seq + 1
-                    if _extends_head(node, head):
-                        head = node.id
                     rows.append(
                         (pk, node.id, sid, node.role, node.predecessor, node.caller,
                          node.created_at, node.seq, data_json)

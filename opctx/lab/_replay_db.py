@@ -62,7 +62,12 @@ class _RecordedSummaryProvider:
 
 
 class _ReplaySessionDB:
-    """``DagSessionDB(":memory:")`` whose compaction copies get deterministic ids.
+    """A ``MemorySessionDB`` whose compaction copies get deterministic ids.
+
+    The replay's session is scratch: nobody searches it or opens it again, so it is
+    kept in memory (``opctx.dag.memory_db``: the same append, HEAD and transaction
+    rules as ``DagSessionDB``, nothing encoded). Over SQLite, writing each
+    compaction's new branch was more than half of a compaction-dense replay.
 
     The persister names the copies and the summary node it writes with random
     ids (``k_<hex>``, ``summary_<hex>``), and a chained structural summary
@@ -75,25 +80,22 @@ class _ReplaySessionDB:
     so everything downstream sees the new ids. Recorded messages are written with ``append_recorded`` and keep
     the recording's ids.
 
-    ``get_branch`` of the active branch is served from memory where it can be (the
-    branch mirror): a compaction-dense replay read the whole branch back twice per
-    compaction (the engine before cutting, the replay after), decoding every stored
-    payload each time. The mirror is the branch as last read, or as the persister
-    just wrote it (``DagSessionDB.append_messages`` returns each node as
-    ``get_branch`` would give it back: built from the same ``Call``, its values the
-    JSON values it was copied from), plus the recorded messages appended since, read
-    back by id (only those: they were never read). It is used only when it is one
-    parent-linked chain from a root to the current HEAD, so a rolled-back write, a
-    HEAD moved elsewhere or a node changed in place (``update_message``, and every other
-    write through this object, drops it) falls back to the stored branch.
+    ``get_branch`` of the active branch is served from the last one where it can be
+    (the branch mirror): a compaction-dense replay reads the whole branch twice per
+    compaction (the engine before cutting, the replay after), and a read builds a
+    dict of every node. The mirror is the branch as last read, or as the persister
+    just wrote it (``append_messages`` returns each node as ``get_branch`` would
+    give it back: built from the same ``Call``), plus the recorded messages appended
+    since, read back by id (only those: they were never read). It is used only when
+    it is one parent-linked chain from a root to the current HEAD, so a rolled-back
+    write or a HEAD moved elsewhere falls back to the stored branch, and a write
+    this object does not follow (``append_message``) drops it.
     """
 
     def __init__(self, clock: ReplayClock) -> None:
-        from opctx.dag.session_db import DagSessionDB
-        from opctx.dag.store import set_text_index
+        from opctx.dag.memory_db import MemorySessionDB
 
-        self._db = DagSessionDB(":memory:", clock=clock)
-        set_text_index(self._db.connection, False)  # a scratch database nobody searches
+        self._db = MemorySessionDB(clock=clock)
         self._minted = 0
         # the branch mirror (class docstring): session -> the branch as read or written,
         # and the ids of recorded messages appended after it, not read back yet
@@ -122,9 +124,8 @@ class _ReplaySessionDB:
         return list(mirror)
 
     def _read_ids(self, session_id: str, ids: list[str]) -> list[dict[str, Any]]:
-        from opctx.dag.messages import call_to_message
-
-        return [call_to_message(c) for c in self._db.store(session_id).get_many(ids)]
+        read = (self._db.get_message(session_id, i) for i in ids)
+        return [m for m in read if m is not None]
 
     def _mint(self, old: str) -> str:
         prefix, sep, tail = old.rpartition("_")
@@ -163,9 +164,7 @@ class _ReplaySessionDB:
 # What may change a stored node, or add one, without this object seeing it: the branch
 # mirror is dropped. A HEAD moved elsewhere (set_head, rewind_to, fork_from) needs nothing:
 # the mirror is used only when it ends at HEAD.
-_MIRROR_BREAKERS = frozenset({
-    "append_message", "update_message", "delete_branch_tail", "delete_session", "store", "connection",
-})
+_MIRROR_BREAKERS = frozenset({"append_message"})
 
 
 def _is_chain(msgs: Sequence[dict], root_parent: str | None) -> bool:

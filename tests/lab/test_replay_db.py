@@ -1,4 +1,4 @@
-"""The replay's session database serves the active branch from memory (the branch
+"""The replay's session database serves the active branch from its last read (the branch
 mirror, ``opctx.lab._replay_db._ReplaySessionDB``): what it returns must be exactly
 what the stored branch reads back as, after every kind of write."""
 
@@ -51,17 +51,17 @@ def test_the_branch_is_what_the_store_reads_back_after_every_write():
         assert _exact(db.get_branch(sid)) == _exact(_stored(db, sid))
 
 
-def test_a_node_changed_in_place_or_a_moved_head_is_read_from_the_store():
+def test_a_moved_head_or_an_unfollowed_write_is_read_from_the_store():
     db = _ReplaySessionDB(ReplayClock(0.0))
     sid = db.create_session(title="t")
     _recorded(db, sid, 0, 6, None)
     before = db.get_branch(sid)
-    db.update_message(sid, "m3", content="changed")
-    assert db.get_branch(sid)[3]["content"] == "changed"
+    db.append_message(sid, {"id": "m6", "role": "user", "content": "one more"})  # not followed
+    assert db.get_branch(sid)[-1]["id"] == "m6"
     db.set_head(sid, "m2")
     assert [m["id"] for m in db.get_branch(sid)] == ["m0", "m1", "m2"]
     db.set_head(sid, "m5")
-    assert _exact(db.get_branch(sid)) == _exact(_stored(db, sid)) != _exact(before)
+    assert _exact(db.get_branch(sid)) == _exact(_stored(db, sid)) == _exact(before)
 
 
 def test_a_write_that_is_not_on_the_branch_leaves_it_to_the_store():
