@@ -32,6 +32,15 @@ def is_summary_message(msg: dict) -> bool:
 
 
 def _one_line(text: str, limit: int) -> str:
+    # Flattening a prefix of the text gives a prefix of the flattened text (a word cut at
+    # the end is a prefix of that word), so a long tool result is not flattened whole
+    # for the first ``limit`` characters; a prefix that flattens short (mostly blanks)
+    # falls back to the whole text.
+    bound = 2 * limit + 64
+    if len(text) > bound:
+        flat = " ".join(text[:bound].split())
+        if len(flat) > limit:
+            return flat[:limit] + "..."
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[:limit] + "..."
 

@@ -216,6 +216,9 @@ def call_to_message(call: Call) -> dict:
             msg["model"] = call.name
     msg["timestamp"] = call.created_at
     msg["parent_id"] = call.predecessor
-    for k, v in meta.items():
-        msg.setdefault(k, v)
+    # the metadata after the core keys, which it never overrides (the few core keys are
+    # dropped from it, then the rest is added at C speed)
+    for k in msg:
+        meta.pop(k, None)
+    msg.update(meta)
     return msg

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 from _compaction_fixtures import assistant, call, chat_turns, results, user
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from opctx.context.persistence import (
+    COPY_IDENTITY_KEYS,
     LAST_SUMMARY_KEY,
     BranchChanged,
     Persister,
@@ -253,3 +256,13 @@ def test_a_copy_is_its_original_but_for_identity():
     assert not same_but_identity({**copy, "content": "changed"}, original)
     assert not same_but_identity({**copy, "extra": {"k": 1}}, original)  # a key more
     assert not same_but_identity({k: v for k, v in copy.items() if k != "tool_calls"}, original)
+
+
+_keys = st.sampled_from(["id", "parent_id", "seq", "copied_from", "role", "content", "extra", "name"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(_keys, st.integers(0, 2)), st.dictionaries(_keys, st.integers(0, 2)))
+def test_same_but_identity_is_equality_without_the_identity_keys(a, b):
+    strip = lambda m: {k: v for k, v in m.items() if k not in COPY_IDENTITY_KEYS}  # noqa: E731
+    assert same_but_identity(a, b) is (strip(a) == strip(b))

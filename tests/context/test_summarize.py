@@ -7,6 +7,8 @@ import time
 
 import pytest
 from _compaction_fixtures import assistant, call, char_tokens, results, user
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from opctx.context import prompts
 from opctx.context.summarize import (
@@ -287,3 +289,13 @@ def test_chained_structural_summaries_stay_within_the_summary_budget() -> None:
         previous = result.text
     assert max(sizes) <= 2_000 * 1.1
     assert "round 11 message 59" in previous
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(["a", "b", " ", "\n", "\t", "é"]), max_size=400),
+       st.integers(1, 80))
+def test_a_one_liner_flattens_only_what_it_shows(text, limit):
+    from opctx.context._structural import _one_line
+
+    flat = " ".join(text.split())
+    assert _one_line(text, limit) == (flat if len(flat) <= limit else flat[:limit] + "...")
