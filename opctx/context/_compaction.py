@@ -17,10 +17,12 @@ import copy
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 from typing import Any
 
 from ._cut import counted_cut
+from ._cut_facts import Facts, FactsTable
 from ._engine_state import (
     COMPACT_ATTEMPTS,
     EngineError,
@@ -388,7 +390,12 @@ class _CompactionSteps:
             + [history[i] for i in sorted(pinned)]
             + history[cut_idx:]
         )
-        predicted = self._predicted_aged_tokens(state, layout, model)
+        # the facts of the messages it keeps, by position in the layout (the summary's not yet)
+        facts = table.facts
+        known = (
+            facts[:head_n] + [None] + [facts[i] for i in sorted(pinned)] + facts[cut_idx:len(history)]
+        )
+        predicted = self._predicted_aged_tokens(state, layout, model, known)
         if predicted is None:  # an ager that cannot be tried on a copy: keep aged as now
             kept = lambda i: i < head_n or i >= cut_idx or i in pinned  # noqa: E731
             predicted = (
@@ -516,7 +523,11 @@ class _CompactionSteps:
     ) -> CompactResult:
         """Step 7: time the compaction, emit ``compaction_finished``, log a run that did not happen."""
         result.duration_ms = (time.perf_counter() - started) * 1000
-        emit(on_event, "compaction_finished", {"session_id": session_id, **asdict(result)})
+        if on_event is not None:
+            # every field of a CompactResult is a scalar: its fields as they are make the
+            # dict ``asdict`` would (which copies each one deeply, for nothing)
+            fields_now = {f.name: getattr(result, f.name) for f in dataclass_fields(result)}
+            emit(on_event, "compaction_finished", {"session_id": session_id, **fields_now})
         if result.error and not result.ok:
             logger.info(
                 "context engine %r: compaction of %s did not run: %s",
@@ -544,14 +555,26 @@ class _CompactionSteps:
 
 
     def _predicted_aged_tokens(
-        self, state: _SessionState, layout: list[dict], model: str | None
+        self,
+        state: _SessionState,
+        layout: list[dict],
+        model: str | None,
+        known: list[Facts | None] | None = None,
     ) -> int | None:
         """Estimate of the history ``layout`` (a compaction's new branch) as the next
         ``prepare`` will send it: aged by a copy of the session's ager, which sees the
         new branch afresh (its first messages are protected, its references are its
-        own). None when the ager cannot be copied."""
+        own). None when the ager cannot be copied. ``known``: the facts of the layout's
+        messages where the branch's table has them (None elsewhere), taken as they are
+        when nothing ages the layout."""
         ager = self._session_ager(state)
         estimate = self.estimator.message_tokens
+        facts = state.facts if state.facts is not None and state.facts_model == model else None
+        if ager is None and self.thinking_clearer is None and facts is not None and known is not None:
+            table = FactsTable()
+            for msg, msg_facts in zip(layout, known, strict=True):
+                table.append(msg_facts if msg_facts is not None else facts.probe(msg))
+            return table.counted_tokens(thinking_retention(model))
         if self.thinking_clearer is not None:  # a fresh one: the session's keeps its own record
             layout, _ = copy.deepcopy(self.thinking_clearer).age(layout)
         if ager is not None:
@@ -564,7 +587,6 @@ class _CompactionSteps:
         # counted like the branch before it (display-only lines, thinking the model drops),
         # with the session's facts of the messages it keeps unchanged when they are
         # estimated for this model (the same estimate; _measure_branch just filled them)
-        facts = state.facts if state.facts is not None and state.facts_model == model else None
         table = (
             facts.probe_table(layout)
             if facts is not None

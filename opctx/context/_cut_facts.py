@@ -347,18 +347,21 @@ class MessageFacts:
         entries, and the branch's own messages are not estimated again (a fresh cache
         did that for every kept message of every compaction)."""
         table = FactsTable()
-        cache, estimate = self._cache, self.estimate
         for m in messages:
-            key = self._key(m)
-            try:
-                hit = cache.get(key) if key is not None else None
-            except TypeError:  # an unhashable id from a malformed transcript
-                hit = None
-            if hit is not None and (hit[0] is m or hit[0] == m):
-                table.append(hit[1])
-            else:
-                table.append(_compute_facts(m, estimate))
+            table.append(self.probe(m))
         return table
+
+    def probe(self, msg: dict) -> Facts:
+        """The facts of ``msg``: cached ones where they were made from it (checked as in
+        :meth:`get`), else computed and not kept (:meth:`probe_table`)."""
+        key = self._key(msg)
+        try:
+            hit = self._cache.get(key) if key is not None else None
+        except TypeError:  # an unhashable id from a malformed transcript
+            hit = None
+        if hit is not None and (hit[0] is msg or hit[0] == msg):
+            return hit[1]
+        return _compute_facts(msg, self.estimate)
 
     def _copied(self, msg: dict, key: tuple) -> Facts | None:
         """The facts of the message ``msg`` is a copy of (``copied_from``: a compaction's
@@ -413,6 +416,19 @@ class MessageFacts:
 
     def tokens(self, msg: dict) -> int:
         return self.get(msg)[0]
+
+    def known_tokens(self, msg: dict) -> int | None:
+        """The estimate of ``msg`` when this cache holds facts made from this very object,
+        else None (nothing is computed). Not for a display-only line: its facts count
+        nothing, where the estimator counts its text."""
+        if is_display_only(msg):
+            return None
+        key = self._key(msg)
+        try:
+            hit = self._cache.get(key) if key is not None else None
+        except TypeError:  # an unhashable id from a malformed transcript
+            return None
+        return hit[1][0] if hit is not None and hit[0] is msg else None
 
     def forget_table(self) -> None:
         """Drop the history table (a compaction replaced the branch); the per-message

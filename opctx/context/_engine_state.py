@@ -83,19 +83,25 @@ class _MessageEstimates:
     when it outgrows the messages of a few requests.
     """
 
-    __slots__ = ("estimator", "model", "memo")
+    __slots__ = ("estimator", "model", "memo", "facts")
 
     def __init__(self, estimator: Any) -> None:
         self.estimator = estimator
         self.model: str | None = None
         self.memo: dict[int, tuple[Any, int]] = {}
+        self.facts: MessageFacts | None = None
 
-    def start(self, estimator: Any, model: str | None, request_len: int) -> _MessageEstimates:
-        """Ready for a request of ``request_len`` messages for ``model``."""
+    def start(
+        self, estimator: Any, model: str | None, request_len: int, facts: MessageFacts | None = None
+    ) -> _MessageEstimates:
+        """Ready for a request of ``request_len`` messages for ``model``. ``facts``: the
+        session's facts for the same estimator and model, whose counts are taken where they
+        describe the very message (the request's new messages were just counted there)."""
         if estimator is not self.estimator or model != self.model or len(self.memo) > 4 * request_len + 256:
             self.estimator = estimator
             self.memo.clear()
             self.model = model
+        self.facts = facts
         return self
 
     def __call__(self, msg: Any, model: str | None = None) -> int:
@@ -103,7 +109,10 @@ class _MessageEstimates:
         estimator's signature)."""
         hit = self.memo.get(id(msg))
         if hit is None or hit[0] is not msg:
-            hit = self.memo[id(msg)] = (msg, self.estimator.message_tokens(msg, self.model))
+            tokens = self.facts.known_tokens(msg) if self.facts is not None else None
+            if tokens is None:
+                tokens = self.estimator.message_tokens(msg, self.model)
+            hit = self.memo[id(msg)] = (msg, tokens)
         return hit[1]
 
     def total(self, msgs: Any, model: str | None = None) -> int:

@@ -654,7 +654,8 @@ class DefaultContextEngine(_CompactionSteps, ContextEngine):
     ) -> _UsageFigures:
         """Step 4: the figures the budget splits: the provider's count of the prefix plus an
         estimate of what changed since when the tracker trusts it, else local estimates."""
-        table = self._facts(state, model).table(history)
+        facts = self._facts(state, model)
+        table = facts.table(history)
         usage_state = self.usage_tracker.get(sid)
         raw_system = (
             self.estimator.message_tokens({"role": "system", "content": system_prompt}, model)
@@ -664,7 +665,7 @@ class DefaultContextEngine(_CompactionSteps, ContextEngine):
         raw_tools = self.estimator.tools_tokens(list(tools), model) if tools else 0
         if state.estimates is None:
             state.estimates = _MessageEstimates(self.estimator)
-        estimates = state.estimates.start(self.estimator, model, len(aged))
+        estimates = state.estimates.start(self.estimator, model, len(aged), facts)
         aged_estimate = self._aged_history_tokens(state, history, aged, table, model)
         figures = _UsageFigures(usage_state, raw_system, raw_tools, aged_estimate,
                                 raw_system, raw_tools, aged_estimate, "estimate")

@@ -373,7 +373,7 @@ class UsageTracker:
         if trusted:
             appended = history[covered:]
             appended_tokens = count(_sent(appended))
-            appended_tokens += self._reply_correction(state, appended, model)
+            appended_tokens += self._reply_correction(state, appended, model, message_tokens)
             prefix = max(0, state.last_prompt_tokens + prefix_delta)
             total = prefix + appended_tokens
             system_part, tools_part = _fit_split(system_tokens, tools_tokens, prefix)
@@ -398,7 +398,13 @@ class UsageTracker:
         )
 
 
-    def _reply_correction(self, state: UsageState, appended: Sequence[Any], model: str | None) -> int:
+    def _reply_correction(
+        self,
+        state: UsageState,
+        appended: Sequence[Any],
+        model: str | None,
+        message_tokens: Callable[[Any, str | None], int] | None = None,
+    ) -> int:
         """Count the reply to the last counted request at its reported output tokens.
 
         The first message after the counted prefix is normally the assistant's answer to
@@ -416,7 +422,7 @@ class UsageTracker:
         role = reply.get("role") if isinstance(reply, dict) else getattr(reply, "role", None)
         if role not in ("assistant", "llm"):
             return 0
-        from_text = self.estimator.message_tokens(reply, model)
+        from_text = (message_tokens or self.estimator.message_tokens)(reply, model)
         if reported + MESSAGE_OVERHEAD_TOKENS < from_text / 2:
             return 0
         return reported + MESSAGE_OVERHEAD_TOKENS - from_text

@@ -650,6 +650,11 @@ def test_compact_writes_the_layout_and_reports(db: DagSessionDB) -> None:
     assert [m["copied_from"] for m in branch[:3]] == [m["id"] for m in before[:3]]
     assert [n for n, _ in events] == ["compaction_started", "compaction_finished"]
     assert events[1][1]["summary_id"] == res.summary_id and events[1][1]["session_id"] == sid
+    assert events[1][1] == {"session_id": sid, **dataclasses.asdict(res)}
+    # the event copies the result's fields as they are: right while every field is a scalar
+    scalars = {"bool", "str", "int", "float", "None", "CompactReason"}
+    for f in dataclasses.fields(CompactResult):
+        assert set(str(f.type).replace(" ", "").split("|")) <= scalars, f.name
     prep = engine.prepare(SYSTEM, sid, branch, "gpt-4o", None)
     assert prep.summary_id == res.summary_id
     assert prep.agent_messages[3]["role"] == "system"
