@@ -171,10 +171,7 @@ def message_to_call(msg: dict, default_time: float | None = None) -> Call:
     metadata = dict(msg)
     for key in _CORE_OF[role]:
         metadata.pop(key, None)
-    common: dict[str, Any] = {
-        "predecessor": msg.get("parent_id"),
-        "metadata": metadata,
-    }
+    common: dict[str, Any] = {"predecessor": msg.get("parent_id")}
     if msg.get("id"):
         common["id"] = msg["id"]
     timestamp = msg.get("timestamp")
@@ -184,14 +181,17 @@ def message_to_call(msg: dict, default_time: float | None = None) -> Call:
         common["created_at"] = default_time
     content = msg.get("content")
     if role == "user":
-        return Call(role="user", name=msg.get("name", ""), output=content, **common)
-    if role == "tool":
-        return Call(
+        call = Call(role="user", name=msg.get("name", ""), output=content, **common)
+    elif role == "tool":
+        call = Call(
             role="code", name=msg.get("name", ""), input=msg.get("arguments"), output=content, **common
         )
-    if role == "system":
-        metadata["role"] = "system"
-    return Call(role="llm", name=msg.get("model", ""), output=content, **common)
+    else:
+        if role == "system":
+            metadata["role"] = "system"
+        call = Call(role="llm", name=msg.get("model", ""), output=content, **common)
+    call.metadata = metadata  # already the Call's own: Call() would copy it once more
+    return call
 
 
 def call_to_message(call: Call) -> dict:
