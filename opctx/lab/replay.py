@@ -14,8 +14,8 @@ just before it, exactly as a live agent loop would call it:
 2. the decision: ``emergency`` (``budget_pct >= emergency_pct``), ``auto``
    (``engine.should_auto_compact(prep)``), ``recommend``
    (``engine.should_recommend(prep)``) or ``none``; on ``auto``/``emergency``
-   the real ``engine.compact`` runs on an in-memory ``DagSessionDB(":memory:")``
-   (re-parenting, summary node, everything), the active branch is re-read and
+   the real ``engine.compact`` runs on the replay's ``MemorySessionDB``
+   (``opctx.dag.memory_db``: re-parenting, summary node, everything), the active branch is re-read and
    ``prepare`` runs again, so the step records the request as it would have
    been sent after the compaction;
 3. the recorded assistant message (and then its tool results, the next user
