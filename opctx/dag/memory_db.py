@@ -50,6 +50,18 @@ from .store import Clock, NodeNotFound, SessionNotFound, StoreError, _attach
 __all__ = ["MemorySessionDB"]
 
 
+def _copied(value: Any) -> Any:
+    """A deep copy of metadata: JSON's containers copied by hand (``copy.deepcopy``'s
+    memo and dispatch cost more than the copy), anything else by ``copy.deepcopy``."""
+    if type(value) is dict:
+        return {k: _copied(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_copied(v) for v in value]
+    if value is None or type(value) in (str, int, float, bool):
+        return value
+    return copy.deepcopy(value)
+
+
 class _Session:
     """One session: its nodes in seq order, HEAD, the next seq and the extra metadata."""
 
@@ -96,7 +108,7 @@ class MemorySessionDB:
             sid = session_id or uuid.uuid4().hex
             if sid in self._sessions:
                 raise StoreError(f"session {sid!r} already exists")
-            self._sessions[sid] = _Session(title, model, source, copy.deepcopy(dict(extra_meta or {})))
+            self._sessions[sid] = _Session(title, model, source, _copied(dict(extra_meta or {})))
             return sid
 
     def _session(self, session_id: str) -> _Session:
@@ -110,22 +122,22 @@ class MemorySessionDB:
         session = self._session(session_id)
         if self._undo is not None and session_id not in self._undo:
             self._undo[session_id] = (
-                len(session.order), session.head, session.next_seq, copy.deepcopy(session.extra)
+                len(session.order), session.head, session.next_seq, _copied(session.extra)
             )
         return session
 
     def get_extra_meta(self, session_id: str) -> dict[str, Any]:
-        return copy.deepcopy(self._session(session_id).extra)
+        return _copied(self._session(session_id).extra)
 
     def set_extra_meta(self, session_id: str, extra: dict[str, Any]) -> None:
         with self._lock:
-            self._writing(session_id).extra = copy.deepcopy(dict(extra))
+            self._writing(session_id).extra = _copied(dict(extra))
 
     def update_extra_meta(self, session_id: str, **kv: Any) -> dict[str, Any]:
         with self._lock:
             session = self._writing(session_id)
-            session.extra.update(copy.deepcopy(kv))
-            return copy.deepcopy(session.extra)
+            session.extra.update(_copied(kv))
+            return _copied(session.extra)
 
     @contextmanager
     def transaction(self) -> Iterator[MemorySessionDB]:

@@ -4,6 +4,7 @@ there)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Sequence
@@ -132,8 +133,7 @@ class _ReplaySessionDB:
         if not sep:
             prefix, tail = "n", old
         self._minted += 1
-        digest = hashlib.sha1(f"opctx-replay:{self._minted}".encode()).hexdigest()
-        return f"{prefix}_{digest[: max(8, min(len(tail), 40))]}"
+        return f"{prefix}_{_minted_digest(self._minted)[: max(8, min(len(tail), 40))]}"
 
     def append_recorded(self, session_id: str, msgs: Sequence[dict]) -> list[dict]:
         written = self._db.append_messages(session_id, msgs)
@@ -159,6 +159,13 @@ class _ReplaySessionDB:
         else:
             self._unread.setdefault(session_id, []).extend(m["id"] for m in written)
         return list(written)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _minted_digest(n: int) -> str:
+    """The digest the ``n``-th minted id of a replay is cut from: the same in every replay
+    (a counter), so a sweep's replays share the work."""
+    return hashlib.sha1(f"opctx-replay:{n}".encode()).hexdigest()
 
 
 # What may change a stored node, or add one, without this object seeing it: the branch
