@@ -354,14 +354,18 @@ class MessageFacts:
     def probe(self, msg: dict) -> Facts:
         """The facts of ``msg``: cached ones where they were made from it (checked as in
         :meth:`get`), else computed and not kept (:meth:`probe_table`)."""
-        key = self._key(msg)
-        try:
-            hit = self._cache.get(key) if key is not None else None
-        except TypeError:  # an unhashable id from a malformed transcript
-            hit = None
+        hit = self._entry(msg)
         if hit is not None and (hit[0] is msg or hit[0] == msg):
             return hit[1]
         return _compute_facts(msg, self.estimate)
+
+    def _entry(self, msg: dict) -> tuple[dict, Facts] | None:
+        """The cache entry under ``msg``'s key (the message it was made from, its facts)."""
+        key = self._key(msg)
+        try:
+            return self._cache.get(key) if key is not None else None
+        except TypeError:  # an unhashable id from a malformed transcript
+            return None
 
     def _copied(self, msg: dict, key: tuple) -> Facts | None:
         """The facts of the message ``msg`` is a copy of (``copied_from``: a compaction's
@@ -423,11 +427,7 @@ class MessageFacts:
         nothing, where the estimator counts its text."""
         if is_display_only(msg):
             return None
-        key = self._key(msg)
-        try:
-            hit = self._cache.get(key) if key is not None else None
-        except TypeError:  # an unhashable id from a malformed transcript
-            return None
+        hit = self._entry(msg)
         return hit[1][0] if hit is not None and hit[0] is msg else None
 
     def forget_table(self) -> None:

@@ -6,6 +6,7 @@ modules ``_schema``, ``_connection``, ``_search``, ``_rows`` and ``_errors`` hol
 the migrations, the connection rules, full-text search, the row format and the
 exceptions, all re-exported by ``store``), ``session``
 (DagSession, DagSessionManager), ``session_db`` (DagSessionDB, the message-tree
-API), ``memory_db`` (MemorySessionDB, its message API over sessions in memory), ``providers``, ``render``, ``runtime`` (DagRuntime), ``chat`` (chat_turn),
-``agentic`` (@agentic_function, Runtime).
+API), ``memory_db`` (MemorySessionDB, its message API over sessions in memory),
+``providers``, ``render``, ``runtime`` (DagRuntime), ``chat`` (chat_turn), ``agentic``
+(@agentic_function, Runtime).
 """

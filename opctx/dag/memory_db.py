@@ -63,16 +63,16 @@ def _copied(value: Any) -> Any:
 
 
 class _Session:
-    """One session: its nodes in seq order, HEAD, the next seq and the extra metadata."""
+    """One session: its nodes by id and in seq order (a node's seq is its place in
+    ``order``: nothing is ever removed but by a rollback, which cuts the end), HEAD and
+    the extra metadata (replaced, never changed in place: a rollback restores the dict)."""
 
-    __slots__ = ("title", "model", "source", "calls", "order", "head", "next_seq", "extra")
+    __slots__ = ("calls", "order", "head", "extra")
 
-    def __init__(self, title: str, model: str, source: str, extra: dict[str, Any]):
-        self.title, self.model, self.source = title, model, source
+    def __init__(self, extra: dict[str, Any]):
         self.calls: dict[str, Call] = {}
         self.order: list[str] = []
         self.head: str | None = None
-        self.next_seq = 0
         self.extra = extra
 
 
@@ -84,7 +84,7 @@ class MemorySessionDB:
         self._sessions: dict[str, _Session] = {}
         self._lock = threading.RLock()
         # inside a transaction: session id -> its state when the block first wrote to it
-        self._undo: dict[str, tuple[int, str | None, int, dict[str, Any]]] | None = None
+        self._undo: dict[str, tuple[int, str | None, dict[str, Any]]] | None = None
 
     def __repr__(self) -> str:
         return f"MemorySessionDB({len(self._sessions)} sessions)"
@@ -103,12 +103,13 @@ class MemorySessionDB:
         session_id: str | None = None,
         extra_meta: dict | None = None,
     ) -> str:
-        """Create an empty session; returns its id."""
+        """Create an empty session; returns its id. ``DagSessionDB``'s signature: the
+        descriptive fields are accepted and not kept (nothing lists a scratch session)."""
         with self._lock:
             sid = session_id or uuid.uuid4().hex
             if sid in self._sessions:
                 raise StoreError(f"session {sid!r} already exists")
-            self._sessions[sid] = _Session(title, model, source, _copied(dict(extra_meta or {})))
+            self._sessions[sid] = _Session(_copied(dict(extra_meta or {})))
             return sid
 
     def _session(self, session_id: str) -> _Session:
@@ -121,9 +122,7 @@ class MemorySessionDB:
         """The session, its state noted first inside a transaction (for ``transaction``'s undo)."""
         session = self._session(session_id)
         if self._undo is not None and session_id not in self._undo:
-            self._undo[session_id] = (
-                len(session.order), session.head, session.next_seq, _copied(session.extra)
-            )
+            self._undo[session_id] = (len(session.order), session.head, session.extra)
         return session
 
     def get_extra_meta(self, session_id: str) -> dict[str, Any]:
@@ -136,7 +135,7 @@ class MemorySessionDB:
     def update_extra_meta(self, session_id: str, **kv: Any) -> dict[str, Any]:
         with self._lock:
             session = self._writing(session_id)
-            session.extra.update(_copied(kv))
+            session.extra = {**session.extra, **_copied(kv)}
             return _copied(session.extra)
 
     @contextmanager
@@ -156,15 +155,15 @@ class MemorySessionDB:
             finally:
                 self._undo = None
 
-    def _roll_back(self, undo: dict[str, tuple[int, str | None, int, dict[str, Any]]]) -> None:
-        for sid, (length, head, next_seq, extra) in undo.items():
+    def _roll_back(self, undo: dict[str, tuple[int, str | None, dict[str, Any]]]) -> None:
+        for sid, (length, head, extra) in undo.items():
             session = self._sessions.get(sid)
             if session is None:
                 continue
             for node_id in session.order[length:]:
                 del session.calls[node_id]
             del session.order[length:]
-            session.head, session.next_seq, session.extra = head, next_seq, extra
+            session.head, session.extra = head, extra
 
     # -- writing messages -----------------------------------------------------------------
     def append_message(self, session_id: str, msg: dict) -> dict[str, Any]:
@@ -186,14 +185,13 @@ class MemorySessionDB:
                     )
                 seen.add(call.id)
             session = self._writing(session_id)
-            head, next_seq = session.head, session.next_seq
+            head, order = session.head, session.order
             for call, follow in pairs:
                 head = _attach(call, follow, head)
-                call.seq = max(call.seq, next_seq)
-                next_seq = call.seq + 1
+                call.seq = len(order)  # a message carries no seq of its own (message_to_call)
                 calls[call.id] = call
-                session.order.append(call.id)
-            session.head, session.next_seq = head, next_seq
+                order.append(call.id)
+            session.head = head
         return [call_to_message(c) for c, _ in pairs]
 
     def set_head(self, session_id: str, msg_id: str | None, *, expected: Any = _ANY_HEAD) -> None:

@@ -168,9 +168,8 @@ def _minted_digest(n: int) -> str:
     return hashlib.sha1(f"opctx-replay:{n}".encode()).hexdigest()
 
 
-# What may change a stored node, or add one, without this object seeing it: the branch
-# mirror is dropped. A HEAD moved elsewhere (set_head, rewind_to, fork_from) needs nothing:
-# the mirror is used only when it ends at HEAD.
+# What may add a node without this object seeing it: the branch mirror is dropped. A HEAD
+# moved elsewhere (set_head) needs nothing: the mirror is used only when it ends at HEAD.
 _MIRROR_BREAKERS = frozenset({"append_message"})
 
 
